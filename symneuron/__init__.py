@@ -1,0 +1,20 @@
+"""symneuron: spiking neurons from SymPy equations, compiled to fused kernels.
+
+Write a neuron's charge H = f(V, X; θ) in SymPy; symneuron derives every
+gradient, generates CUDA and C kernels for the forward and backward passes
+through time, and returns torch-ready functions and layers.
+
+>>> import sympy as sp, symneuron as sn
+>>> tau = sp.Symbol("tau", positive=True)
+>>> lif = sn.Neuron(sn.V + (sn.X - sn.V) / tau, params={tau: 2.0}, learnable=[tau])
+>>> layer = sn.NeuronLayer(lif)
+"""
+
+from . import models, surrogate
+from .check import CheckReport, check
+from .layer import NeuronLayer
+from .neuron import V, X, Neuron
+from .simulate import simulate
+
+__all__ = ["V", "X", "Neuron", "NeuronLayer", "simulate", "check", "CheckReport", "models", "surrogate"]
+__version__ = "0.1.0"

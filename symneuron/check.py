@@ -1,0 +1,182 @@
+"""``sn.check``: verify a neuron's derived gradients and its kernels automatically.
+
+Two independent oracles:
+
+1. every derived partial (and the surrogate's σ') against central finite
+   differences of the charge (and of σ) at random points, in float64;
+2. the chosen backend's forward and backward (x, v_init, every learnable
+   param) against the torch reference (:mod:`symneuron.reference`), which never
+   uses a SymPy derivative, on fresh random inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy as sp
+import torch
+
+from .neuron import V, X, Neuron
+from .reference import simulate_reference, torch_function
+from .simulate import resolve_backend, simulate
+from .surrogate import u as U
+
+__all__ = ["check", "CheckReport", "CheckResult"]
+
+_DEFAULT_TOL = {torch.float64: 1e-8, torch.float32: 2e-4}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One comparison: its maximum (relative) error and the tolerance it must meet."""
+
+    name: str
+    error: float
+    tolerance: float
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.error <= self.tolerance)  # NaN fails
+
+
+@dataclass
+class CheckReport:
+    """All comparisons of one :func:`check` run; ``bool(report)`` is pass/fail."""
+
+    neuron: str
+    backend: str
+    dtype: str
+    results: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def failures(self) -> list[CheckResult]:
+        return [r for r in self.results if not r.passed]
+
+    def __str__(self) -> str:
+        head = f"check({self.neuron}, backend={self.backend}, dtype={self.dtype}): "
+        head += "PASS" if self.passed else "FAIL"
+        rows = [
+            f"  {'ok  ' if r.passed else 'FAIL'} {r.name:<28} error {r.error:.3e}  tol {r.tolerance:.1e}"
+            for r in self.results
+        ]
+        return "\n".join([head, *rows])
+
+
+def _rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    scale = b.abs().max().clamp_min(1.0)
+    return float(((a - b).abs().max() / scale).item())
+
+
+def _point(neuron: Neuron, n: int, gen: torch.Generator) -> dict[sp.Symbol, torch.Tensor]:
+    def draw(center: float, spread: float) -> torch.Tensor:
+        return center + spread * (2 * torch.rand(n, generator=gen, dtype=torch.float64) - 1)
+
+    point = {V: draw(0.3, 1.0), X: draw(0.5, 1.0)}
+    for name, default in neuron.params.items():
+        point[neuron.symbols[name]] = draw(default, 0.1 * max(abs(default), 0.1))
+    return point
+
+
+def _finite_difference(expr: sp.Expr, wrt: sp.Symbol, point: dict[sp.Symbol, torch.Tensor]) -> torch.Tensor:
+    args = list(point)
+    fn = torch_function(args, expr)
+    step = 1e-6 * point[wrt].abs().clamp_min(1.0)
+    up = {**point, wrt: point[wrt] + step}
+    down = {**point, wrt: point[wrt] - step}
+    diff = torch.as_tensor(fn(*up.values())) - torch.as_tensor(fn(*down.values()))
+    return diff / (2 * step)
+
+
+def _evaluate(expr: sp.Expr, point: dict[sp.Symbol, torch.Tensor]) -> torch.Tensor:
+    value = torch_function(list(point), expr)(*point.values())
+    return torch.as_tensor(value, dtype=torch.float64).expand_as(next(iter(point.values())))
+
+
+def check_partials(neuron: Neuron, points: int, gen: torch.Generator, tol: float) -> list[CheckResult]:
+    """Each derived partial and σ' against central finite differences."""
+    point = _point(neuron, points, gen)
+    wrt = {"dH/dV": V, "dH/dX": X, **{f"dH/d{n}": neuron.symbols[n] for n in neuron.learnable}}
+    out = []
+    for key, expr in neuron.derivatives().items():
+        fd = _finite_difference(neuron.charge, wrt[key], point)
+        out.append(CheckResult(f"{key} vs finite diff", _rel_error(_evaluate(expr, point), fd), tol))
+    u_point = {U: 3 * (2 * torch.rand(points, generator=gen, dtype=torch.float64) - 1)}
+    u_point[U] = u_point[U][u_point[U].abs() > 1e-3]
+    sg = neuron.surrogate.derivative()
+    fd = _finite_difference(neuron.surrogate.primitive_in_u(), U, u_point)
+    out.append(CheckResult("surrogate' vs finite diff", _rel_error(_evaluate(sg, u_point), fd), tol))
+    return out
+
+
+def _inputs(neuron: Neuron, t: int, shape: tuple[int, ...], dtype: torch.dtype,
+            device: torch.device, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    def rand(*size: int) -> torch.Tensor:
+        return torch.rand(size, generator=gen, dtype=torch.float64).to(device=device)
+
+    inputs = {"x_seq": 1.6 * rand(t, *shape) - 0.2, "v_init": 0.6 * rand(*shape) - 0.1}
+    for name in neuron.learnable:
+        default = neuron.params[name]
+        inputs[name] = torch.tensor(default, dtype=torch.float64, device=device) + 0.05 * (rand() - 0.5)
+    return {k: v.to(dtype) for k, v in inputs.items()}
+
+
+def _run(neuron: Neuron, inputs: dict[str, torch.Tensor], backend: str | None,
+         weights: tuple[torch.Tensor, torch.Tensor]) -> list[torch.Tensor]:
+    leaves = {k: v.detach().clone().requires_grad_(True) for k, v in inputs.items()}
+    params = {n: leaves[n] for n in neuron.learnable}
+    if backend is None:
+        spikes, v_seq = simulate_reference(neuron, leaves["x_seq"], leaves["v_init"],
+                                           {**neuron.params, **params})
+    else:
+        spikes, v_seq = simulate(neuron, leaves["x_seq"], leaves["v_init"], params, backend=backend)
+    loss = (spikes * weights[0].to(spikes.dtype)).sum() + (v_seq * weights[1].to(v_seq.dtype)).sum()
+    grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+    out = [spikes.detach(), v_seq.detach()]
+    return out + [torch.zeros_like(v) if g is None else g for g, v in zip(grads, leaves.values())]
+
+
+def check(
+    neuron: Neuron,
+    *,
+    backend: str = "auto",
+    dtype: torch.dtype = torch.float64,
+    device: str | torch.device = "cpu",
+    T: int = 8,
+    shape: tuple[int, ...] = (4, 16),
+    points: int = 64,
+    tolerance: float | None = None,
+    seed: int | None = None,
+) -> CheckReport:
+    """Verify ``neuron``'s derivatives and its ``backend`` kernels against oracles.
+
+    Returns a :class:`CheckReport`: each comparison with its max error and
+    tolerance, and ``report.passed``. Inputs are fresh random draws unless
+    ``seed`` is given.
+
+    Examples
+    --------
+    >>> import symneuron as sn
+    >>> report = sn.check(sn.models.QIF())
+    >>> assert report.passed, str(report)
+    """
+    device = torch.device(device)
+    gen = torch.Generator().manual_seed(seed if seed is not None else torch.seed())
+    backend = resolve_backend(backend, device)
+    tol = tolerance if tolerance is not None else _DEFAULT_TOL.get(dtype, 1e-2)
+    report = CheckReport(neuron.name, backend, str(dtype).removeprefix("torch."))
+    report.results += check_partials(neuron, points, gen, 1e-6)
+    inputs = _inputs(neuron, T, shape, dtype, device, gen)
+    weights = (torch.randn(T, *shape, generator=gen, dtype=torch.float64).to(device),
+               torch.randn(T, *shape, generator=gen, dtype=torch.float64).to(device))
+    reference = _run(neuron, {k: v.double() for k, v in inputs.items()}, None, weights)
+    got = _run(neuron, inputs, backend, weights)
+    names = ["spike_seq", "v_seq", *[f"grad {k}" for k in inputs]]
+    for name, a, b in zip(names, got, reference, strict=True):
+        report.results.append(CheckResult(f"{name} vs reference", _rel_error(a.double(), b), tol))
+    return report

@@ -1,0 +1,191 @@
+"""Derivation: Neuron -> KernelSpec.
+
+The step map of a neuron is a small graph of named nodes evaluated in order:
+
+    H    = f(V, X; θ)                       charge
+    Vth  = v_threshold                      threshold (an expression)
+    S    = Θ(H − Vth)                       fire; dS/dH = σ'(H − Vth) = SG
+    Vnew = H(1 − S) + V_reset·S  |  H − Vth·S   reset
+
+The backward step is the transposed Jacobian of this map, built here by reverse
+accumulation over the nodes with SymPy partials, with SG standing in for the
+step function's derivative. Extra state variables (DESIGN.md §3) are more nodes
+in the same graph; the single-state neuron is the k = 0 case.
+
+The result is plain data: named expressions after common-subexpression
+elimination and the inputs each step needs. Nothing here prints code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy as sp
+
+from .neuron import V, X, Neuron, check_expression
+from .surrogate import u as U_SYMBOL
+
+__all__ = ["KernelSpec", "Assign", "derive", "H", "S", "SG", "GRAD_S", "GRAD_V"]
+
+H = sp.Symbol("h", real=True)
+S = sp.Symbol("s", real=True)
+SG = sp.Symbol("sg", real=True)
+U = sp.Symbol("u", real=True)
+VTH = sp.Symbol("v_th", real=True)
+GRAD_S = sp.Symbol("grad_s", real=True)
+GRAD_V = sp.Symbol("grad_v", real=True)
+
+
+@dataclass(frozen=True)
+class Assign:
+    """``target = expr``: one line of a step body."""
+
+    target: sp.Symbol
+    expr: sp.Expr
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of the step map: ``symbol = expr`` (``spike`` marks S = Θ(H − Vth))."""
+
+    symbol: sp.Symbol
+    expr: sp.Expr
+    spike: bool = False
+    is_reset: bool = False
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Everything the code generators need, as named SymPy expressions.
+
+    Attributes
+    ----------
+    name, key : kernel name and definition hash.
+    params : all parameter names in kernel-argument order.
+    learnable : the parameters that get gradients (a subset of ``params``).
+    param_symbols : name -> SymPy symbol used inside the expressions.
+    charge : CSE'd lines computing ``h`` from ``V``, ``X`` and the params.
+    threshold : ``v_th`` as an expression in the params.
+    surrogate : CSE'd lines computing ``sg`` from ``u = h − v_th``.
+    reset : CSE'd lines computing the new state ``V`` from ``h``, ``s`` and ``v_th``.
+    backward : CSE'd lines computing ``grad_V`` (dL/dV[t−1]), ``grad_X`` and
+        ``grad_<θ>`` from ``h, s, sg, V, X``, the params, ``grad_s`` (∂L/∂S[t]) and
+        ``grad_v`` (total dL/dV[t]).
+    needs_v, needs_x : whether the backward step reads V[t−1] and X[t].
+    partials : the derived partials of the charge, by readable name.
+    """
+
+    name: str
+    key: str
+    params: tuple[str, ...]
+    learnable: tuple[str, ...]
+    param_symbols: dict[str, sp.Symbol]
+    charge: tuple[Assign, ...]
+    threshold: sp.Expr
+    surrogate: tuple[Assign, ...]
+    reset: tuple[Assign, ...]
+    backward: tuple[Assign, ...]
+    needs_v: bool
+    needs_x: bool
+    soft_reset: bool
+    partials: dict[str, sp.Expr] = field(compare=False)
+
+
+def grad_symbol(name: str) -> sp.Symbol:
+    """Symbol of the backward output for input ``name`` (``V``, ``X`` or a param)."""
+    return sp.Symbol(f"grad_{name}", real=True)
+
+
+def _cse(targets: list[tuple[sp.Symbol, sp.Expr]], prefix: str) -> tuple[Assign, ...]:
+    symbols = sp.numbered_symbols(prefix, real=True)
+    temps, reduced = sp.cse([e for _, e in targets], symbols=symbols, optimizations="basic")
+    lines = [Assign(t, e) for t, e in temps]
+    lines += [Assign(target, e) for (target, _), e in zip(targets, reduced)]
+    return tuple(lines)
+
+
+def partials(neuron: Neuron) -> dict[str, sp.Expr]:
+    """∂f/∂V, ∂f/∂X and ∂f/∂θ for each learnable θ, keyed by readable names."""
+    out = {"dH/dV": sp.diff(neuron.charge, V), "dH/dX": sp.diff(neuron.charge, X)}
+    for name in neuron.learnable:
+        out[f"dH/d{name}"] = sp.diff(neuron.charge, neuron.symbols[name])
+    for key, expr in out.items():
+        check_expression(expr, f"derivative {key}")
+    return out
+
+
+def step_nodes(neuron: Neuron) -> list[Node]:
+    """The forward step map as nodes in evaluation order."""
+    v_th = sp.sympify(neuron.v_threshold)
+    if neuron.soft_reset:
+        v_new = H - VTH * S
+    else:
+        v_new = H * (1 - S) + sp.sympify(neuron.v_reset) * S
+    return [
+        Node(H, neuron.charge),
+        Node(VTH, v_th),
+        Node(S, H - VTH, spike=True),
+        Node(sp.Symbol("v_new", real=True), v_new, is_reset=True),
+    ]
+
+
+def transpose(
+    nodes: list[Node],
+    seeds: dict[sp.Symbol, sp.Expr],
+    charge_partials: dict[sp.Symbol, sp.Expr],
+    detach_reset: bool,
+) -> dict[sp.Symbol, sp.Expr]:
+    """Reverse accumulation: adjoints of every node input, given the output seeds.
+
+    ``charge_partials`` supplies the partials of the charge node (so they are the
+    ones reported by :func:`partials`). A spike node's partial with respect to its
+    argument is ``SG``; a reset node sends no adjoint into ``S`` when detached.
+    """
+    adjoint: dict[sp.Symbol, sp.Expr] = dict(seeds)
+    for node in reversed(nodes):
+        a = adjoint.get(node.symbol, sp.Integer(0))
+        if a == 0:
+            continue
+        for dep in sorted(node.expr.free_symbols, key=str):
+            if node.spike:
+                d = SG * sp.diff(node.expr, dep)
+            elif node.symbol == H:
+                d = charge_partials.get(dep, sp.diff(node.expr, dep))
+            elif node.is_reset and dep == S and detach_reset:
+                continue
+            else:
+                d = sp.diff(node.expr, dep)
+            adjoint[dep] = adjoint.get(dep, sp.Integer(0)) + a * d
+    return adjoint
+
+
+def derive(neuron: Neuron) -> KernelSpec:
+    """Differentiate ``neuron``'s step map and return its :class:`KernelSpec`."""
+    found = partials(neuron)
+    charge_partials = {V: found["dH/dV"], X: found["dH/dX"]}
+    charge_partials.update({neuron.symbols[n]: found[f"dH/d{n}"] for n in neuron.learnable})
+    nodes = step_nodes(neuron)
+    seeds = {S: GRAD_S, nodes[-1].symbol: GRAD_V}
+    adjoint = transpose(nodes, seeds, charge_partials, neuron.detach_reset)
+    inputs = ["V", "X", *neuron.learnable]
+    symbol_of = {"V": V, "X": X, **neuron.symbols}
+    targets = [(grad_symbol(n), adjoint.get(symbol_of[n], sp.Integer(0))) for n in inputs]
+    backward = _cse(targets, "b")
+    used = set().union(*(line.expr.free_symbols for line in backward))
+    sg = neuron.surrogate.derivative().subs(U_SYMBOL, U)
+    return KernelSpec(
+        name=neuron.name,
+        key=neuron.key(),
+        params=tuple(neuron.params),
+        learnable=neuron.learnable,
+        param_symbols=dict(neuron.symbols),
+        charge=_cse([(H, neuron.charge)], "c"),
+        threshold=nodes[1].expr,
+        surrogate=_cse([(SG, sg)], "g"),
+        reset=_cse([(V, nodes[-1].expr)], "r"),
+        backward=backward,
+        needs_v=V in used,
+        needs_x=X in used,
+        soft_reset=neuron.soft_reset,
+        partials=found,
+    )

@@ -1,0 +1,187 @@
+"""The torch binding: generated kernels as ``torch.library`` custom ops.
+
+``symneuron::forward`` and ``symneuron::backward`` are custom ops (with fake
+implementations, so ``torch.compile`` traces through them); the forward op's
+autograd formula calls the backward op. A neuron reaches the ops through its
+key in a process-wide registry, since op arguments must be plain types.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import runtime
+from .codegen import DIALECTS, dtype_name, render_source
+from .codegen.kernels import backward_name, forward_name
+from .neuron import Neuron
+
+__all__ = ["register", "forward_op", "backward_op", "compute_dtype", "accum_dtype"]
+
+_NEURONS: dict[str, Neuron] = {}
+_COMPUTE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+def register(neuron: Neuron) -> str:
+    """Make ``neuron`` reachable from the ops; returns its key."""
+    key = neuron.key()
+    _NEURONS.setdefault(key, neuron)
+    return key
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Dtype of parameters and arithmetic inside kernels for storage ``dtype``."""
+    return _COMPUTE.get(dtype, dtype)
+
+
+def accum_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _module(neuron: Neuron, backend: str, tensor: torch.Tensor) -> Any:
+    source = render_source(neuron.spec(), backend, tensor.dtype)
+    if backend == "cuda":
+        from .runtime import cuda
+
+        return cuda.load(source, tensor.device.index or 0)
+    from .runtime import cpu
+
+    return cpu.load(source)
+
+
+def _launch(backend: str, module: Any, name: str, args: list[runtime.Arg], n: int) -> None:
+    if backend == "cuda":
+        from .runtime import cuda
+
+        cuda.launch(module, name, args, n)
+    else:
+        from .runtime import cpu
+
+        cpu.launch(module, name, args, n)
+
+
+def _param_args(params: list[torch.Tensor]) -> tuple[list[runtime.Arg], list[runtime.Arg]]:
+    pointers = [runtime.ptr(p) for p in params]
+    strides = [runtime.i64(p.stride(0) if p.dim() else 0) for p in params]
+    return pointers, strides
+
+
+@torch.library.custom_op("symneuron::forward", mutates_args=())
+def forward_op(
+    key: str,
+    backend: str,
+    x_seq: torch.Tensor,
+    v_init: torch.Tensor,
+    params: list[torch.Tensor],
+    store_h: bool,
+    v_mode: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Forward over ``x_seq`` [T, N]: (spike_seq, v_seq or v_last, h_seq or empty)."""
+    neuron = _NEURONS[key]
+    t_len, n = x_seq.shape
+    spike = torch.empty_like(x_seq)
+    v_out = torch.empty((t_len if v_mode == "seq" else 1, n), dtype=x_seq.dtype, device=x_seq.device)
+    h_seq = torch.empty((t_len, n) if store_h else (0,), dtype=x_seq.dtype, device=x_seq.device)
+    if n == 0:
+        return spike, v_out, h_seq
+    module = _module(neuron, backend, x_seq)
+    pointers, strides = _param_args(params)
+    args = [runtime.ptr(x_seq), runtime.ptr(v_init), *pointers, runtime.ptr(spike),
+            runtime.ptr(h_seq if store_h else None), runtime.ptr(v_out), *strides,
+            runtime.i32(t_len), runtime.i64(n)]
+    _launch(backend, module, forward_name(neuron.spec(), store_h, v_mode), args, n)
+    return spike, v_out, h_seq
+
+
+@forward_op.register_fake
+def _(key, backend, x_seq, v_init, params, store_h, v_mode):  # type: ignore[no-untyped-def]
+    t_len, n = x_seq.shape
+    v_rows = t_len if v_mode == "seq" else 1
+    h_shape = (t_len, n) if store_h else (0,)
+    return (x_seq.new_empty((t_len, n)), x_seq.new_empty((v_rows, n)), x_seq.new_empty(h_shape))
+
+
+@torch.library.custom_op("symneuron::backward", mutates_args=())
+def backward_op(
+    key: str,
+    backend: str,
+    grad_spike: torch.Tensor,
+    grad_v: torch.Tensor | None,
+    grad_v_mode: str,
+    h_seq: torch.Tensor,
+    x_seq: torch.Tensor | None,
+    v_init: torch.Tensor,
+    params: list[torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Backward through time: (grad_x [T, N], grad_v_init [N], grad_params [P, N])."""
+    neuron = _NEURONS[key]
+    t_len, n = h_seq.shape
+    grad_x = torch.empty_like(h_seq)
+    grad_v_init = torch.empty_like(v_init)
+    learnable = len(neuron.learnable)
+    acc = accum_dtype(h_seq.dtype)
+    grad_params = torch.empty((learnable, n), dtype=acc, device=h_seq.device)
+    if n == 0:
+        return grad_x, grad_v_init, grad_params
+    module = _module(neuron, backend, h_seq)
+    pointers, strides = _param_args(params)
+    args = [runtime.ptr(grad_spike), runtime.ptr(grad_v), runtime.ptr(h_seq), runtime.ptr(x_seq),
+            runtime.ptr(v_init), *pointers, runtime.ptr(grad_x), runtime.ptr(grad_v_init),
+            *[runtime.ptr(grad_params[j]) for j in range(learnable)], *strides,
+            runtime.i32(t_len), runtime.i64(n)]
+    _launch(backend, module, backward_name(neuron.spec(), grad_v_mode), args, n)
+    return grad_x, grad_v_init, grad_params
+
+
+@backward_op.register_fake
+def _(key, backend, grad_spike, grad_v, grad_v_mode, h_seq, x_seq, v_init, params):  # type: ignore[no-untyped-def]
+    learnable = len(_NEURONS[key].learnable)
+    acc = accum_dtype(h_seq.dtype)
+    grad_params = h_seq.new_empty((learnable, h_seq.shape[1]), dtype=acc)
+    return h_seq.new_empty(h_seq.shape), v_init.new_empty(v_init.shape), grad_params
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
+    key, backend, x_seq, v_init, params, store_h, v_mode = inputs
+    spec = _NEURONS[key].spec()
+    ctx.key, ctx.backend, ctx.v_mode = key, backend, v_mode
+    ctx.n_params = len(params)
+    ctx.needs_x = spec.needs_x
+    ctx.save_for_backward(output[2], v_init, x_seq if spec.needs_x else None, *params)
+    ctx.mark_non_differentiable(output[2])
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx: Any, grad_spike: Any, grad_v: Any, _grad_h: Any) -> tuple[Any, ...]:
+    h_seq, v_init, x_seq, *params = ctx.saved_tensors
+    if h_seq.numel() == 0 and h_seq.dim() == 1:
+        raise RuntimeError(
+            "symneuron: the forward ran without saving H (no input required grad at the "
+            "time); run it again with grad enabled."
+        )
+    if grad_spike is None:
+        grad_spike = torch.zeros_like(h_seq)
+    mode = "none" if grad_v is None else ctx.v_mode
+    grad_x, grad_v_init, grad_p = backward_op(
+        ctx.key, ctx.backend, grad_spike.contiguous(),
+        None if grad_v is None else grad_v.contiguous(), mode, h_seq, x_seq, v_init, params,
+    )
+    spec = _NEURONS[ctx.key].spec()
+    grads: list[torch.Tensor | None] = [None] * ctx.n_params
+    for j, name in enumerate(spec.learnable):
+        index = spec.params.index(name)
+        grads[index] = grad_p[j].to(params[index].dtype)
+    return None, None, grad_x, grad_v_init, grads, None, None
+
+
+forward_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def backends() -> tuple[str, ...]:
+    """Backends that print generated source (``torch`` needs none)."""
+    return tuple(DIALECTS)
+
+
+def storage_name(dtype: torch.dtype) -> str:
+    return dtype_name(dtype)

@@ -1,0 +1,107 @@
+"""The zoo: each model only as its charge equation, with SpikingJelly's defaults.
+
+Every function returns a :class:`~symneuron.Neuron`; nothing here is a kernel, a
+derivative or an autograd function. Keyword arguments not named in a model's
+signature (``v_threshold``, ``v_reset``, ``surrogate``, ``detach_reset``,
+``learnable``, ``name``) go to :class:`~symneuron.Neuron`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import sympy as sp
+
+from .neuron import V, X, Neuron
+
+__all__ = ["IF", "LIF", "PLIF", "QIF", "EIF", "ZOO"]
+
+_tau, _w = sp.symbols("tau w", real=True)
+
+
+def _neuron(charge: sp.Expr, params: dict[sp.Symbol, float], name: str, kw: dict[str, Any]) -> Neuron:
+    kw.setdefault("name", name)
+    return Neuron(charge, params=params, **kw)
+
+
+def _leak_target(kw: dict[str, Any]) -> float:
+    """SpikingJelly leaks toward v_reset under hard reset and toward 0 under soft."""
+    v_reset = kw.get("v_reset", 0.0)
+    return 0.0 if v_reset is None else float(v_reset)
+
+
+def IF(**kw: Any) -> Neuron:
+    r"""Integrate-and-fire.
+
+    .. math:: H[t] = V[t-1] + X[t]
+    """
+    return _neuron(V + X, {}, "IF", kw)
+
+
+def LIF(tau: float = 2.0, decay_input: bool = True, **kw: Any) -> Neuron:
+    r"""Leaky integrate-and-fire (SpikingJelly ``LIFNode``).
+
+    .. math::
+        H[t] = V[t-1] + \frac{X[t] - (V[t-1] - V_{reset})}{\tau}
+        \quad\text{(decay_input)}, \qquad
+        H[t] = V[t-1] - \frac{V[t-1] - V_{reset}}{\tau} + X[t]
+
+    with :math:`V_{reset}` replaced by 0 under soft reset. Pass
+    ``learnable=["tau"]`` to learn τ.
+    """
+    target = _leak_target(kw)
+    if decay_input:
+        charge = V + (X - (V - target)) / _tau
+    else:
+        charge = V - (V - target) / _tau + X
+    return _neuron(charge, {_tau: tau}, "LIF", kw)
+
+
+def PLIF(init_tau: float = 2.0, decay_input: bool = True, **kw: Any) -> Neuron:
+    r"""Parametric LIF (SpikingJelly ``ParametricLIFNode``): 1/τ = sigmoid(w), w learnable.
+
+    .. math::
+        H[t] = V[t-1] + \mathrm{sigmoid}(w)\,\bigl(X[t] - (V[t-1] - V_{reset})\bigr)
+        \quad\text{(decay_input)}, \qquad
+        H[t] = V[t-1] - \mathrm{sigmoid}(w)\,(V[t-1] - V_{reset}) + X[t]
+
+    with w initialised to −log(init_tau − 1).
+    """
+    if init_tau <= 1:
+        raise ValueError(f"PLIF needs init_tau > 1 (w = -log(init_tau - 1)), got {init_tau}")
+    target = _leak_target(kw)
+    k = 1 / (1 + sp.exp(-_w))
+    charge = V + k * (X - (V - target)) if decay_input else V - k * (V - target) + X
+    kw.setdefault("learnable", ["w"])
+    return _neuron(charge, {_w: -math.log(init_tau - 1.0)}, "PLIF", kw)
+
+
+def QIF(tau: float = 2.0, v_c: float = 0.8, a0: float = 1.0, v_rest: float = 0.0, **kw: Any) -> Neuron:
+    r"""Quadratic integrate-and-fire (SpikingJelly ``QIFNode``; v_reset defaults to −0.1).
+
+    .. math:: H[t] = V[t-1] + \frac{X[t] + a_0 (V[t-1] - V_{rest})(V[t-1] - V_c)}{\tau}
+    """
+    a0_, v_c_, v_rest_ = sp.symbols("a0 v_c v_rest", real=True)
+    kw.setdefault("v_reset", -0.1)
+    charge = V + (X + a0_ * (V - v_rest_) * (V - v_c_)) / _tau
+    return _neuron(charge, {_tau: tau, v_c_: v_c, a0_: a0, v_rest_: v_rest}, "QIF", kw)
+
+
+def EIF(tau: float = 2.0, delta_T: float = 1.0, theta_rh: float = 0.8, v_rest: float = 0.0,
+        **kw: Any) -> Neuron:
+    r"""Exponential integrate-and-fire (SpikingJelly ``EIFNode``; v_reset defaults to −0.1).
+
+    .. math::
+        H[t] = V[t-1] + \frac{X[t] + V_{rest} - V[t-1]
+        + \Delta_T \exp\left(\frac{V[t-1] - \theta_{rt}}{\Delta_T}\right)}{\tau}
+    """
+    d_t, theta, v_rest_ = sp.symbols("delta_T theta_rh v_rest", real=True)
+    kw.setdefault("v_reset", -0.1)
+    charge = V + (X + v_rest_ - V + d_t * sp.exp((V - theta) / d_t)) / _tau
+    params = {_tau: tau, d_t: delta_T, theta: theta_rh, v_rest_: v_rest}
+    return _neuron(charge, params, "EIF", kw)
+
+
+#: name -> constructor, for tests and benchmarks.
+ZOO = {"IF": IF, "LIF": LIF, "PLIF": PLIF, "QIF": QIF, "EIF": EIF}

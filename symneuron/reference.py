@@ -1,0 +1,101 @@
+"""The torch reference: the living definition of a neuron's semantics.
+
+The same equations as torch ops (SymPy's torch printer), a Python loop over t,
+and torch autograd for the backward. The surrogate enters as a straight-through
+term, S = Θ(u) + σ(u) − stop_grad(σ(u)), so torch differentiates the primitive σ
+itself: nothing here uses a SymPy derivative, which makes this an independent
+oracle for the generated kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+
+import sympy as sp
+import torch
+from sympy.printing.pytorch import TorchPrinter
+
+from .neuron import V, X, Neuron
+from .surrogate import Surrogate
+from .surrogate import u as U
+
+__all__ = ["torch_function", "spike", "simulate_reference"]
+
+
+class _Printer(TorchPrinter):
+    """SymPy's torch printer plus the special functions it lacks."""
+
+    _kf = {**TorchPrinter._kf, "erfc": "torch.special.erfc", "erf": "torch.special.erf"}
+
+    def _print_erfc(self, expr: sp.Expr) -> str:
+        return f"torch.special.erfc({self._print(expr.args[0])})"
+
+    def _print_erf(self, expr: sp.Expr) -> str:
+        return f"torch.special.erf({self._print(expr.args[0])})"
+
+
+def torch_function(args: Sequence[sp.Symbol], expr: sp.Expr) -> Callable[..., torch.Tensor]:
+    """``expr`` as a Python function of torch tensors (SymPy's lambdify)."""
+    return sp.lambdify(list(args), expr, modules=[{"torch": torch}], printer=_Printer)  # type: ignore[no-any-return]
+
+
+@lru_cache(maxsize=256)
+def _surrogate_primitive(surrogate: Surrogate) -> Callable[..., torch.Tensor]:
+    return torch_function([U], surrogate.primitive_in_u())
+
+
+def spike(u: torch.Tensor, surrogate: Surrogate) -> torch.Tensor:
+    """Θ(u) (Θ(0) = 1) forward; the derivative of the surrogate primitive backward."""
+    primitive = _surrogate_primitive(surrogate)(u)
+    if not isinstance(primitive, torch.Tensor):
+        primitive = torch.as_tensor(primitive, dtype=u.dtype, device=u.device)
+    return (u >= 0).to(u.dtype) + (primitive - primitive.detach())
+
+
+def _as_tensor(value: float | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value.to(like.dtype)
+    return torch.as_tensor(value, dtype=like.dtype, device=like.device)
+
+
+def _round_through(h: torch.Tensor, storage: torch.dtype | None) -> torch.Tensor:
+    """Round ``h`` to ``storage`` in value only (gradient passes straight through)."""
+    if storage is None or storage == h.dtype:
+        return h
+    return h + (h.detach().to(storage).to(h.dtype) - h.detach())
+
+
+def simulate_reference(
+    neuron: Neuron,
+    x_seq: torch.Tensor,
+    v_init: torch.Tensor,
+    params: dict[str, float | torch.Tensor],
+    *,
+    store_v_seq: bool = True,
+    round_h_to: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run ``neuron`` over ``x_seq`` [T, *shape] with torch ops; differentiable.
+
+    ``round_h_to`` rounds H to a narrower dtype each step (value only), emulating
+    the kernels' 16-bit storage of H so that a float64 run follows the same
+    spike train as an fp16/bf16 kernel.
+    """
+    names = list(neuron.params)
+    charge = torch_function([V, X, *[neuron.symbols[n] for n in names]], neuron.charge)
+    theta = [_as_tensor(params[n], x_seq) for n in names]
+    v_th = neuron.v_threshold
+    v = v_init
+    spikes, vs = [], []
+    for t in range(x_seq.shape[0]):
+        h = _round_through(_as_tensor(charge(v, x_seq[t], *theta), x_seq), round_h_to)
+        s = spike(h - v_th, neuron.surrogate)
+        s_reset = s.detach() if neuron.detach_reset else s
+        if neuron.v_reset is None:
+            v = h - v_th * s_reset
+        else:
+            v = h * (1 - s_reset) + neuron.v_reset * s_reset
+        spikes.append(s)
+        vs.append(v)
+    v_seq = torch.stack(vs) if store_v_seq else v.unsqueeze(0)
+    return torch.stack(spikes), v_seq

@@ -1,0 +1,176 @@
+"""``sn.simulate``: run a neuron over a sequence with the chosen backend."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import sympy as sp
+import torch
+
+from .function import compute_dtype, forward_op, register
+from .neuron import Neuron
+from .reference import simulate_reference
+from .runtime import cpu, cuda
+
+__all__ = ["simulate", "resolve_backend", "BACKENDS"]
+
+BACKENDS = ("auto", "cuda", "cpu", "torch")
+_KERNEL_DTYPES = {
+    "cpu": (torch.float32, torch.float64),
+    "cuda": (torch.float32, torch.float64, torch.float16, torch.bfloat16),
+}
+
+
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """``"auto"`` -> cuda for CUDA tensors, cpu when a C compiler exists, else torch."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        if device.type == "cuda":
+            return "cuda" if cuda.available() else "torch"
+        return "cpu" if device.type == "cpu" and cpu.available() else "torch"
+    if backend == "cuda" and device.type != "cuda":
+        raise ValueError(f"backend='cuda' needs CUDA tensors, got x_seq on {device}; move it with .cuda()")
+    if backend == "cpu" and device.type != "cpu":
+        raise ValueError(f"backend='cpu' needs CPU tensors, got x_seq on {device}; use backend='auto'")
+    return backend
+
+
+def _check_x(x_seq: Any) -> torch.Tensor:
+    if not isinstance(x_seq, torch.Tensor):
+        raise TypeError(f"x_seq must be a torch.Tensor, got {type(x_seq).__name__}")
+    if x_seq.dim() < 2:
+        raise ValueError(
+            f"x_seq must be [T, *shape] with at least 2 dims, got shape {tuple(x_seq.shape)}; "
+            "for one step use x.unsqueeze(0) or NeuronLayer(step_mode='s')."
+        )
+    if x_seq.shape[0] == 0:
+        raise ValueError("x_seq has T = 0 time steps; give at least one step.")
+    if not x_seq.is_floating_point():
+        raise TypeError(f"x_seq must be a floating-point tensor, got {x_seq.dtype}; use x_seq.float()")
+    return x_seq
+
+
+def _check_tensor(name: str, value: torch.Tensor, x_seq: torch.Tensor, shape: torch.Size) -> None:
+    if value.device != x_seq.device:
+        raise ValueError(f"{name} is on {value.device} but x_seq is on {x_seq.device}; move it with .to()")
+    if not value.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {value.dtype}")
+    try:
+        ok = torch.broadcast_shapes(value.shape, shape) == shape
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"{name} of shape {tuple(value.shape)} does not broadcast to the neuron shape "
+            f"{tuple(shape)}; use a scalar, per-channel (e.g. [C, 1, 1]) or per-neuron tensor."
+        )
+
+
+def _v_init(neuron: Neuron, v_init: Any, x_seq: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    if v_init is None:
+        start = 0.0 if neuron.v_reset is None else neuron.v_reset
+        return torch.full(shape, start, dtype=x_seq.dtype, device=x_seq.device)
+    if not isinstance(v_init, torch.Tensor):
+        v_init = torch.as_tensor(float(v_init), dtype=x_seq.dtype, device=x_seq.device)
+    _check_tensor("v_init", v_init, x_seq, shape)
+    return v_init.to(x_seq.dtype).expand(shape)
+
+
+def _param_values(neuron: Neuron, params: Mapping[Any, Any] | None, x_seq: torch.Tensor,
+                  shape: torch.Size) -> dict[str, float | torch.Tensor]:
+    values: dict[str, float | torch.Tensor] = dict(neuron.params)
+    for key, value in (params or {}).items():
+        name = key.name if isinstance(key, sp.Symbol) else key
+        if name not in neuron.params:
+            raise ValueError(f"Unknown parameter {name!r}; the neuron has {list(neuron.params)}")
+        if isinstance(value, torch.Tensor):
+            _check_tensor(f"param {name!r}", value, x_seq, shape)
+            if value.requires_grad and name not in neuron.learnable:
+                raise ValueError(
+                    f"param {name!r} requires grad but is not learnable; add it to "
+                    "Neuron(learnable=[...]) or pass value.detach()."
+                )
+        else:
+            value = float(value)
+            if not math.isfinite(value):
+                raise ValueError(f"param {name!r} must be finite, got {value}")
+        values[name] = value
+    return values
+
+
+def _kernel_param(value: float | torch.Tensor, x_seq: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """A param as an [N] tensor in the compute dtype (stride 0 when scalar)."""
+    dtype = compute_dtype(x_seq.dtype)
+    n = math.prod(shape)
+    if not isinstance(value, torch.Tensor):
+        return torch.tensor(value, dtype=dtype, device=x_seq.device).expand(n)
+    value = value.to(dtype)
+    if value.numel() == 1:
+        return value.reshape(()).expand(n)
+    return value.expand(shape).reshape(n)
+
+
+def simulate(
+    neuron: Neuron,
+    x_seq: torch.Tensor,
+    v_init: torch.Tensor | float | None = None,
+    params: Mapping[Any, float | torch.Tensor] | None = None,
+    *,
+    backend: str = "auto",
+    store_v_seq: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run ``neuron`` over ``x_seq`` and return ``(spike_seq, v_seq)``.
+
+    Parameters
+    ----------
+    neuron : Neuron
+    x_seq : Tensor [T, *shape]
+        Input per step. Floating point: float32/float64 (cpu), also float16 and
+        bfloat16 (cuda).
+    v_init : Tensor or float, optional
+        State before the first step, broadcastable to ``shape``; defaults to
+        ``v_reset`` (0 for soft reset).
+    params : mapping, optional
+        Symbol or name -> float or tensor broadcastable to ``shape`` (scalar,
+        per-channel, per-neuron). Omitted params take the neuron's defaults.
+    backend : {"auto", "cuda", "cpu", "torch"}
+    store_v_seq : bool
+        Return V after every step ([T, *shape]); if False only the last ([1, *shape]).
+
+    Returns
+    -------
+    spike_seq : Tensor [T, *shape], values 0/1, differentiable through the surrogate.
+    v_seq : Tensor [T, *shape] or [1, *shape].
+
+    Examples
+    --------
+    >>> import torch, symneuron as sn
+    >>> spikes, v = sn.simulate(sn.models.LIF(), torch.rand(8, 32))
+    """
+    if not isinstance(neuron, Neuron):
+        raise TypeError(f"neuron must be a symneuron.Neuron, got {type(neuron).__name__}")
+    x_seq = _check_x(x_seq)
+    shape = x_seq.shape[1:]
+    v0 = _v_init(neuron, v_init, x_seq, shape)
+    values = _param_values(neuron, params, x_seq, shape)
+    backend = resolve_backend(backend, x_seq.device)
+    if backend != "torch" and x_seq.dtype not in _KERNEL_DTYPES[backend]:
+        raise TypeError(
+            f"backend={backend!r} supports {[str(d) for d in _KERNEL_DTYPES[backend]]}, not "
+            f"{x_seq.dtype}; convert x_seq or use backend='torch'."
+        )
+    if backend == "torch":
+        return simulate_reference(neuron, x_seq, v0, values, store_v_seq=store_v_seq)
+    t_len, n = x_seq.shape[0], math.prod(shape)
+    kernel_params = [_kernel_param(values[name], x_seq, shape) for name in neuron.params]
+    store_h = torch.is_grad_enabled() and (
+        x_seq.requires_grad or v0.requires_grad or any(p.requires_grad for p in kernel_params)
+    )
+    spike, v_out, _ = forward_op(
+        register(neuron), backend, x_seq.reshape(t_len, n).contiguous(),
+        v0.reshape(n).contiguous(), kernel_params, store_h, "seq" if store_v_seq else "last",
+    )
+    return spike.view(x_seq.shape), v_out.view(-1, *shape)
