@@ -49,6 +49,15 @@ class KernelPrinter(C99CodePrinter):
             text = f"(({cond}) ? ({self._print(branch.expr)}) : ({text}))"
         return text
 
+    def _print_NumberSymbol(self, expr: sp.NumberSymbol) -> str:
+        return str(self._print(sp.Float(expr.evalf(20), 20)))
+
+    _print_Pi = _print_NumberSymbol
+    _print_Exp1 = _print_NumberSymbol
+    _print_EulerGamma = _print_NumberSymbol
+    _print_GoldenRatio = _print_NumberSymbol
+    _print_Catalan = _print_NumberSymbol
+
     def _print_sign(self, expr: sp.sign) -> str:
         arg = self._print(expr.args[0])
         one = self._print(sp.Float(1.0))
