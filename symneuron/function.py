@@ -23,6 +23,7 @@ _NEURONS: dict[str, Neuron] = {}
 _COMPUTE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 
+@torch.compiler.assume_constant_result
 def register(neuron: Neuron) -> str:
     """Make ``neuron`` reachable from the ops; returns its key."""
     key = neuron.key()

@@ -141,6 +141,7 @@ class Neuron:
         if not self.name.isidentifier():
             raise ValueError(f"name must be an identifier (used in kernel names), got {self.name!r}")
         self._spec: Any = None
+        self._key = self._hash()
 
     # -- validation -------------------------------------------------------
     @staticmethod
@@ -226,6 +227,9 @@ class Neuron:
 
     def key(self) -> str:
         """A stable hash of the definition (used to name and cache kernels)."""
+        return self._key
+
+    def _hash(self) -> str:
         text = repr(
             (
                 sp.srepr(self.charge),

@@ -11,6 +11,8 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
+import torch
+
 from . import Arg, cache_dir
 
 __all__ = ["compiler", "available", "load", "launch"]
@@ -29,6 +31,7 @@ def compiler() -> str | None:
     return None
 
 
+@torch.compiler.assume_constant_result
 def available() -> bool:
     return compiler() is not None
 

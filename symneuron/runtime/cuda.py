@@ -31,6 +31,7 @@ def _cupy() -> Any:
     return cupy
 
 
+@torch.compiler.assume_constant_result
 def available() -> bool:
     if not torch.cuda.is_available():
         return False

@@ -1,0 +1,77 @@
+"""Generated source: golden files for LIF, and every CUDA variant compiles with NVRTC.
+
+Regenerate the golden files after an intended change with
+``SYMNEURON_UPDATE_GOLDEN=1 python -m pytest tests/test_codegen.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import sympy as sp
+
+import symneuron as sn
+from symneuron.codegen.printer import KernelPrinter
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("SYMNEURON_UPDATE_GOLDEN") == "1"
+x = sp.Symbol("x", real=True)
+
+
+@pytest.mark.parametrize(
+    ("backend", "dtype", "reset"),
+    [("cuda", "float32", 0.0), ("cuda", "bfloat16", None), ("cpu", "float64", 0.0)],
+)
+def test_lif_source_matches_golden(backend: str, dtype: str, reset: float | None) -> None:
+    neuron = sn.models.LIF(v_reset=reset, learnable=["tau"], surrogate=sn.surrogate.ATan())
+    source = neuron.source(backend, dtype)
+    path = GOLDEN / f"lif_{backend}_{dtype}_{'hard' if reset is not None else 'soft'}.txt"
+    if UPDATE:
+        path.write_text(source)
+    assert path.exists(), f"missing golden file {path}; run with SYMNEURON_UPDATE_GOLDEN=1"
+    assert source == path.read_text(), f"generated source changed; review and regenerate {path}"
+
+
+@pytest.mark.parametrize(
+    ("compute", "expr", "expected"),
+    [
+        ("float", sp.exp(-x / 2) * x**2, "(x*x)*expf(-1.0F/2.0F*x)"),
+        ("double", sp.exp(-x / 2) * x**2, "(x*x)*exp(-1.0/2.0*x)"),
+        ("float", 1 / x**3, "(1/(x*x*x))"),
+        ("float", sp.pi * x, "3.14159265F*x"),
+        ("double", sp.Piecewise((0, x < -1), (x, True)), "((x < -1) ? (0) : (x))"),
+        ("double", x ** sp.Rational(1, 2), "sqrt(x)"),
+    ],
+)
+def test_printer_golden_strings(compute: str, expr: sp.Expr, expected: str) -> None:
+    assert KernelPrinter(compute).doprint(expr) == expected
+
+
+def _variants() -> list[tuple[str, dict[str, object]]]:
+    out = []
+    for name in sn.models.ZOO:
+        for reset in ("hard", "soft"):
+            for detach in (False, True):
+                kw: dict[str, object] = {"detach_reset": detach}
+                if reset == "soft":
+                    kw["v_reset"] = None
+                out.append((name, kw))
+    return out
+
+
+@pytest.mark.parametrize(("name", "kw"), _variants())
+def test_every_cuda_variant_compiles_with_nvrtc(name: str, kw: dict[str, object]) -> None:
+    nvrtc = pytest.importorskip("symneuron.runtime.nvrtc")
+    if not nvrtc.nvrtc_available():
+        pytest.skip("NVRTC not installed (pip install 'symneuron[cuda]')")
+    neuron = sn.models.ZOO[name](**kw)
+    for dtype in ("float32", "float64", "float16", "bfloat16"):
+        ptx = nvrtc.compile_to_ptx(neuron.source("cuda", dtype), name=f"{name}_{dtype}.cu")
+        assert ptx.count(".entry") == 7, f"{name} {dtype}: expected 4 forward + 3 backward kernels"
+
+
+def test_c_source_rejects_half_types() -> None:
+    with pytest.raises(TypeError, match="cpu backend supports"):
+        sn.models.LIF().source("cpu", "float16")
