@@ -74,7 +74,10 @@ class NeuronLayer(nn.Module):
                 raise ValueError(f"Unknown parameter {name!r}; the neuron has {list(values)}")
             values[name] = value
         for name, value in values.items():
-            tensor = torch.as_tensor(value, dtype=torch.get_default_dtype()).clone().detach()
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                tensor = value.detach().clone()
+            else:
+                tensor = torch.tensor(float(value), dtype=torch.get_default_dtype())
             if name in self.neuron.learnable:
                 self.register_parameter(name, nn.Parameter(tensor))
             else:

@@ -106,7 +106,7 @@ def _kernel_param(value: float | torch.Tensor, x_seq: torch.Tensor, shape: torch
     dtype = compute_dtype(x_seq.dtype)
     n = math.prod(shape)
     if not isinstance(value, torch.Tensor):
-        return torch.tensor(value, dtype=dtype, device=x_seq.device).expand(n)
+        return torch.full((), value, dtype=dtype, device=x_seq.device).expand(n)
     value = value.to(dtype)
     if value.numel() == 1:
         return value.reshape(()).expand(n)

@@ -18,6 +18,7 @@ __all__ = ["available", "load", "launch", "BLOCK"]
 BLOCK = 256
 _MODULES: dict[tuple[str, int], Any] = {}
 _FUNCTIONS: dict[tuple[int, str], Any] = {}
+_STREAMS: dict[tuple[int, int], Any] = {}
 
 
 def _cupy() -> Any:
@@ -68,7 +69,11 @@ def launch(module: Any, name: str, args: list[Arg], n: int) -> None:
     if fn is None:
         fn = _FUNCTIONS[fkey] = module.get_function(name)
     stream = torch.cuda.current_stream()
-    with cupy.cuda.Device(stream.device.index):
-        cstream = cupy.cuda.ExternalStream(stream.cuda_stream)
+    device = stream.device.index
+    skey = (stream.cuda_stream, device)
+    cstream = _STREAMS.get(skey)
+    if cstream is None:
+        cstream = _STREAMS[skey] = cupy.cuda.ExternalStream(stream.cuda_stream, device)
+    with cupy.cuda.Device(device):
         grid = ((n + BLOCK - 1) // BLOCK,)
         fn(grid, (BLOCK,), tuple(_value(a) for a in args), stream=cstream)

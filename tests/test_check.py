@@ -1,0 +1,114 @@
+"""``sn.check`` passes on correct neurons and fails on a deliberately wrong derivative."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import sympy as sp
+import torch
+
+import symneuron as sn
+import symneuron.derive
+
+_fresh = itertools.count()
+
+
+def fresh_name(base: str) -> str:
+    """A name no other test uses: the op registry shares kernels between equal definitions."""
+    return f"{base}_{next(_fresh)}_{id(object())}"
+
+
+def entry(report: sn.CheckReport, name: str) -> sn.check.__globals__["CheckResult"]:  # type: ignore[name-defined]
+    matches = [r for r in report.results if r.name == name]
+    assert len(matches) == 1, f"no single entry {name!r} in\n{report}"
+    return matches[0]
+
+
+def expected_entries(neuron: sn.Neuron) -> list[str]:
+    partials = ["dH/dV", "dH/dX", *[f"dH/d{n}" for n in neuron.learnable]]
+    grads = ["x_seq", "v_init", *neuron.learnable]
+    return ([f"{p} vs finite diff" for p in partials] + ["surrogate' vs finite diff"]
+            + ["spike_seq vs reference", "v_seq vs reference"]
+            + [f"grad {g} vs reference" for g in grads])
+
+
+@pytest.mark.parametrize("reset", [0.0, None], ids=["hard", "soft"])
+@pytest.mark.parametrize("model", list(sn.models.ZOO))
+def test_zoo_passes(model: str, reset: float | None) -> None:
+    neuron = sn.models.ZOO[model](v_reset=reset)
+    report = sn.check(neuron, backend="cpu", dtype=torch.float64, T=6, shape=(3, 8), seed=11)
+    assert report.passed, str(report)
+    assert bool(report)
+    assert [r.name for r in report.results] == expected_entries(neuron)
+    text = str(report)
+    assert text.splitlines()[0].endswith("PASS")
+    for name in expected_entries(neuron):
+        assert name in text
+    assert "FAIL" not in text
+
+
+def test_zoo_float32_passes() -> None:
+    neuron = sn.models.PLIF(v_reset=None, learnable=["w"])
+    report = sn.check(neuron, backend="cpu", dtype=torch.float32, T=6, shape=(3, 8), seed=3)
+    assert report.passed, str(report)
+    assert report.dtype == "float32"
+    assert entry(report, "grad w vs reference").tolerance == pytest.approx(2e-4)
+
+
+def test_lif_learnable_tau_passes() -> None:
+    report = sn.check(sn.models.LIF(learnable=["tau"], detach_reset=True), backend="cpu", T=6,
+                      shape=(3, 8), seed=5)
+    assert report.passed, str(report)
+    assert "grad tau vs reference" in str(report)
+
+
+def test_wrong_charge_derivative_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    true_partials = symneuron.derive.partials
+
+    def off_by_one_percent(neuron: sn.Neuron) -> dict[str, sp.Expr]:
+        found = true_partials(neuron)
+        return {**found, "dH/dV": found["dH/dV"] * sp.Float(1.01)}
+
+    monkeypatch.setattr(symneuron.derive, "partials", off_by_one_percent)
+    neuron = sn.models.LIF(learnable=["tau"], name=fresh_name("WrongLIF"))
+    report = sn.check(neuron, backend="cpu", T=6, shape=(3, 8), seed=7)
+    assert not report.passed
+    assert not bool(report)
+    failed = {r.name for r in report.failures()}
+    assert "dH/dV vs finite diff" in failed
+    assert {"grad x_seq vs reference", "grad v_init vs reference"} <= failed
+    # Only the backward is wrong: the right partials and the forward still pass.
+    assert {"dH/dX vs finite diff", "dH/dtau vs finite diff", "surrogate' vs finite diff",
+            "spike_seq vs reference", "v_seq vs reference"}.isdisjoint(failed)
+    text = str(report)
+    assert text.splitlines()[0].endswith("FAIL")
+    assert any(line.lstrip().startswith("FAIL dH/dV vs finite diff") for line in text.splitlines())
+    assert entry(report, "dH/dV vs finite diff").error > 1e-3
+
+
+def test_wrong_surrogate_derivative_fails() -> None:
+    surrogate = sn.surrogate.ATan(alpha=2.0)
+    object.__setattr__(surrogate, "_derivative", surrogate.derivative() * sp.Float(1.05))
+    neuron = sn.models.QIF(surrogate=surrogate, name=fresh_name("WrongSG"))
+    report = sn.check(neuron, backend="cpu", T=6, shape=(3, 8), seed=9)
+    failed = {r.name for r in report.failures()}
+    assert "surrogate' vs finite diff" in failed
+    assert "grad x_seq vs reference" in failed
+    assert {"dH/dV vs finite diff", "spike_seq vs reference"}.isdisjoint(failed)
+
+
+def test_user_defined_tanh_leak_passes() -> None:
+    tau, k = sp.symbols("tau k", positive=True)
+    tanh_lif = sn.Neuron(
+        sn.V + (sn.X - k * sp.tanh(sn.V)) / tau,
+        params={tau: 2.0, k: 0.8},
+        learnable=[tau, k],
+        v_reset=None,
+        surrogate=sn.surrogate.Erf(alpha=2.0),
+        name="TanhLIF",
+    )
+    for dtype in (torch.float64, torch.float32):
+        report = sn.check(tanh_lif, backend="cpu", dtype=dtype, T=6, shape=(3, 8), seed=13)
+        assert report.passed, str(report)
+        assert [r.name for r in report.results] == expected_entries(tanh_lif)
