@@ -40,26 +40,52 @@ def accum_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+_MODULES: dict[tuple[str, str, torch.dtype, int], Any] = {}
+#: Fewest threads for which a CUDA launch packs several neurons per thread:
+#: below this, one neuron per thread keeps more of the GPU busy.
+MIN_VECTOR_THREADS = 64 * 1024
+
+
 def _module(neuron: Neuron, backend: str, tensor: torch.Tensor) -> Any:
-    source = render_source(neuron.spec(), backend, tensor.dtype)
+    """The compiled module for (neuron, backend, dtype, device), rendered once."""
+    device = tensor.device.index or 0 if tensor.is_cuda else -1
+    key = (neuron.key(), backend, tensor.dtype, device)
+    module = _MODULES.get(key)
+    if module is None:
+        source = render_source(neuron.spec(), backend, tensor.dtype)
+        if backend == "cuda":
+            from .runtime import cuda
+
+            module = cuda.load(source, device)
+        else:
+            from .runtime import cpu
+
+            module = cpu.load(source)
+        _MODULES[key] = module
+    return module
+
+
+def _lanes(backend: str, tensors: list[torch.Tensor | None], n: int) -> int:
+    """Neurons per thread: the dtype's vector width when sizes and alignment allow."""
+    if backend != "cuda":
+        return 1
+    lanes = DIALECTS["cuda"][1][dtype_name(tensors[0].dtype)].lanes  # type: ignore[union-attr]
+    if n % lanes or n < lanes * MIN_VECTOR_THREADS:
+        return 1
+    if any(t is not None and t.numel() > 1 and t.data_ptr() % 16 for t in tensors):
+        return 1
+    return lanes
+
+
+def _launch(backend: str, module: Any, name: str, args: list[runtime.Arg], threads: int) -> None:
     if backend == "cuda":
         from .runtime import cuda
 
-        return cuda.load(source, tensor.device.index or 0)
-    from .runtime import cpu
-
-    return cpu.load(source)
-
-
-def _launch(backend: str, module: Any, name: str, args: list[runtime.Arg], n: int) -> None:
-    if backend == "cuda":
-        from .runtime import cuda
-
-        cuda.launch(module, name, args, n)
+        cuda.launch(module, name, args, threads)
     else:
         from .runtime import cpu
 
-        cpu.launch(module, name, args, n)
+        cpu.launch(module, name, args, threads)
 
 
 def _param_args(params: list[torch.Tensor]) -> tuple[list[runtime.Arg], list[runtime.Arg]]:
@@ -91,7 +117,9 @@ def forward_op(
     args = [runtime.ptr(x_seq), runtime.ptr(v_init), *pointers, runtime.ptr(spike),
             runtime.ptr(h_seq if store_h else None), runtime.ptr(v_out), *strides,
             runtime.i32(t_len), runtime.i64(n)]
-    _launch(backend, module, forward_name(neuron.spec(), store_h, v_mode), args, n)
+    lanes = _lanes(backend, [x_seq, spike, h_seq, v_out], n)
+    name = forward_name(neuron.spec(), store_h, v_mode, lanes)
+    _launch(backend, module, name, args, n // lanes)
     return spike, v_out, h_seq
 
 
@@ -127,11 +155,13 @@ def backward_op(
         return grad_x, grad_v_init, grad_params
     module = _module(neuron, backend, h_seq)
     pointers, strides = _param_args(params)
+    spike_scalar = grad_spike.numel() > 1 and all(st == 0 for st in grad_spike.stride())
     args = [runtime.ptr(grad_spike), runtime.ptr(grad_v), runtime.ptr(h_seq), runtime.ptr(x_seq),
             runtime.ptr(v_init), *pointers, runtime.ptr(grad_x), runtime.ptr(grad_v_init),
             *[runtime.ptr(grad_params[j]) for j in range(learnable)], *strides,
-            runtime.i32(t_len), runtime.i64(n)]
-    _launch(backend, module, backward_name(neuron.spec(), grad_v_mode), args, n)
+            runtime.i32(int(spike_scalar)), runtime.i32(t_len), runtime.i64(n)]
+    lanes = _lanes(backend, [h_seq, grad_x, x_seq, grad_v, None if spike_scalar else grad_spike], n)
+    _launch(backend, module, backward_name(neuron.spec(), grad_v_mode, lanes), args, n // lanes)
     return grad_x, grad_v_init, grad_params
 
 
@@ -164,8 +194,10 @@ def _backward(ctx: Any, grad_spike: Any, grad_v: Any, _grad_h: Any) -> tuple[Any
     if grad_spike is None:
         grad_spike = torch.zeros_like(h_seq)
     mode = "none" if grad_v is None else ctx.v_mode
+    if not all(st == 0 for st in grad_spike.stride()):
+        grad_spike = grad_spike.contiguous()
     grad_x, grad_v_init, grad_p = backward_op(
-        ctx.key, ctx.backend, grad_spike.contiguous(),
+        ctx.key, ctx.backend, grad_spike,
         None if grad_v is None else grad_v.contiguous(), mode, h_seq, x_seq, v_init, params,
     )
     spec = _NEURONS[ctx.key].spec()

@@ -78,6 +78,8 @@ class NeuronLayer(nn.Module):
                 tensor = value.detach().clone()
             else:
                 tensor = torch.tensor(float(value), dtype=torch.get_default_dtype())
+            if not bool(torch.isfinite(tensor).all()):
+                raise ValueError(f"Parameter {name!r} must be finite, got {value}")
             if name in self.neuron.learnable:
                 self.register_parameter(name, nn.Parameter(tensor))
             else:

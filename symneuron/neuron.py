@@ -142,6 +142,9 @@ class Neuron:
             raise ValueError(f"name must be an identifier (used in kernel names), got {self.name!r}")
         self._spec: Any = None
         self._key = self._hash()
+        from .derive import partials
+
+        self._partials: dict[str, sp.Expr] = partials(self)
 
     # -- validation -------------------------------------------------------
     @staticmethod
@@ -217,7 +220,7 @@ class Neuron:
 
     def derivatives(self) -> dict[str, sp.Expr]:
         """The derived partials of the charge, keyed ``'dH/dV'``, ``'dH/dX'``, ``'dH/d<θ>'``."""
-        return dict(self.spec().partials)
+        return dict(self._partials)
 
     def source(self, backend: str = "cuda", dtype: torch.dtype | str = "float32") -> str:
         """Generated kernel source (forward and backward) for ``backend`` and ``dtype``."""

@@ -35,8 +35,17 @@ class _Printer(TorchPrinter):
         return f"torch.special.erf({self._print(expr.args[0])})"
 
 
+def _numbers_as_floats(expr: sp.Expr) -> sp.Expr:
+    """Constant subexpressions (sqrt(2), exp(-1), pi**2) as floats: torch ops need tensors."""
+    return expr.replace(  # type: ignore[no-any-return]
+        lambda e: isinstance(e, sp.Expr) and e.is_number and not e.is_Number,
+        lambda e: sp.Float(e.evalf(20), 20),
+    )
+
+
 def torch_function(args: Sequence[sp.Symbol], expr: sp.Expr) -> Callable[..., torch.Tensor]:
     """``expr`` as a Python function of torch tensors (SymPy's lambdify)."""
+    expr = _numbers_as_floats(sp.sympify(expr))
     return sp.lambdify(list(args), expr, modules=[{"torch": torch}], printer=_Printer)  # type: ignore[no-any-return]
 
 

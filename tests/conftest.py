@@ -106,6 +106,8 @@ class Comparison:
 
 def _loss(spikes: torch.Tensor, v_seq: torch.Tensor, weights: tuple[torch.Tensor, torch.Tensor],
           loss: str) -> torch.Tensor:
+    if loss == "sum":  # autograd then hands the backward stride-0 (expanded) gradients
+        return spikes.sum() + v_seq.sum()
     r1, r2 = weights
     terms = []
     if loss in ("both", "spike"):
@@ -168,8 +170,9 @@ def compare(
 
     Learnable params not given in ``params`` are drawn as scalar tensors near
     their defaults so that they receive gradients. ``loss`` is ``"both"``
-    (spikes and v), ``"spike"`` or ``"v"``. Inputs are drawn in float64 and cast
-    to ``dtype``; the reference sees those same (cast) values in float64.
+    (spikes and v), ``"spike"``, ``"v"`` or ``"sum"`` (unweighted sum of both).
+    Inputs are drawn in float64 and cast to ``dtype``; the reference sees those
+    same (cast) values in float64.
     """
     offset, scale = INPUT_SCALE.get(neuron.name, (0.9, 1.0))
     x_seq, v_init = random_inputs(T, shape, dtype, seed,

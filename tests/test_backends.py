@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import sympy as sp
 import torch
 
 import symneuron as sn
@@ -99,7 +100,7 @@ def test_store_v_seq_false(model: str, reset: str, dtype: torch.dtype) -> None:
 
 
 @pytest.mark.parametrize("store_v_seq", [True, False], ids=["seq", "last"])
-@pytest.mark.parametrize("loss", ["spike", "v"])
+@pytest.mark.parametrize("loss", ["spike", "v", "sum"])
 @pytest.mark.parametrize("reset", list(RESETS))
 @pytest.mark.parametrize("model", ["IF", "PLIF", "QIF"])
 def test_loss_on_one_output(model: str, reset: str, loss: str, store_v_seq: bool) -> None:
@@ -131,3 +132,11 @@ def test_no_grad_forward_matches_reference() -> None:
     assert_fires_sometimes(ref_spikes)
     assert torch.equal(spikes, ref_spikes)
     assert float((v_seq - ref_v).abs().max()) <= 1e-10
+
+
+def test_charge_with_numeric_constants() -> None:
+    """Numeric sub-expressions (√2, e², π²) in a charge must work in every backend."""
+    neuron = sn.Neuron(sn.V + (sn.X * sp.sqrt(2) - sn.V) * sp.exp(-1) + sp.pi**2 / 100,
+                       name="ConstLIF")
+    c = compare(neuron, "cpu", torch.float64, seed=seed_of("constants"))
+    assert_matches(c, **F64)

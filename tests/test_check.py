@@ -88,7 +88,7 @@ def test_wrong_charge_derivative_fails(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_wrong_surrogate_derivative_fails() -> None:
-    surrogate = sn.surrogate.ATan(alpha=2.0)
+    surrogate = sn.surrogate.Sigmoid(alpha=3.0)
     object.__setattr__(surrogate, "_derivative", surrogate.derivative() * sp.Float(1.05))
     neuron = sn.models.QIF(surrogate=surrogate, name=fresh_name("WrongSG"))
     report = sn.check(neuron, backend="cpu", T=6, shape=(3, 8), seed=9)
@@ -105,10 +105,19 @@ def test_user_defined_tanh_leak_passes() -> None:
         params={tau: 2.0, k: 0.8},
         learnable=[tau, k],
         v_reset=None,
-        surrogate=sn.surrogate.Erf(alpha=2.0),
+        surrogate=sn.surrogate.SoftSign(alpha=2.0),
         name="TanhLIF",
     )
     for dtype in (torch.float64, torch.float32):
         report = sn.check(tanh_lif, backend="cpu", dtype=dtype, T=6, shape=(3, 8), seed=13)
         assert report.passed, str(report)
         assert [r.name for r in report.results] == expected_entries(tanh_lif)
+
+
+@pytest.mark.parametrize("surrogate", ["ATan", "Erf"])
+def test_surrogates_with_constants_pass(surrogate: str) -> None:
+    """σ' of ATan (π²) and Erf (√π) holds numeric powers and roots; the reference printer
+    turns them into torch.pow(3.14..., 2) / torch.sqrt(3.14...), which torch rejects."""
+    neuron = sn.models.LIF(surrogate=getattr(sn.surrogate, surrogate)())
+    report = sn.check(neuron, backend="cpu", T=6, shape=(3, 8), seed=17)
+    assert report.passed, str(report)

@@ -69,7 +69,8 @@ def test_every_cuda_variant_compiles_with_nvrtc(name: str, kw: dict[str, object]
     neuron = sn.models.ZOO[name](**kw)
     for dtype in ("float32", "float64", "float16", "bfloat16"):
         ptx = nvrtc.compile_to_ptx(neuron.source("cuda", dtype), name=f"{name}_{dtype}.cu")
-        assert ptx.count(".entry") == 7, f"{name} {dtype}: expected 4 forward + 3 backward kernels"
+        # 4 forward + 3 backward variants, each with one neuron per thread and with K lanes
+        assert ptx.count(".entry") == 14, f"{name} {dtype}: expected 2 x (4 forward + 3 backward)"
 
 
 def test_c_source_rejects_half_types() -> None:

@@ -6,15 +6,22 @@ from .kernels import Dialect, DTypeInfo
 
 __all__ = ["C", "C_DTYPES"]
 
-_PRELUDE = "#include <math.h>\n"
+_PRELUDE = """#include <math.h>
+
+#define K 1
+typedef struct {
+    {st} v[K];
+} sn_vec;
+"""
 
 C = Dialect(
     name="c",
     prelude=_PRELUDE,
-    qualifier="",
     restrict="restrict",
-    loop_open="#pragma omp parallel for schedule(static)\nfor (long long i = 0; i < N; ++i) {",
+    vector="sn_vec",
+    loop_open="#pragma omp parallel for schedule(static)\nfor (long long i0 = 0; i0 < N; i0 += K) {",
     loop_close="}",
+    template=False,
 )
 
 C_DTYPES = {

@@ -12,6 +12,11 @@ from .kernels import Dialect, DTypeInfo
 __all__ = ["CUDA", "CUDA_DTYPES"]
 
 _PRELUDE = r"""
+template <typename T, int K>
+struct alignas(sizeof(T) * K) sn_vec {
+    T v[K];
+};
+
 __device__ __forceinline__ float sn_h2f(unsigned short x) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
@@ -35,18 +40,23 @@ __device__ __forceinline__ unsigned short sn_f2b(float f) {
 CUDA = Dialect(
     name="cuda",
     prelude=_PRELUDE,
-    qualifier='extern "C" __global__',
     restrict="__restrict__",
+    vector="sn_vec<{st}, K>",
     loop_open=(
-        "const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
-        "if (i >= N) return;"
+        "const long long i0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * K;\n"
+        "if (i0 >= N) return;"
     ),
     loop_close="",
+    template=True,
 )
 
 CUDA_DTYPES = {
-    "float32": DTypeInfo("float32", "float", "float", "float"),
-    "float64": DTypeInfo("float64", "double", "double", "double"),
-    "float16": DTypeInfo("float16", "unsigned short", "float", "float", "sn_h2f({})", "sn_f2h({})"),
-    "bfloat16": DTypeInfo("bfloat16", "unsigned short", "float", "float", "sn_b2f({})", "sn_f2b({})"),
+    "float32": DTypeInfo("float32", "float", "float", "float", lanes=4),
+    "float64": DTypeInfo("float64", "double", "double", "double", lanes=2),
+    "float16": DTypeInfo(
+        "float16", "unsigned short", "float", "float", "sn_h2f({})", "sn_f2h({})", lanes=8
+    ),
+    "bfloat16": DTypeInfo(
+        "bfloat16", "unsigned short", "float", "float", "sn_b2f({})", "sn_f2b({})", lanes=8
+    ),
 }

@@ -1,12 +1,16 @@
 """KernelSpec -> kernel source: one skeleton, step bodies printed from the spec.
 
 Both dialects (CUDA and C) share this skeleton; a :class:`Dialect` supplies only
-the scaffolding (qualifiers, the loop over neurons, helpers) and a
-:class:`DTypeInfo` the storage/compute types and their conversions. Each source
-holds every variant of the forward and backward kernels for one dtype:
+the scaffolding (qualifiers, the loop over neurons, vector types, helpers) and
+a :class:`DTypeInfo` the storage/compute types and their conversions.
 
-    <name>_forward_<h|n>_<seq|last>   store H for backward or not; V every step or last
-    <name>_backward_<none|seq|last>   which gradient of V autograd supplies
+A thread owns ``K`` adjacent neurons ("lanes"): at each step it loads and
+stores ``K`` values as one vector (16 bytes on CUDA), then runs the step body
+once per lane from registers. The C dialect uses ``K = 1``. Each source holds
+every variant of the forward and backward kernels for one dtype:
+
+    <name>_forward_<h|n>_<seq|last>_k<K>   store H for backward or not; V every step or last
+    <name>_backward_<none|seq|last>_k<K>   which gradient of V autograd supplies
 """
 
 from __future__ import annotations
@@ -19,7 +23,15 @@ import sympy as sp
 from ..derive import GRAD_S, GRAD_V, H, Assign, KernelSpec, grad_symbol
 from .printer import KernelPrinter
 
-__all__ = ["Dialect", "DTypeInfo", "render", "forward_name", "backward_name", "V_MODES", "GRAD_V_MODES"]
+__all__ = [
+    "Dialect",
+    "DTypeInfo",
+    "render",
+    "forward_name",
+    "backward_name",
+    "V_MODES",
+    "GRAD_V_MODES",
+]
 
 V_MODES = ("seq", "last")
 GRAD_V_MODES = ("none", "seq", "last")
@@ -36,6 +48,7 @@ class DTypeInfo:
     accum: str
     load: str = "{}"
     store: str = "{}"
+    lanes: int = 1
 
     def rounded(self, value: str) -> str:
         """``value`` rounded to the storage type and back (identity for float/double)."""
@@ -46,22 +59,28 @@ class DTypeInfo:
 
 @dataclass(frozen=True)
 class Dialect:
-    """Scaffolding of one target language around the shared step bodies."""
+    """Scaffolding of one target language around the shared step bodies.
+
+    ``vector`` names the K-lane vector type of a storage type (``{st}``);
+    ``template`` says whether the lane count K is a C++ template parameter
+    (several exported kernels) or fixed at 1 by the prelude.
+    """
 
     name: str
     prelude: str
-    qualifier: str
     restrict: str
+    vector: str
     loop_open: str
     loop_close: str
+    template: bool
 
 
-def forward_name(spec: KernelSpec, store_h: bool, v_mode: str) -> str:
-    return f"{spec.name}_forward_{'h' if store_h else 'n'}_{v_mode}"
+def forward_name(spec: KernelSpec, store_h: bool, v_mode: str, lanes: int) -> str:
+    return f"{spec.name}_forward_{'h' if store_h else 'n'}_{v_mode}_k{lanes}"
 
 
-def backward_name(spec: KernelSpec, grad_v_mode: str) -> str:
-    return f"{spec.name}_backward_{grad_v_mode}"
+def backward_name(spec: KernelSpec, grad_v_mode: str, lanes: int) -> str:
+    return f"{spec.name}_backward_{grad_v_mode}_k{lanes}"
 
 
 def c_identifier(name: str, index: int) -> str:
@@ -69,12 +88,21 @@ def c_identifier(name: str, index: int) -> str:
     return f"p{index}_{clean}"
 
 
-class _Body:
-    """Prints the step bodies of one spec for one dtype."""
+def _indent(lines: list[str], depth: int = 1) -> list[str]:
+    return [_INDENT * depth + line if line else line for line in lines]
 
-    def __init__(self, spec: KernelSpec, dtype: DTypeInfo) -> None:
+
+def _lane_loop(lines: list[str]) -> list[str]:
+    return ["#pragma unroll", "for (int j = 0; j < K; ++j) {", *_indent(lines), "}"]
+
+
+class _Body:
+    """Prints the step bodies of one spec for one dtype and dialect."""
+
+    def __init__(self, spec: KernelSpec, dtype: DTypeInfo, dialect: Dialect) -> None:
         self.spec = spec
         self.dt = dtype
+        self.dialect = dialect
         self.printer = KernelPrinter(dtype.compute)
         self.pnames = {n: c_identifier(n, i) for i, n in enumerate(spec.params)}
         self.rename: dict[sp.Symbol, sp.Symbol] = {
@@ -82,6 +110,10 @@ class _Body:
         }
         for n in spec.learnable:
             self.rename[grad_symbol(n)] = sp.Symbol(f"grad_{self.pnames[n]}", real=True)
+
+    @property
+    def vec(self) -> str:
+        return self.dialect.vector.format(st=self.dt.storage)
 
     def expr(self, e: sp.Expr) -> str:
         return str(self.printer.doprint(sp.sympify(e).xreplace(self.rename)))
@@ -104,149 +136,211 @@ class _Body:
     def store(self, value: str) -> str:
         return self.dt.store.format(value)
 
+    def load_vec(self, var: str, array: str, offset: str = "k") -> str:
+        return f"const {self.vec} {var} = *(const {self.vec}*)({array} + {offset});"
+
+    def store_vec(self, var: str, array: str, offset: str = "k") -> str:
+        return f"*({self.vec}*)({array} + {offset}) = {var};"
+
     def fire(self, h: str) -> list[str]:
         ct = self.dt.compute
         return [f"const {ct} u = {h} - v_th;", f"const {ct} s = u >= 0 ? 1 : 0;"]
 
-    def prologue(self) -> list[str]:
+    def lane_state(self) -> list[str]:
+        """Per-lane parameters, threshold and initial state in registers."""
         ct = self.dt.compute
-        out = [f"const {ct} {c} = {c}_ptr[i * {c}_stride];" for c in self.pnames.values()]
-        out.append(f"const {ct} v_th = {self.expr(self.spec.threshold)};")
-        return out
+        decl = [f"{ct} {c}_l[K];" for c in self.pnames.values()]
+        decl += [f"{ct} V_l[K];"]
+        body = [f"{c}_l[j] = {c}_ptr[(i0 + j) * {c}_stride];" for c in self.pnames.values()]
+        body += [f"V_l[j] = {self.load('v_init[i0 + j]')};"]
+        return decl + _lane_loop(body)
+
+    def lane_params(self) -> list[str]:
+        ct = self.dt.compute
+        out = [f"const {ct} {c} = {c}_l[j];" for c in self.pnames.values()]
+        return out + [f"const {ct} v_th = {self.expr(self.spec.threshold)};"]
 
     def forward(self, store_h: bool, v_mode: str) -> list[str]:
         ct = self.dt.compute
         charge = self.lines(self.spec.charge)
         charge[-1] = f"const {ct} h = {self.dt.rounded(self.expr(self.spec.charge[-1].expr))};"
-        step = [
-            "const long long k = (long long)t * N + i;",
-            f"const {ct} X = {self.load('x_seq[k]')};",
+        lane = [
+            *self.lane_params(),
+            f"{ct} V = V_l[j];",
+            f"const {ct} X = {self.load('x_v.v[j]')};",
             *charge,
-            *([f"h_seq[k] = {self.store('h')};"] if store_h else []),
+            *([f"h_v.v[j] = {self.store('h')};"] if store_h else []),
             *self.fire("h"),
-            f"spike_seq[k] = {self.store('s')};",
+            f"s_v.v[j] = {self.store('s')};",
             *self.lines(self.spec.reset, declare_last=False),
-            *([f"v_seq[k] = {self.store('V')};"] if v_mode == "seq" else []),
+            *([f"v_v.v[j] = {self.store('V')};"] if v_mode == "seq" else []),
+            "V_l[j] = V;",
         ]
+        outputs = ["s_v", *(["h_v"] if store_h else []), *(["v_v"] if v_mode == "seq" else [])]
+        step = [
+            "const long long k = (long long)t * N + i0;",
+            self.load_vec("x_v", "x_seq"),
+            f"{self.vec} {', '.join(outputs)};",
+            *_lane_loop(lane),
+            self.store_vec("s_v", "spike_seq"),
+            *([self.store_vec("h_v", "h_seq")] if store_h else []),
+            *([self.store_vec("v_v", "v_seq")] if v_mode == "seq" else []),
+        ]
+        last = [f"v_seq[i0 + j] = {self.store('V_l[j]')};"]
         return [
-            *self.prologue(),
-            f"{ct} V = {self.load('v_init[i]')};",
+            *self.lane_state(),
+            "#pragma unroll 2",
             "for (int t = 0; t < T; ++t) {",
             *_indent(step),
             "}",
-            *([f"v_seq[i] = {self.store('V')};"] if v_mode == "last" else []),
+            *(_lane_loop(last) if v_mode == "last" else []),
         ]
 
     def recompute_v(self) -> list[str]:
-        ct = self.dt.compute
-        inner = [f"h_prev = {self.load('h_seq[k - N]')};", *self.fire("h_prev")]
+        """V[t-1] of this lane: the reset of H[t-1], or v_init at t = 0."""
+        inner = [f"const {self.dt.compute} h_prev = {self.load('hp_v.v[j]')};", *self.fire("h_prev")]
         inner += self.lines(self.spec.reset, declare_last=False, h="h_prev")
         return [
-            f"{ct} V;",
-            f"{ct} h_prev = 0;",
+            f"{self.dt.compute} V;",
             "if (t > 0) {",
             *_indent(inner),
             "} else {",
-            f"{_INDENT}V = {self.load('v_init[i]')};",
+            f"{_INDENT}V = V_l[j];",
             "}",
         ]
 
     def grad_v_in(self, mode: str) -> str:
         extra = {
             "none": "",
-            "seq": f" + {self.load('grad_v_seq[k]')}",
-            "last": f" + (t == T - 1 ? {self.load('grad_v_seq[i]')} : 0)",
+            "seq": f" + {self.load('gv_v.v[j]')}",
+            "last": f" + (t == T - 1 ? {self.load('grad_v_seq[i0 + j]')} : 0)",
         }[mode]
-        return f"const {self.dt.compute} {GRAD_V} = carry{extra};"
+        return f"const {self.dt.compute} {GRAD_V} = carry_l[j]{extra};"
+
+    def backward_loads(self, grad_v_mode: str) -> list[str]:
+        spec, vec = self.spec, self.vec
+        if spec.needs_v:
+            out = [f"{vec} hp_v;", f"if (t > 0) hp_v = *(const {vec}*)(h_seq + k - N);"]
+        else:
+            out = [self.load_vec("h_v", "h_seq")]
+        if spec.needs_x:
+            out.append(self.load_vec("x_v", "x_seq"))
+        out += [f"{vec} gs_v;", "if (grad_spike_scalar) {"]
+        out += _indent(_lane_loop(["gs_v.v[j] = grad_spike[0];"]))
+        out += ["} else {", f"{_INDENT}gs_v = *(const {vec}*)(grad_spike + k);", "}"]
+        if grad_v_mode == "seq":
+            out.append(self.load_vec("gv_v", "grad_v_seq"))
+        return out
 
     def backward(self, grad_v_mode: str) -> list[str]:
         ct, at, spec = self.dt.compute, self.dt.accum, self.spec
         learn = [self.pnames[n] for n in spec.learnable]
-        h_now = [] if spec.needs_v else [f"const {ct} h = {self.load('h_seq[k]')};"]
-        step = [
-            "const long long k = (long long)t * N + i;",
+        lane = [
+            *self.lane_params(),
             *(self.recompute_v() if spec.needs_v else []),
-            *h_now,
-            *([f"const {ct} X = {self.load('x_seq[k]')};"] if spec.needs_x else []),
+            f"const {ct} h = {self.load('h_v.v[j]')};",
+            *([f"const {ct} X = {self.load('x_v.v[j]')};"] if spec.needs_x else []),
             *self.fire("h"),
             *self.lines(spec.surrogate),
-            f"const {ct} {GRAD_S} = {self.load('grad_spike[k]')};",
+            f"const {ct} {GRAD_S} = {self.load('gs_v.v[j]')};",
             self.grad_v_in(grad_v_mode),
             *self.lines(spec.backward),
-            f"grad_x_seq[k] = {self.store(str(grad_symbol('X')))};",
-            *[f"acc_{c} += ({at})grad_{c};" for c in learn],
-            f"carry = {grad_symbol('V')};",
-            *(["h = h_prev;"] if spec.needs_v else []),
+            f"gx_v.v[j] = {self.store(str(grad_symbol('X')))};",
+            *[f"acc_{c}[j] += ({at})grad_{c};" for c in learn],
+            f"carry_l[j] = {grad_symbol('V')};",
         ]
-        first_h = [f"{ct} h = {self.load('h_seq[(long long)(T - 1) * N + i]')};"]
+        step = [
+            "const long long k = (long long)t * N + i0;",
+            *self.backward_loads(grad_v_mode),
+            f"{self.vec} gx_v;",
+            *_lane_loop(lane),
+            self.store_vec("gx_v", "grad_x_seq"),
+            *(["h_v = hp_v;"] if spec.needs_v else []),
+        ]
+        first_h = f"{self.vec} h_v = *(const {self.vec}*)(h_seq + (long long)(T - 1) * N + i0);"
+        init = ["carry_l[j] = 0;", *[f"acc_{c}[j] = 0;" for c in learn]]
+        final = [f"grad_v_init[i0 + j] = {self.store('carry_l[j]')};"]
+        final += [f"grad_{c}_ptr[i0 + j] = acc_{c}[j];" for c in learn]
         return [
-            *self.prologue(),
-            f"{ct} carry = 0;",
-            *[f"{at} acc_{c} = 0;" for c in learn],
-            *(first_h if spec.needs_v else []),
+            *self.lane_state(),
+            f"{ct} carry_l[K];",
+            *[f"{at} acc_{c}[K];" for c in learn],
+            *_lane_loop(init),
+            *([first_h] if spec.needs_v else []),
+            "#pragma unroll 2",
             "for (int t = T - 1; t >= 0; --t) {",
             *_indent(step),
             "}",
-            f"grad_v_init[i] = {self.store('carry')};",
-            *[f"grad_{c}_ptr[i] = acc_{c};" for c in learn],
+            *_lane_loop(final),
         ]
 
 
-def _indent(lines: list[str], depth: int = 1) -> list[str]:
-    return [_INDENT * depth + line if line else line for line in lines]
-
-
-def _signature(dialect: Dialect, body: _Body, name: str, tensors: list[tuple[str, str, bool]],
-               extra: list[str]) -> str:
-    r = dialect.restrict
-    args = [f"{'const ' if const else ''}{ctype}* {r} {n}" for ctype, n, const in tensors]
-    return f"{dialect.qualifier} void {name}(\n{_INDENT}" + f",\n{_INDENT}".join(args + extra) + ")"
-
-
-def _param_args(body: _Body) -> list[tuple[str, str, bool]]:
+def _params(body: _Body) -> list[tuple[str, str, bool]]:
     return [(body.dt.compute, f"{c}_ptr", True) for c in body.pnames.values()]
 
 
-def _function(dialect: Dialect, signature: str, lines: list[str]) -> str:
-    depth = 1 if dialect.loop_close else 0
-    inner = [*dialect.loop_open.splitlines(), *_indent(lines, depth), *dialect.loop_close.splitlines()]
-    return signature + " {\n" + "\n".join(_indent(inner)) + "\n}\n"
+def _strides(body: _Body) -> list[str]:
+    return [f"long long {c}_stride" for c in body.pnames.values()]
 
 
-def render_forward(dialect: Dialect, body: _Body, store_h: bool, v_mode: str) -> str:
+def _forward_args(body: _Body) -> list[str]:
     st = body.dt.storage
-    tensors = [(st, "x_seq", True), (st, "v_init", True), *_param_args(body),
+    tensors = [(st, "x_seq", True), (st, "v_init", True), *_params(body),
                (st, "spike_seq", False), (st, "h_seq", False), (st, "v_seq", False)]
-    strides = [f"long long {c}_stride" for c in body.pnames.values()]
-    sig = _signature(dialect, body, forward_name(body.spec, store_h, v_mode), tensors,
-                     [*strides, "int T", "long long N"])
-    return _function(dialect, sig, body.forward(store_h, v_mode))
+    return _pointer_args(body, tensors) + [*_strides(body), "int T", "long long N"]
 
 
-def render_backward(dialect: Dialect, body: _Body, grad_v_mode: str) -> str:
+def _backward_args(body: _Body) -> list[str]:
     st, at = body.dt.storage, body.dt.accum
     learn = [(at, f"grad_{body.pnames[n]}_ptr", False) for n in body.spec.learnable]
     tensors = [(st, "grad_spike", True), (st, "grad_v_seq", True), (st, "h_seq", True),
-               (st, "x_seq", True), (st, "v_init", True), *_param_args(body),
+               (st, "x_seq", True), (st, "v_init", True), *_params(body),
                (st, "grad_x_seq", False), (st, "grad_v_init", False), *learn]
-    strides = [f"long long {c}_stride" for c in body.pnames.values()]
-    sig = _signature(dialect, body, backward_name(body.spec, grad_v_mode), tensors,
-                     [*strides, "int T", "long long N"])
-    return _function(dialect, sig, body.backward(grad_v_mode))
+    extra = [*_strides(body), "int grad_spike_scalar", "int T", "long long N"]
+    return _pointer_args(body, tensors) + extra
+
+
+def _pointer_args(body: _Body, tensors: list[tuple[str, str, bool]]) -> list[str]:
+    r = body.dialect.restrict
+    return [f"{'const ' if const else ''}{ctype}* {r} {n}" for ctype, n, const in tensors]
+
+
+def _arg_names(args: list[str]) -> list[str]:
+    return [a.split()[-1] for a in args]
+
+
+def _function(dialect: Dialect, name: str, args: list[str], lines: list[str],
+              lanes: tuple[int, ...]) -> str:
+    """The body as exported kernels, one per lane count (a template on CUDA)."""
+    joined = f",\n{_INDENT}".join(args)
+    inner = [*dialect.loop_open.splitlines(), *_indent(lines, 1 if dialect.loop_close else 0),
+             *dialect.loop_close.splitlines()]
+    text = "\n".join(_indent(inner))
+    if not dialect.template:
+        return f"void {name}_k1(\n{_INDENT}{joined}) {{\n{text}\n}}\n"
+    call = ", ".join(_arg_names(args))
+    out = [f"template <int K>\n__device__ __forceinline__ void {name}(\n{_INDENT}{joined}) {{\n{text}\n}}\n"]
+    for k in lanes:
+        out.append(f'extern "C" __global__ void {name}_k{k}(\n{_INDENT}{joined}) {{\n'
+                   f"{_INDENT}{name}<{k}>({call});\n}}\n")
+    return "\n".join(out)
 
 
 def render(spec: KernelSpec, dialect: Dialect, dtype: DTypeInfo) -> str:
     """The whole source file: prelude, then every forward and backward variant."""
-    body = _Body(spec, dtype)
+    body = _Body(spec, dtype, dialect)
+    lanes = (1, dtype.lanes) if dtype.lanes > 1 else (1,)
     header = (
         f"// symneuron {dialect.name} kernels for {spec.name} ({dtype.name}), key {spec.key}\n"
         f"// H = {spec.charge[-1].expr}\n"
     )
-    parts = [header, dialect.prelude]
+    parts = [header, dialect.prelude.replace("{st}", dtype.storage)]
     for store_h in (True, False):
         for v_mode in V_MODES:
-            parts.append(render_forward(dialect, body, store_h, v_mode))
+            name = f"{spec.name}_forward_{'h' if store_h else 'n'}_{v_mode}"
+            parts.append(_function(dialect, name, _forward_args(body),
+                                   body.forward(store_h, v_mode), lanes))
     for mode in GRAD_V_MODES:
-        parts.append(render_backward(dialect, body, mode))
+        parts.append(_function(dialect, f"{spec.name}_backward_{mode}", _backward_args(body),
+                               body.backward(mode), lanes))
     return "\n".join(parts)
-

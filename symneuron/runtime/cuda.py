@@ -62,7 +62,7 @@ def _value(arg: Arg) -> Any:
 
 
 def launch(module: Any, name: str, args: list[Arg], n: int) -> None:
-    """Launch kernel ``name`` over ``n`` neurons on torch's current stream."""
+    """Launch kernel ``name`` with ``n`` threads on torch's current stream."""
     cupy = _cupy()
     fkey = (id(module), name)
     fn = _FUNCTIONS.get(fkey)
