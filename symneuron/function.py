@@ -40,19 +40,23 @@ def accum_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-_MODULES: dict[tuple[str, str, torch.dtype, int], Any] = {}
+_MODULES: dict[tuple[str, str, torch.dtype, int, str], Any] = {}
 #: Fewest threads for which a CUDA launch packs several neurons per thread:
 #: below this, one neuron per thread keeps more of the GPU busy.
 MIN_VECTOR_THREADS = 64 * 1024
 
 
-def _module(neuron: Neuron, backend: str, tensor: torch.Tensor) -> Any:
-    """The compiled module for (neuron, backend, dtype, device), rendered once."""
+def _module(neuron: Neuron, backend: str, tensor: torch.Tensor, kernel: str) -> Any:
+    """The compiled module holding ``kernel`` for (neuron, backend, dtype, device).
+
+    Each kernel is rendered and compiled on first use only, so a first call
+    compiles just the forward and backward variants it runs.
+    """
     device = tensor.device.index or 0 if tensor.is_cuda else -1
-    key = (neuron.key(), backend, tensor.dtype, device)
+    key = (neuron.key(), backend, tensor.dtype, device, kernel)
     module = _MODULES.get(key)
     if module is None:
-        source = render_source(neuron.spec(), backend, tensor.dtype)
+        source = render_source(neuron.spec(), backend, tensor.dtype, kernel)
         if backend == "cuda":
             from .runtime import cuda
 
@@ -112,14 +116,13 @@ def forward_op(
     h_seq = torch.empty((t_len, n) if store_h else (0,), dtype=x_seq.dtype, device=x_seq.device)
     if n == 0:
         return spike, v_out, h_seq
-    module = _module(neuron, backend, x_seq)
     pointers, strides = _param_args(params)
     args = [runtime.ptr(x_seq), runtime.ptr(v_init), *pointers, runtime.ptr(spike),
             runtime.ptr(h_seq if store_h else None), runtime.ptr(v_out), *strides,
             runtime.i32(t_len), runtime.i64(n)]
     lanes = _lanes(backend, [x_seq, spike, h_seq, v_out], n)
     name = forward_name(neuron.spec(), store_h, v_mode, lanes)
-    _launch(backend, module, name, args, n // lanes)
+    _launch(backend, _module(neuron, backend, x_seq, name), name, args, n // lanes)
     return spike, v_out, h_seq
 
 
@@ -153,7 +156,6 @@ def backward_op(
     grad_params = torch.empty((learnable, n), dtype=acc, device=h_seq.device)
     if n == 0:
         return grad_x, grad_v_init, grad_params
-    module = _module(neuron, backend, h_seq)
     pointers, strides = _param_args(params)
     spike_scalar = grad_spike.numel() > 1 and all(st == 0 for st in grad_spike.stride())
     args = [runtime.ptr(grad_spike), runtime.ptr(grad_v), runtime.ptr(h_seq), runtime.ptr(x_seq),
@@ -161,7 +163,8 @@ def backward_op(
             *[runtime.ptr(grad_params[j]) for j in range(learnable)], *strides,
             runtime.i32(int(spike_scalar)), runtime.i32(t_len), runtime.i64(n)]
     lanes = _lanes(backend, [h_seq, grad_x, x_seq, grad_v, None if spike_scalar else grad_spike], n)
-    _launch(backend, module, backward_name(neuron.spec(), grad_v_mode, lanes), args, n // lanes)
+    name = backward_name(neuron.spec(), grad_v_mode, lanes)
+    _launch(backend, _module(neuron, backend, h_seq, name), name, args, n // lanes)
     return grad_x, grad_v_init, grad_params
 
 

@@ -59,8 +59,10 @@ def random_inputs(
 def random_weights(T: int, shape: tuple[int, ...], seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Weights r1, r2 of the linear loss ``sum(spike*r1) + sum(v_seq*r2)``."""
     gen = generator(seed + 1)
-    return (torch.randn(T, *shape, generator=gen, dtype=torch.float64),
-            torch.randn(T, *shape, generator=gen, dtype=torch.float64))
+    return (
+        torch.randn(T, *shape, generator=gen, dtype=torch.float64),
+        torch.randn(T, *shape, generator=gen, dtype=torch.float64),
+    )
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -104,8 +106,9 @@ class Comparison:
         return list(self.ref.grads)
 
 
-def _loss(spikes: torch.Tensor, v_seq: torch.Tensor, weights: tuple[torch.Tensor, torch.Tensor],
-          loss: str) -> torch.Tensor:
+def _loss(
+    spikes: torch.Tensor, v_seq: torch.Tensor, weights: tuple[torch.Tensor, torch.Tensor], loss: str
+) -> torch.Tensor:
     if loss == "sum":  # autograd then hands the backward stride-0 (expanded) gradients
         return spikes.sum() + v_seq.sum()
     r1, r2 = weights
@@ -118,11 +121,21 @@ def _loss(spikes: torch.Tensor, v_seq: torch.Tensor, weights: tuple[torch.Tensor
     return sum(terms[1:], terms[0])
 
 
-def _run(neuron: sn.Neuron, x_seq: torch.Tensor, v_init: torch.Tensor,
-         params: Mapping[str, float | torch.Tensor], weights: tuple[torch.Tensor, torch.Tensor],
-         *, backend: str | None, store_v_seq: bool, loss: str) -> Run:
-    leaves = {"x_seq": x_seq.detach().clone().requires_grad_(True),
-              "v_init": v_init.detach().clone().requires_grad_(True)}
+def _run(
+    neuron: sn.Neuron,
+    x_seq: torch.Tensor,
+    v_init: torch.Tensor,
+    params: Mapping[str, float | torch.Tensor],
+    weights: tuple[torch.Tensor, torch.Tensor],
+    *,
+    backend: str | None,
+    store_v_seq: bool,
+    loss: str,
+) -> Run:
+    leaves = {
+        "x_seq": x_seq.detach().clone().requires_grad_(True),
+        "v_init": v_init.detach().clone().requires_grad_(True),
+    }
     values: dict[str, float | torch.Tensor] = {}
     for name, value in params.items():
         if isinstance(value, torch.Tensor):
@@ -132,14 +145,26 @@ def _run(neuron: sn.Neuron, x_seq: torch.Tensor, v_init: torch.Tensor,
                 leaves[name] = value
         values[name] = value
     if backend is None:
-        spikes, v_seq = simulate_reference(neuron, leaves["x_seq"], leaves["v_init"],
-                                           {**neuron.params, **values}, store_v_seq=store_v_seq)
+        spikes, v_seq = simulate_reference(
+            neuron,
+            leaves["x_seq"],
+            leaves["v_init"],
+            {**neuron.params, **values},
+            store_v_seq=store_v_seq,
+        )
     else:
-        spikes, v_seq = sn.simulate(neuron, leaves["x_seq"], leaves["v_init"], values,
-                                    backend=backend, store_v_seq=store_v_seq)
-    grads = torch.autograd.grad(_loss(spikes, v_seq, weights, loss), list(leaves.values()),
-                                allow_unused=True)
-    return Run(spikes.detach(), v_seq.detach(), dict(zip(leaves, grads)))
+        spikes, v_seq = sn.simulate(
+            neuron,
+            leaves["x_seq"],
+            leaves["v_init"],
+            values,
+            backend=backend,
+            store_v_seq=store_v_seq,
+        )
+    grads = torch.autograd.grad(
+        _loss(spikes, v_seq, weights, loss), list(leaves.values()), allow_unused=True
+    )
+    return Run(spikes.detach(), v_seq.detach(), dict(zip(leaves, grads, strict=True)))
 
 
 def learnable_values(neuron: sn.Neuron, seed: int) -> dict[str, torch.Tensor]:
@@ -175,18 +200,32 @@ def compare(
     same (cast) values in float64.
     """
     offset, scale = INPUT_SCALE.get(neuron.name, (0.9, 1.0))
-    x_seq, v_init = random_inputs(T, shape, dtype, seed,
-                                  x_offset=offset if x_offset is None else x_offset,
-                                  x_scale=scale if x_scale is None else x_scale)
+    x_seq, v_init = random_inputs(
+        T,
+        shape,
+        dtype,
+        seed,
+        x_offset=offset if x_offset is None else x_offset,
+        x_scale=scale if x_scale is None else x_scale,
+    )
     weights = random_weights(T, shape, seed)
     values: dict[str, float | torch.Tensor] = dict(learnable_values(neuron, seed))
     values.update(params or {})
     cast = {k: v.to(dtype) if isinstance(v, torch.Tensor) else v for k, v in values.items()}
-    got = _run(neuron, x_seq, v_init, cast, weights, backend=backend,
-               store_v_seq=store_v_seq, loss=loss)
+    got = _run(
+        neuron, x_seq, v_init, cast, weights, backend=backend, store_v_seq=store_v_seq, loss=loss
+    )
     as64 = {k: v.double() if isinstance(v, torch.Tensor) else v for k, v in cast.items()}
-    ref = _run(neuron, x_seq.double(), v_init.double(), as64, weights, backend=None,
-               store_v_seq=store_v_seq, loss=loss)
+    ref = _run(
+        neuron,
+        x_seq.double(),
+        v_init.double(),
+        as64,
+        weights,
+        backend=None,
+        store_v_seq=store_v_seq,
+        loss=loss,
+    )
     return Comparison(got, ref)
 
 
@@ -203,7 +242,7 @@ def assert_matches(c: Comparison, *, v_atol: float, grad_rtol: float) -> None:
         got = c.got.grads[name]
         assert ref is not None, f"reference has no gradient for {name}"
         assert got is not None, f"no gradient for {name}"
-        assert got.shape == ref.shape, f"grad {name}: shape {tuple(got.shape)} != {tuple(ref.shape)}"
+        assert got.shape == ref.shape, f"grad {name}: {tuple(got.shape)} != {tuple(ref.shape)}"
         assert float(ref.abs().max()) > 0, f"reference gradient of {name} is all zero"
         err = rel_err(got, ref)
         assert err <= grad_rtol, f"grad {name}: relative error {err:.3e} > {grad_rtol:.1e}"

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import sympy as sp
 import torch
+from conftest import assert_fires_sometimes, assert_matches, compare, rel_err, seed_of
 
 import symneuron as sn
-from conftest import assert_fires_sometimes, assert_matches, compare, rel_err, seed_of
 
 F64 = {"v_atol": 1e-10, "grad_rtol": 1e-9}
 F32 = {"v_atol": 1e-4, "grad_rtol": 1e-4}
@@ -38,8 +38,9 @@ SURROGATES = {
 RESETS = {"hard": {}, "soft": {"v_reset": None}}
 
 
-def build(model: str, reset: str, detach: bool, surrogate: Callable[[], sn.surrogate.Surrogate],
-          **kw: Any) -> sn.Neuron:
+def build(
+    model: str, reset: str, detach: bool, surrogate: Callable[[], sn.surrogate.Surrogate], **kw: Any
+) -> sn.Neuron:
     return MODELS[model](**RESETS[reset], detach_reset=detach, surrogate=surrogate(), **kw)
 
 
@@ -105,8 +106,14 @@ def test_store_v_seq_false(model: str, reset: str, dtype: torch.dtype) -> None:
 @pytest.mark.parametrize("model", ["IF", "PLIF", "QIF"])
 def test_loss_on_one_output(model: str, reset: str, loss: str, store_v_seq: bool) -> None:
     neuron = build(model, reset, False, sn.surrogate.Sigmoid)
-    c = compare(neuron, "cpu", torch.float64, seed=seed_of("one", model, reset, loss),
-                loss=loss, store_v_seq=store_v_seq)
+    c = compare(
+        neuron,
+        "cpu",
+        torch.float64,
+        seed=seed_of("one", model, reset, loss),
+        loss=loss,
+        store_v_seq=store_v_seq,
+    )
     assert_matches(c, **F64)
 
 
@@ -124,7 +131,8 @@ def test_auto_backend_on_cpu_is_cpu_kernel() -> None:
 
 def test_no_grad_forward_matches_reference() -> None:
     neuron = sn.models.EIF(v_reset=None)
-    x_seq = 0.9 + torch.randn(9, 3, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    gen = torch.Generator().manual_seed(7)
+    x_seq = 0.9 + torch.randn(9, 3, 5, dtype=torch.float64, generator=gen)
     v_init = torch.full((3, 5), 0.2, dtype=torch.float64)
     with torch.no_grad():
         spikes, v_seq = sn.simulate(neuron, x_seq, v_init, backend="cpu")
@@ -136,7 +144,8 @@ def test_no_grad_forward_matches_reference() -> None:
 
 def test_charge_with_numeric_constants() -> None:
     """Numeric sub-expressions (√2, e², π²) in a charge must work in every backend."""
-    neuron = sn.Neuron(sn.V + (sn.X * sp.sqrt(2) - sn.V) * sp.exp(-1) + sp.pi**2 / 100,
-                       name="ConstLIF")
+    neuron = sn.Neuron(
+        sn.V + (sn.X * sp.sqrt(2) - sn.V) * sp.exp(-1) + sp.pi**2 / 100, name="ConstLIF"
+    )
     c = compare(neuron, "cpu", torch.float64, seed=seed_of("constants"))
     assert_matches(c, **F64)

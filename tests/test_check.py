@@ -10,6 +10,7 @@ import torch
 
 import symneuron as sn
 import symneuron.derive
+from symneuron.check import CheckResult
 
 _fresh = itertools.count()
 
@@ -19,7 +20,7 @@ def fresh_name(base: str) -> str:
     return f"{base}_{next(_fresh)}_{id(object())}"
 
 
-def entry(report: sn.CheckReport, name: str) -> sn.check.__globals__["CheckResult"]:  # type: ignore[name-defined]
+def entry(report: sn.CheckReport, name: str) -> CheckResult:
     matches = [r for r in report.results if r.name == name]
     assert len(matches) == 1, f"no single entry {name!r} in\n{report}"
     return matches[0]
@@ -28,9 +29,12 @@ def entry(report: sn.CheckReport, name: str) -> sn.check.__globals__["CheckResul
 def expected_entries(neuron: sn.Neuron) -> list[str]:
     partials = ["dH/dV", "dH/dX", *[f"dH/d{n}" for n in neuron.learnable]]
     grads = ["x_seq", "v_init", *neuron.learnable]
-    return ([f"{p} vs finite diff" for p in partials] + ["surrogate' vs finite diff"]
-            + ["spike_seq vs reference", "v_seq vs reference"]
-            + [f"grad {g} vs reference" for g in grads])
+    return (
+        [f"{p} vs finite diff" for p in partials]
+        + ["surrogate' vs finite diff"]
+        + ["spike_seq vs reference", "v_seq vs reference"]
+        + [f"grad {g} vs reference" for g in grads]
+    )
 
 
 @pytest.mark.parametrize("reset", [0.0, None], ids=["hard", "soft"])
@@ -57,8 +61,13 @@ def test_zoo_float32_passes() -> None:
 
 
 def test_lif_learnable_tau_passes() -> None:
-    report = sn.check(sn.models.LIF(learnable=["tau"], detach_reset=True), backend="cpu", T=6,
-                      shape=(3, 8), seed=5)
+    report = sn.check(
+        sn.models.LIF(learnable=["tau"], detach_reset=True),
+        backend="cpu",
+        T=6,
+        shape=(3, 8),
+        seed=5,
+    )
     assert report.passed, str(report)
     assert "grad tau vs reference" in str(report)
 
@@ -79,8 +88,13 @@ def test_wrong_charge_derivative_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "dH/dV vs finite diff" in failed
     assert {"grad x_seq vs reference", "grad v_init vs reference"} <= failed
     # Only the backward is wrong: the right partials and the forward still pass.
-    assert {"dH/dX vs finite diff", "dH/dtau vs finite diff", "surrogate' vs finite diff",
-            "spike_seq vs reference", "v_seq vs reference"}.isdisjoint(failed)
+    assert {
+        "dH/dX vs finite diff",
+        "dH/dtau vs finite diff",
+        "surrogate' vs finite diff",
+        "spike_seq vs reference",
+        "v_seq vs reference",
+    }.isdisjoint(failed)
     text = str(report)
     assert text.splitlines()[0].endswith("FAIL")
     assert any(line.lstrip().startswith("FAIL dH/dV vs finite diff") for line in text.splitlines())

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import assert_fires_sometimes, assert_matches, compare, generator, rel_err, seed_of
 
 import symneuron as sn
-from conftest import assert_fires_sometimes, assert_matches, compare, generator, rel_err, seed_of
 
 F64 = {"v_atol": 1e-10, "grad_rtol": 1e-9}
 
@@ -32,8 +32,12 @@ CASES = {
     # model, param name, learnable, (center, spread)
     "PLIF-w": (lambda: sn.models.PLIF(), "w", True, (0.0, 1.0)),
     "LIF-tau-learnable": (lambda: sn.models.LIF(learnable=["tau"]), "tau", True, (2.0, 0.8)),
-    "LIF-soft-tau-learnable": (lambda: sn.models.LIF(v_reset=None, learnable=["tau"]), "tau", True,
-                               (2.0, 0.8)),
+    "LIF-soft-tau-learnable": (
+        lambda: sn.models.LIF(v_reset=None, learnable=["tau"]),
+        "tau",
+        True,
+        (2.0, 0.8),
+    ),
     "QIF-v_c": (lambda: sn.models.QIF(), "v_c", False, (0.8, 0.4)),
     "EIF-theta_rh": (lambda: sn.models.EIF(v_reset=None), "theta_rh", False, (0.8, 0.3)),
     "LIF-tau-fixed": (lambda: sn.models.LIF(), "tau", False, (2.0, 0.8)),

@@ -7,11 +7,11 @@ import math
 
 import pytest
 import torch
+from conftest import generator, rel_err
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import symneuron as sn
-from conftest import generator, rel_err
 from symneuron.reference import simulate_reference
 
 SURROGATES = {
@@ -47,7 +47,8 @@ def cases(draw: st.DrawFn) -> dict:
         "v_reset": None if soft else draw(st.floats(-0.3, 0.2)),
         "detach_reset": draw(st.booleans()),
         "surrogate": SURROGATES[draw(st.sampled_from(sorted(SURROGATES)))](
-            draw(st.floats(0.5, 4.0))),
+            draw(st.floats(0.5, 4.0))
+        ),
         "learnable": learnable,
     }
     if model == "LIF":
@@ -73,8 +74,9 @@ def make_inputs(case: dict) -> tuple:
     gen = generator(case["seed"])
     shape, T = case["shape"], case["T"]
     offset, scale = INPUT.get(case["model"], (0.9, 1.0))
-    x_seq = offset * case["kw"]["v_threshold"] + scale * torch.randn(T, *shape, generator=gen,
-                                                                     dtype=torch.float64)
+    x_seq = offset * case["kw"]["v_threshold"] + scale * torch.randn(
+        T, *shape, generator=gen, dtype=torch.float64
+    )
     v_kind = case["v_init"]
     v_init: None | float | torch.Tensor = {
         "none": None,
@@ -82,15 +84,23 @@ def make_inputs(case: dict) -> tuple:
         "row": 0.6 * torch.rand(shape[-1:], generator=gen, dtype=torch.float64) - 0.2,
         "full": 0.6 * torch.rand(shape, generator=gen, dtype=torch.float64) - 0.2,
     }[v_kind]
-    params = {name: low + (high - low) * torch.rand(pshape, generator=gen, dtype=torch.float64)
-              for name, (low, high, pshape) in case["params"].items()}
+    params = {
+        name: low + (high - low) * torch.rand(pshape, generator=gen, dtype=torch.float64)
+        for name, (low, high, pshape) in case["params"].items()
+    }
     weights = [torch.randn(T, *shape, generator=gen, dtype=torch.float64) for _ in range(2)]
     return x_seq, v_init, params, weights
 
 
-def run(neuron: sn.Neuron, x_seq: torch.Tensor, v_init: None | float | torch.Tensor,
-        params: dict[str, torch.Tensor], weights: list[torch.Tensor], backend: str | None,
-        store_v_seq: bool) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+def run(
+    neuron: sn.Neuron,
+    x_seq: torch.Tensor,
+    v_init: None | float | torch.Tensor,
+    params: dict[str, torch.Tensor],
+    weights: list[torch.Tensor],
+    backend: str | None,
+    store_v_seq: bool,
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     leaves = [x_seq.clone().requires_grad_(True)]
     v0 = v_init.clone().requires_grad_(True) if isinstance(v_init, torch.Tensor) else v_init
     if isinstance(v0, torch.Tensor):
@@ -100,12 +110,14 @@ def run(neuron: sn.Neuron, x_seq: torch.Tensor, v_init: None | float | torch.Ten
     if backend is None:
         start = v0 if v0 is not None else (neuron.v_reset or 0.0)
         v_full = torch.as_tensor(start, dtype=torch.float64).expand(x_seq.shape[1:])
-        spikes, v_seq = simulate_reference(neuron, leaves[0], v_full, {**neuron.params, **theta},
-                                           store_v_seq=store_v_seq)
+        spikes, v_seq = simulate_reference(
+            neuron, leaves[0], v_full, {**neuron.params, **theta}, store_v_seq=store_v_seq
+        )
     else:
-        spikes, v_seq = sn.simulate(neuron, leaves[0], v0, theta, backend=backend,
-                                    store_v_seq=store_v_seq)
-    loss = (spikes * weights[0]).sum() + (v_seq * weights[1][-v_seq.shape[0]:]).sum()
+        spikes, v_seq = sn.simulate(
+            neuron, leaves[0], v0, theta, backend=backend, store_v_seq=store_v_seq
+        )
+    loss = (spikes * weights[0]).sum() + (v_seq * weights[1][-v_seq.shape[0] :]).sum()
     grads = torch.autograd.grad(loss, leaves)
     return spikes.detach(), v_seq.detach(), list(grads)
 
@@ -123,16 +135,17 @@ def test_cpu_matches_reference(case: dict, store_v_seq: bool) -> None:
     v_scale = max(1.0, float(ref[1].abs().max()))
     assert float((got[1] - ref[1]).abs().max()) <= 1e-10 * v_scale
     assert len(got[2]) == len(ref[2])
-    for g, r in zip(got[2], ref[2]):
+    for g, r in zip(got[2], ref[2], strict=True):
         assert g.shape == r.shape
         assert rel_err(g, r) <= 1e-9 or float((g - r).abs().max()) <= 1e-12
 
 
 def test_property_inputs_are_not_vacuous() -> None:
-    """The strategy above produces spike trains with both 0s and 1s in most draws."""
+    """The strategy above produces spike trains with both 0s and 1s in most draws
+    (derandomized, so this count does not change from run to run)."""
     rates = []
 
-    @settings(max_examples=30, deadline=None, database=None)
+    @settings(max_examples=30, deadline=None, database=None, derandomize=True)
     @given(case=cases())
     def collect(case: dict) -> None:
         neuron = sn.models.ZOO[case["model"]](**case["kw"])

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import sympy as sp
 import torch
+from conftest import assert_matches, compare, seed_of
 
 import symneuron as sn
-from conftest import assert_matches, compare, seed_of
 from symneuron.surrogate import u
 
 # SpikingJelly's gradient formulas (activation_based/surrogate.py), written independently.
@@ -25,8 +25,9 @@ def _sigmoid(x: np.ndarray, alpha: float) -> np.ndarray:
 SJ_GRADIENT: dict[str, Callable[..., np.ndarray]] = {
     "Sigmoid": _sigmoid,
     "ATan": lambda x, alpha: (alpha / 2) / (1 + (math.pi / 2 * alpha * x) ** 2),
-    "PiecewiseQuadratic": lambda x, alpha: np.where(np.abs(x) <= 1 / alpha,
-                                                    alpha - alpha**2 * np.abs(x), 0.0),
+    "PiecewiseQuadratic": lambda x, alpha: np.where(
+        np.abs(x) <= 1 / alpha, alpha - alpha**2 * np.abs(x), 0.0
+    ),
     "SoftSign": lambda x, alpha: alpha / (2 * (1 + alpha * np.abs(x)) ** 2),
     "Erf": lambda x, alpha: alpha / math.sqrt(math.pi) * np.exp(-(alpha**2) * x**2),
     "PiecewiseLeakyReLU": lambda x, w, c: np.where(np.abs(x) < w, 1 / (2 * w), c),
@@ -87,7 +88,8 @@ def test_derivative_matches_spikingjelly_formula(name: str, kw: dict[str, float]
     x = grid(kw)
     expected = SJ_GRADIENT[name](x, **kw)
     assert np.ptp(expected) > 0 or name == "PiecewiseLeakyReLU"
-    np.testing.assert_allclose(numpy_fn(surrogate.derivative())(x), expected, rtol=1e-12, atol=1e-14)
+    derived = numpy_fn(surrogate.derivative())(x)
+    np.testing.assert_allclose(derived, expected, rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("name, kw", CASES, ids=IDS)
@@ -109,11 +111,15 @@ def test_kernel_with_surrogate_matches_reference(name: str, kw: dict[str, float]
 
 def test_user_surrogate_end_to_end() -> None:
     x = sp.Symbol("x", real=True)
-    fast_sigmoid = sn.surrogate.Surrogate((3 * x / (1 + sp.Abs(3 * x)) + 1) / 2, x,
-                                          name="FastSigmoid")
+    fast_sigmoid = sn.surrogate.Surrogate(
+        (3 * x / (1 + sp.Abs(3 * x)) + 1) / 2, x, name="FastSigmoid"
+    )
     points = np.array([-2.0, -0.3, 0.2, 1.7])
-    np.testing.assert_allclose(numpy_fn(fast_sigmoid.derivative())(points),
-                               3 / (2 * (1 + 3 * np.abs(points)) ** 2), rtol=1e-12)
+    np.testing.assert_allclose(
+        numpy_fn(fast_sigmoid.derivative())(points),
+        3 / (2 * (1 + 3 * np.abs(points)) ** 2),
+        rtol=1e-12,
+    )
     neuron = sn.models.QIF(surrogate=fast_sigmoid, learnable=["tau"])
     report = sn.check(neuron, backend="cpu", T=6, shape=(3, 8), seed=21)
     assert report.passed, str(report)
@@ -142,12 +148,17 @@ def test_surrogate_argument_types() -> None:
         sn.surrogate.Surrogate(math.atan, x)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("make", [lambda: sn.surrogate.Sigmoid(alpha=0.0),
-                                  lambda: sn.surrogate.ATan(alpha=-1.0),
-                                  lambda: sn.surrogate.Erf(alpha=float("nan")),
-                                  lambda: sn.surrogate.PiecewiseLeakyReLU(w=0.0),
-                                  lambda: sn.surrogate.QPseudoSpike(alpha=1.0)],
-                         ids=["sigmoid-0", "atan-neg", "erf-nan", "plrelu-w0", "qps-1"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: sn.surrogate.Sigmoid(alpha=0.0),
+        lambda: sn.surrogate.ATan(alpha=-1.0),
+        lambda: sn.surrogate.Erf(alpha=float("nan")),
+        lambda: sn.surrogate.PiecewiseLeakyReLU(w=0.0),
+        lambda: sn.surrogate.QPseudoSpike(alpha=1.0),
+    ],
+    ids=["sigmoid-0", "atan-neg", "erf-nan", "plrelu-w0", "qps-1"],
+)
 def test_bad_surrogate_parameters(make: Callable[[], sn.surrogate.Surrogate]) -> None:
     with pytest.raises(ValueError, match="(must be > 0|must be finite|needs alpha > 1)"):
         make()

@@ -5,23 +5,24 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import assert_fires_sometimes, generator, random_inputs, rel_err, seed_of
 from torch import nn
 from torch.autograd.gradcheck import GradcheckError
 
 import symneuron as sn
 import symneuron.function as F
-from conftest import assert_fires_sometimes, generator, random_inputs, rel_err, seed_of
 
 
-def op_args(neuron: sn.Neuron, seed: int, *, store_h: bool, v_mode: str,
-            requires_grad: bool) -> tuple:
+def op_args(
+    neuron: sn.Neuron, seed: int, *, store_h: bool, v_mode: str, requires_grad: bool
+) -> tuple:
     """Arguments of ``symneuron::forward`` as ``sn.simulate`` builds them ([T, N] layout)."""
     x_seq, v_init = random_inputs(7, (10,), torch.float64, seed)
     params = [torch.full((10,), value, dtype=torch.float64) for value in neuron.params.values()]
     if requires_grad:
         x_seq.requires_grad_(True)
         v_init.requires_grad_(True)
-        for name, p in zip(neuron.params, params):
+        for name, p in zip(neuron.params, params, strict=True):
             p.requires_grad_(name in neuron.learnable)
     return (F.register(neuron), "cpu", x_seq, v_init, params, store_h, v_mode)
 
@@ -30,8 +31,9 @@ def op_args(neuron: sn.Neuron, seed: int, *, store_h: bool, v_mode: str,
 @pytest.mark.parametrize("model", ["PLIF", "QIF"])
 def test_opcheck_forward(model: str, v_mode: str) -> None:
     neuron = sn.models.ZOO[model](v_reset=None if model == "QIF" else 0.0)
-    args = op_args(neuron, seed_of("opcheck", model, v_mode), store_h=True, v_mode=v_mode,
-                   requires_grad=True)
+    args = op_args(
+        neuron, seed_of("opcheck", model, v_mode), store_h=True, v_mode=v_mode, requires_grad=True
+    )
     spike, v_out, h_seq = F.forward_op(*args)
     assert_fires_sometimes(spike)
     assert v_out.shape == ((7 if v_mode == "seq" else 1), 10)
@@ -41,8 +43,13 @@ def test_opcheck_forward(model: str, v_mode: str) -> None:
 
 @pytest.mark.parametrize("v_mode", ["seq", "last"])
 def test_opcheck_forward_inference(v_mode: str) -> None:
-    args = op_args(sn.models.LIF(), seed_of("opcheck-inf", v_mode), store_h=False, v_mode=v_mode,
-                   requires_grad=False)
+    args = op_args(
+        sn.models.LIF(),
+        seed_of("opcheck-inf", v_mode),
+        store_h=False,
+        v_mode=v_mode,
+        requires_grad=False,
+    )
     assert F.forward_op(*args)[2].numel() == 0
     torch.library.opcheck(F.forward_op, args)
 
@@ -50,15 +57,18 @@ def test_opcheck_forward_inference(v_mode: str) -> None:
 @pytest.mark.parametrize("grad_v_mode", ["seq", "last", "none"])
 def test_opcheck_backward(grad_v_mode: str) -> None:
     neuron = sn.models.PLIF()
-    key, backend, x_seq, v_init, params, _, _ = op_args(neuron, seed_of("opcheck-bw"),
-                                                        store_h=True, v_mode="seq",
-                                                        requires_grad=False)
+    key, backend, x_seq, v_init, params, _, _ = op_args(
+        neuron, seed_of("opcheck-bw"), store_h=True, v_mode="seq", requires_grad=False
+    )
     h_seq = F.forward_op(key, backend, x_seq, v_init, params, True, "seq")[2]
     gen = generator(seed_of("opcheck-bw-grads"))
     grad_spike = torch.randn(7, 10, generator=gen, dtype=torch.float64)
     rows = {"seq": 7, "last": 1}
-    grad_v = (None if grad_v_mode == "none"
-              else torch.randn(rows[grad_v_mode], 10, generator=gen, dtype=torch.float64))
+    grad_v = (
+        None
+        if grad_v_mode == "none"
+        else torch.randn(rows[grad_v_mode], 10, generator=gen, dtype=torch.float64)
+    )
     args = (key, backend, grad_spike, grad_v, grad_v_mode, h_seq, x_seq, v_init, params)
     torch.library.opcheck(F.backward_op, args)
 
@@ -76,15 +86,24 @@ def test_gradcheck_v_with_detached_reset(model: str, reset: float | None, v_mode
     learnable = {"LIF": ["tau"], "PLIF": ["w"], "QIF": ["tau", "a0"], "EIF": ["delta_T"]}[model]
     neuron = sn.models.ZOO[model](v_reset=reset, detach_reset=True, learnable=learnable)
     scale = {"QIF": (0.6, 0.6), "EIF": (0.5, 0.5)}.get(model, (0.9, 1.0))
-    x_seq, v_init = random_inputs(5, (2, 3), torch.float64, seed_of("gc", model, reset),
-                                  x_offset=scale[0], x_scale=scale[1])
+    x_seq, v_init = random_inputs(
+        5, (2, 3), torch.float64, seed_of("gc", model, reset), x_offset=scale[0], x_scale=scale[1]
+    )
     theta = [torch.tensor(neuron.params[n], dtype=torch.float64) + 0.03 for n in learnable]
-    spikes, _ = sn.simulate(neuron, x_seq, v_init, dict(zip(learnable, theta)), backend="cpu")
+    spikes, _ = sn.simulate(
+        neuron, x_seq, v_init, dict(zip(learnable, theta, strict=True)), backend="cpu"
+    )
     assert_fires_sometimes(spikes)
 
     def v_out(x: torch.Tensor, v0: torch.Tensor, *th: torch.Tensor) -> torch.Tensor:
-        return sn.simulate(neuron, x, v0, dict(zip(learnable, th)), backend="cpu",
-                           store_v_seq=v_mode == "seq")[1]
+        return sn.simulate(
+            neuron,
+            x,
+            v0,
+            dict(zip(learnable, th, strict=True)),
+            backend="cpu",
+            store_v_seq=v_mode == "seq",
+        )[1]
 
     inputs = (x_seq.requires_grad_(), v_init.requires_grad_(), *[t.requires_grad_() for t in theta])
     assert torch.autograd.gradcheck(v_out, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)
@@ -97,25 +116,35 @@ def test_gradcheck_detects_attached_reset() -> None:
     x_seq, v_init = random_inputs(5, (2, 3), torch.float64, seed_of("gc-attached"))
     inputs = (x_seq.requires_grad_(), v_init.requires_grad_())
     with pytest.raises(GradcheckError):
-        torch.autograd.gradcheck(lambda x, v: sn.simulate(neuron, x, v, backend="cpu")[1], inputs,
-                                 eps=1e-6, atol=1e-7, rtol=1e-5)
+        torch.autograd.gradcheck(
+            lambda x, v: sn.simulate(neuron, x, v, backend="cpu")[1],
+            inputs,
+            eps=1e-6,
+            atol=1e-7,
+            rtol=1e-5,
+        )
 
 
 # -- torch.compile ------------------------------------------------------------------
+
 
 class Net(nn.Module):
     def __init__(self, backend: str) -> None:
         super().__init__()
         self.fc = nn.Linear(6, 8, dtype=torch.float64)
-        self.lif = sn.NeuronLayer(sn.models.PLIF(v_reset=None), backend=backend,
-                                  params={"w": torch.zeros(8, dtype=torch.float64)})
+        self.lif = sn.NeuronLayer(
+            sn.models.PLIF(v_reset=None),
+            backend=backend,
+            params={"w": torch.zeros(8, dtype=torch.float64)},
+        )
 
     def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
         return self.lif(self.fc(x_seq))
 
 
-def _forward_backward(net: Net, x_seq: torch.Tensor, r: torch.Tensor,
-                      call: object) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def _forward_backward(
+    net: Net, x_seq: torch.Tensor, r: torch.Tensor, call: object
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
     net.lif.reset()
     net.zero_grad()
     spikes = call(x_seq)  # type: ignore[operator]
@@ -140,7 +169,7 @@ def test_compile_fullgraph_matches_eager(compile_backend: str) -> None:
     spikes, grads = _forward_backward(net, x_seq, r, compiled)
     assert torch.equal(spikes, eager_spikes)
     assert len(grads) == 3  # fc.weight, fc.bias, lif.w
-    for got, want in zip(grads, eager_grads):
+    for got, want in zip(grads, eager_grads, strict=True):
         assert float(want.abs().max()) > 0
         assert rel_err(got, want) <= 1e-12
     # ... and eager itself against the reference backend.
@@ -148,18 +177,20 @@ def test_compile_fullgraph_matches_eager(compile_backend: str) -> None:
     ref_net.load_state_dict(net.state_dict())
     ref_spikes, ref_grads = _forward_backward(ref_net, x_seq, r, ref_net)
     assert torch.equal(ref_spikes, eager_spikes)
-    for got, want in zip(eager_grads, ref_grads):
+    for got, want in zip(eager_grads, ref_grads, strict=True):
         assert rel_err(got, want) <= 1e-9
 
 
 # -- NeuronLayer -----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("model", ["LIF", "PLIF", "EIF"])
 def test_single_step_equals_multi_step(model: str) -> None:
     neuron = sn.models.ZOO[model](v_reset=None)
     scale = (0.5, 0.5) if model == "EIF" else (0.9, 1.0)
-    x_seq, _ = random_inputs(8, (3, 5), torch.float64, seed_of("steps", model),
-                             x_offset=scale[0], x_scale=scale[1])
+    x_seq, _ = random_inputs(
+        8, (3, 5), torch.float64, seed_of("steps", model), x_offset=scale[0], x_scale=scale[1]
+    )
     r = torch.randn(8, 3, 5, generator=generator(seed_of("steps-r", model)), dtype=torch.float64)
     multi = sn.NeuronLayer(neuron, step_mode="m", backend="cpu", store_v_seq=True).double()
     single = sn.NeuronLayer(neuron, step_mode="s", backend="cpu").double()
@@ -209,8 +240,7 @@ def test_layer_params_and_buffers() -> None:
     assert float(params["tau"].detach()) == 2.0
     assert float(buffers["v_c"]) == pytest.approx(0.8)
     assert set(layer.state_dict()) == {"tau", "a0", "v_c", "v_rest"}
-    x_seq, _ = random_inputs(6, (2, 5), torch.float32, seed_of("params"), x_offset=0.6,
-                             x_scale=0.6)
+    x_seq, _ = random_inputs(6, (2, 5), torch.float32, seed_of("params"), x_offset=0.6, x_scale=0.6)
     layer(x_seq).sum().backward()
     assert layer.tau.grad is not None and layer.a0.grad is not None
     assert float(layer.tau.grad.abs()) > 0

@@ -18,6 +18,7 @@ def x_seq(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
 
 # -- the charge -------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "charge, params, match",
     [
@@ -36,8 +37,22 @@ def x_seq(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         (V + X + sp.Function("g")(V), {}, r"undefined functions \['g'\]"),
         (V + sp.oo * X, {}, "not finite"),
     ],
-    ids=["unknown", "unknown-b", "no-V", "no-X", "I", "sqrt(-2)", "log(-1)", "arg",
-         "Heaviside", "DiracDelta", "Derivative", "Integral", "undefined-g", "oo"],
+    ids=[
+        "unknown",
+        "unknown-b",
+        "no-V",
+        "no-X",
+        "I",
+        "sqrt(-2)",
+        "log(-1)",
+        "arg",
+        "Heaviside",
+        "DiracDelta",
+        "Derivative",
+        "Integral",
+        "undefined-g",
+        "oo",
+    ],
 )
 def test_bad_charge(charge: sp.Expr, params: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
@@ -60,32 +75,27 @@ NON_SMOOTH = {
 
 
 @pytest.mark.parametrize("case", list(NON_SMOOTH))
-def test_non_finite_derivative_rejected_by_derivatives(case: str) -> None:
-    charge, match = NON_SMOOTH[case]
-    neuron = sn.Neuron(charge)
-    with pytest.raises(ValueError, match=match):
-        neuron.derivatives()
-    with pytest.raises(ValueError, match=match):
-        sn.simulate(neuron, x_seq(4, 3), backend="cpu")
-
-
-def test_non_finite_learnable_derivative_rejected() -> None:
-    neuron = sn.Neuron(V + X + sp.sign(a) * V, params={a: 0.5}, learnable=[a])
-    with pytest.raises(ValueError, match="dH/da contains DiracDelta"):
-        neuron.derivatives()
-
-
-@pytest.mark.parametrize("case", list(NON_SMOOTH))
 def test_non_finite_derivative_rejected_at_construction(case: str) -> None:
-    """neuron.py's docstring: "All validation happens at construction, so every later
-    stage (derivation, code generation, compilation) can trust its input." A charge whose
-    derivative is not finite constructs today and fails only at derive time."""
+    """neuron.py: "All validation happens at construction, so every later stage
+    (derivation, code generation, compilation) can trust its input"."""
     charge, match = NON_SMOOTH[case]
     with pytest.raises(ValueError, match=match):
         sn.Neuron(charge)
 
 
+def test_non_finite_learnable_derivative_rejected() -> None:
+    with pytest.raises(ValueError, match="dH/da contains DiracDelta"):
+        sn.Neuron(V + X + sp.sign(a) * V, params={a: 0.5}, learnable=[a])
+
+
+def test_smooth_but_kinked_charge_is_accepted() -> None:
+    """|V| has the finite derivative sign(V): accepted, unlike sign(V) itself."""
+    neuron = sn.Neuron(V + X - 0.1 * sp.Abs(V))
+    assert neuron.derivatives()["dH/dV"].has(sp.sign)
+
+
 # -- params, learnable, reset, surrogate --------------------------------------
+
 
 def test_learnable_not_in_params() -> None:
     with pytest.raises(ValueError, match="Learnable parameter 'b' is not in params"):
@@ -184,7 +194,8 @@ def test_param_on_other_device() -> None:
 @pytest.mark.parametrize("shape", [(4,), (2, 5), (3, 1, 5), (5, 1)])
 def test_param_does_not_broadcast(shape: tuple[int, ...]) -> None:
     tau = 2.0 + torch.rand(shape)
-    with pytest.raises(ValueError, match=rf"param 'tau' of shape \({shape[0]},.*does not broadcast"):
+    match = rf"param 'tau' of shape \({shape[0]},.*does not broadcast"
+    with pytest.raises(ValueError, match=match):
         sn.simulate(LIF, x_seq(3, 5), params={"tau": tau})
 
 
@@ -234,6 +245,7 @@ def test_half_on_cpu_backend(backend: str, dtype: torch.dtype) -> None:
 
 # -- NeuronLayer ----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("step_mode", ["x", "multi", "S"])
 def test_layer_bad_step_mode(step_mode: str) -> None:
     with pytest.raises(ValueError, match=f"step_mode must be 'm' .* or 's' .*got '{step_mode}'"):
@@ -255,3 +267,10 @@ def test_layer_non_finite_param(value: float) -> None:
     buffer unchecked, so the layer silently produces NaN potentials."""
     with pytest.raises(ValueError, match="'tau' must be finite"):
         sn.NeuronLayer(LIF, params={"tau": value})
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_v_init_float(value: float) -> None:
+    """params={'tau': nan} is rejected; a float v_init=nan should be too (not NaN outputs)."""
+    with pytest.raises(ValueError, match="v_init must be finite"):
+        sn.simulate(LIF, x_seq(3, 5), value)

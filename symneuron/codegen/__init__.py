@@ -26,8 +26,13 @@ def dtype_name(dtype: torch.dtype | str | Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def render_source(spec: KernelSpec, backend: str, dtype: torch.dtype | str) -> str:
-    """The generated source for ``backend`` (``"cuda"`` or ``"cpu"``) and ``dtype``."""
+def render_source(
+    spec: KernelSpec, backend: str, dtype: torch.dtype | str, kernel: str | None = None
+) -> str:
+    """The generated source for ``backend`` (``"cuda"`` or ``"cpu"``) and ``dtype``.
+
+    ``kernel`` restricts it to one exported kernel (what the runtimes compile).
+    """
     if backend not in DIALECTS:
         raise ValueError(f"No generated source for backend {backend!r}; use one of {sorted(DIALECTS)}")
     dialect, dtypes = DIALECTS[backend]
@@ -37,4 +42,4 @@ def render_source(spec: KernelSpec, backend: str, dtype: torch.dtype | str) -> s
             f"The {backend} backend supports dtypes {sorted(dtypes)}, not {name}; "
             "convert the input or pick another backend."
         )
-    return render(spec, dialect, dtypes[name])
+    return render(spec, dialect, dtypes[name], only=kernel)

@@ -326,10 +326,21 @@ def _function(dialect: Dialect, name: str, args: list[str], lines: list[str],
     return "\n".join(out)
 
 
-def render(spec: KernelSpec, dialect: Dialect, dtype: DTypeInfo) -> str:
-    """The whole source file: prelude, then every forward and backward variant."""
-    body = _Body(spec, dtype, dialect)
+def kernel_names(spec: KernelSpec, dtype: DTypeInfo) -> list[str]:
+    """Every exported kernel of a source, in source order."""
     lanes = (1, dtype.lanes) if dtype.lanes > 1 else (1,)
+    names = [forward_name(spec, h, m, k) for h in (True, False) for m in V_MODES for k in lanes]
+    return names + [backward_name(spec, m, k) for m in GRAD_V_MODES for k in lanes]
+
+
+def render(spec: KernelSpec, dialect: Dialect, dtype: DTypeInfo, only: str | None = None) -> str:
+    """The source file: prelude, then every forward and backward variant.
+
+    With ``only`` (an exported kernel name), the source holds just that kernel,
+    so a first call compiles only what it runs.
+    """
+    body = _Body(spec, dtype, dialect)
+    all_lanes = (1, dtype.lanes) if dtype.lanes > 1 else (1,)
     header = (
         f"// symneuron {dialect.name} kernels for {spec.name} ({dtype.name}), key {spec.key}\n"
         f"// H = {spec.charge[-1].expr}\n"
@@ -338,9 +349,21 @@ def render(spec: KernelSpec, dialect: Dialect, dtype: DTypeInfo) -> str:
     for store_h in (True, False):
         for v_mode in V_MODES:
             name = f"{spec.name}_forward_{'h' if store_h else 'n'}_{v_mode}"
-            parts.append(_function(dialect, name, _forward_args(body),
-                                   body.forward(store_h, v_mode), lanes))
+            lanes = _selected(name, all_lanes, only)
+            if lanes:
+                parts.append(_function(dialect, name, _forward_args(body),
+                                       body.forward(store_h, v_mode), lanes))
     for mode in GRAD_V_MODES:
-        parts.append(_function(dialect, f"{spec.name}_backward_{mode}", _backward_args(body),
-                               body.backward(mode), lanes))
+        name = f"{spec.name}_backward_{mode}"
+        lanes = _selected(name, all_lanes, only)
+        if lanes:
+            parts.append(_function(dialect, name, _backward_args(body), body.backward(mode), lanes))
+    if len(parts) == 2:
+        raise ValueError(f"No kernel named {only!r}; kernels are {kernel_names(spec, dtype)}")
     return "\n".join(parts)
+
+
+def _selected(base: str, lanes: tuple[int, ...], only: str | None) -> tuple[int, ...]:
+    if only is None:
+        return lanes
+    return tuple(k for k in lanes if f"{base}_k{k}" == only)
