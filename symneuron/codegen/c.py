@@ -19,7 +19,10 @@ C = Dialect(
     prelude=_PRELUDE,
     restrict="restrict",
     vector="sn_vec",
-    loop_open="#pragma omp parallel for schedule(static)\nfor (long long i0 = 0; i0 < N; i0 += K) {",
+    loop_open=(
+        "#pragma omp parallel for schedule(static) if (N >= 262144)\n"
+        "for (long long i0 = 0; i0 < N; i0 += K) {"
+    ),
     loop_close="}",
     template=False,
 )
