@@ -1081,10 +1081,12 @@ class WorkerState:
         self.compiled: dict[Any, Any] = {}
         self.sj: dict[str, Any] | None = None
         self.sj_log: list[str] = []
+        self.sj_fallbacks: list[str] = []
         if kind in ("sj014", "sj200"):
             self.sj = _sj_modules(kind)
             if kind == "sj200":
                 self._capture_sj_log()
+                self._watch_sj_fallback()
         if kind == "main":
             self._configure_dynamo()
 
@@ -1100,6 +1102,33 @@ class WorkerState:
             )
         except Exception as exc:  # noqa: BLE001
             log(f"[sj200] could not capture its log: {exc}")
+
+    def _watch_sj_fallback(self) -> None:
+        """SpikingJelly 2.0.0 calls ``_require_automatic_torch`` (imported at call time) whenever
+        it falls back to its torch reference loop, e.g. for 16-bit state; record those calls."""
+        try:
+            from spikingjelly._ops import selection
+
+            original = selection._require_automatic_torch
+
+            def wrapped(sel: Any, device: Any, reason: str) -> Any:
+                self.sj_fallbacks.append(f"{getattr(sel, '_namespace', '?')}: {reason}")
+                return original(sel, device, reason)
+
+            selection._require_automatic_torch = wrapped
+        except Exception as exc:  # noqa: BLE001
+            log(f"[sj200] cannot watch for torch-reference fallbacks: {exc}")
+
+    def _sj_implementation(self, model: str) -> str | None:
+        if self.device.type != "cuda":
+            return None
+        try:
+            from spikingjelly.activation_based import functional
+
+            name = {"IF": "if", "LIF": "lif", "PLIF": "plif", "QIF": "qif", "EIF": "eif"}[model]
+            return str(functional.neuron_implementation(name, self.device)["implementation"])
+        except Exception as exc:  # noqa: BLE001
+            return f"unknown ({type(exc).__name__}: {exc})"[:200]
 
     @staticmethod
     def _configure_dynamo() -> None:
@@ -1227,6 +1256,7 @@ class WorkerState:
         for peer in peers:
             rec: dict[str, Any] = {**cfg, "peer": peer, "status": "error", "buffers": inputs.nbuf}
             self.sj_log.clear()
+            self.sj_fallbacks.clear()
             runner: Runner | None = None
             try:
                 _fault_hook(peer, cfg)
@@ -1255,12 +1285,13 @@ class WorkerState:
                 poisoned = _is_sticky_cuda(exc)
             finally:
                 if self.sj_log:
-                    fallbacks = [
-                        m for m in self.sj_log if "torch-reference" in m or "fallback" in m
-                    ]
-                    rec["sj_log"] = (fallbacks or self.sj_log)[-3:]
+                    rec["sj_log"] = self.sj_log[-3:]
+                if peer == "sj200":
+                    fallbacks = sorted(set(self.sj_fallbacks))
                     if fallbacks:
-                        rec["implementation"] = "torch-reference (fallback)"
+                        rec["implementation"] = "torch reference (" + "; ".join(fallbacks) + ")"
+                    else:
+                        rec["implementation"] = self._sj_implementation(cfg["model"])
                 del runner
                 self._free()
             records.append(rec)
@@ -1639,11 +1670,14 @@ def measure_derivation(args: argparse.Namespace, models: list[str]) -> dict[str,
     def one(model: str) -> None:
         out[model] = run_oneshot(["--worker", "derive", "--impl", model], env, 300)
 
-    threads = [threading.Thread(target=one, args=(m,)) for m in models]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    # a few at a time: each is single-threaded, and contention would inflate the figures
+    width = max(1, min(len(models), (os.cpu_count() or 1) // 4))
+    for i in range(0, len(models), width):
+        threads = [threading.Thread(target=one, args=(m,)) for m in models[i : i + width]]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
     for model in models:
         r = out[model]
         log(

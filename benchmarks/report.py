@@ -218,6 +218,16 @@ def _us(s: float | None) -> str:
     return f"{us:.1f}" if us < 100 else f"{us:.0f}"
 
 
+def _fallback(rec: dict[str, Any]) -> bool:
+    return "reference" in str(rec.get("implementation") or "")
+
+
+def _marks(rec: dict[str, Any]) -> str:
+    """' ✗' when the peer failed its check, ' †' when it fell back to a torch loop."""
+    out = "" if (rec.get("check") or {}).get("pass") else " ✗"
+    return out + (" †" if _fallback(rec) else "")
+
+
 def _check(rec: dict[str, Any] | None) -> str:
     chk = (rec or {}).get("check") or {}
     if not chk:
@@ -319,8 +329,7 @@ def speedup_table(results: dict[str, Any], mode: str) -> str:
             if sn and sn.get("status") == "ok" and rec and rec.get("status") == "ok":
                 v = sn["vs"][p]
                 cell = f"{_x(v['wall'])} / {_x(v['gpu'])}"
-                if not (rec.get("check") or {}).get("pass"):
-                    cell += " ✗"
+                cell += _marks(rec)
             else:
                 cell = _status_cell(rec)
             row.append(cell)
@@ -343,8 +352,7 @@ def absolute_table(results: dict[str, Any], mode: str) -> str:
                 cell = (
                     f"{_us(rec['wall_s'])} / {_us(rec['gpu_s'])} ({_f(rec.get('floor_frac_gpu'))})"
                 )
-                if not (rec.get("check") or {}).get("pass"):
-                    cell += " ✗"
+                cell += _marks(rec)
             else:
                 cell = _status_cell(rec)
             row.append(cell)
@@ -667,7 +675,7 @@ def problems_section(results: dict[str, Any]) -> str:
             groups[(r["peer"], "check failed", chk.get("rule", ""))].append(
                 f"{_cfg_name(r)} ({chk.get('mismatch_frac', 0):.2%})"
             )
-        if r.get("implementation"):
+        if _fallback(r):
             groups[(r["peer"], "note", r["implementation"])].append(
                 f"{r['model']}/T{r['T']}/{_n(r['N'])}/{r['dtype']}/{r['mode']}"
             )
@@ -695,6 +703,7 @@ def markdown(results: dict[str, Any], plot_name: str | None = None) -> str:
         for k in ("sj014", "sj200")
     }
     srcs = results.get("sources") or []
+    copy_gib = (_get(results, "copy", "bytes") or 2**30) / 2**30
     out = [
         "# Performance",
         "",
@@ -720,8 +729,14 @@ def markdown(results: dict[str, Any], plot_name: str | None = None) -> str:
         f"- symneuron {v.get('symneuron')} (sources sha256 {v.get('symneuron_source_sha256')}); "
         f"SpikingJelly 0.0.0.0.14: {sj['sj014']}; SpikingJelly 2.0.0: {sj['sj200']}",
         f"- date {meta.get('date')}; run files: "
-        + ", ".join(f"`{s['file']}`" + ("" if s.get("complete") else " (partial)") for s in srcs),
-        f"- copy floor: **{bw / 1e9:.0f} GB/s** (1 GiB device-to-device copy, bytes read + written)"
+        + ", ".join(
+            f"`{s['file']}`"
+            + (f" (copy {s['copy_Bps'] / 1e9:.0f} GB/s)" if s.get("copy_Bps") else "")
+            + ("" if s.get("complete") else " (partial)")
+            for s in srcs
+        ),
+        f"- copy floor: **{bw / 1e9:.0f} GB/s** ({copy_gib:g} GiB device-to-device copy, "
+        "bytes read + written)"
         if bw
         else "- copy floor: not measured",
         "",
@@ -738,7 +753,7 @@ def markdown(results: dict[str, Any], plot_name: str | None = None) -> str:
         "## Training (forward + backward)",
         "",
         "symneuron's times, floor fractions and check, then its speed-up over each peer "
-        "(wall / GPU).",
+        "(wall / GPU). ✗: the peer failed its check; †: the peer fell back to its torch loop.",
         "",
         speedup_table(results, "training"),
         "",
@@ -873,6 +888,10 @@ def plot(results: dict[str, Any], path: str | Path) -> Path:
         )
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda val, _pos: f"{val:g}×"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda val, _pos: ""))
     ax.set_xticks(range(len(models_present)), models_present)
     ax.set_ylabel("symneuron wall speed-up (geomean over T)")
     ax.set_title(f"training, fp32, N = {_n(big)}: peer wall / symneuron wall")

@@ -17,7 +17,8 @@ from .codegen import DIALECTS, dtype_name, render_source
 from .codegen.kernels import backward_name, forward_name
 from .neuron import Neuron
 
-__all__ = ["register", "forward_op", "backward_op", "compute_dtype", "accum_dtype"]
+__all__ = ["register", "run", "forward_op", "backward_op", "forward_impl", "backward_impl",
+           "compute_dtype", "accum_dtype"]
 
 _NEURONS: dict[str, Neuron] = {}
 _COMPUTE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
@@ -81,11 +82,12 @@ def _lanes(backend: str, tensors: list[torch.Tensor | None], n: int) -> int:
     return lanes
 
 
-def _launch(backend: str, module: Any, name: str, args: list[runtime.Arg], threads: int) -> None:
+def _launch(backend: str, module: Any, name: str, args: list[runtime.Arg], threads: int,
+            device: torch.device) -> None:
     if backend == "cuda":
         from .runtime import cuda
 
-        cuda.launch(module, name, args, threads)
+        cuda.launch(module, name, args, threads, device.index or 0)
     else:
         from .runtime import cpu
 
@@ -98,8 +100,7 @@ def _param_args(params: list[torch.Tensor]) -> tuple[list[runtime.Arg], list[run
     return pointers, strides
 
 
-@torch.library.custom_op("symneuron::forward", mutates_args=())
-def forward_op(
+def forward_impl(
     key: str,
     backend: str,
     x_seq: torch.Tensor,
@@ -122,8 +123,22 @@ def forward_op(
             runtime.i32(t_len), runtime.i64(n)]
     lanes = _lanes(backend, [x_seq, spike, h_seq, v_out], n)
     name = forward_name(neuron.spec(), store_h, v_mode, lanes)
-    _launch(backend, _module(neuron, backend, x_seq, name), name, args, n // lanes)
+    _launch(backend, _module(neuron, backend, x_seq, name), name, args, n // lanes, x_seq.device)
     return spike, v_out, h_seq
+
+
+@torch.library.custom_op("symneuron::forward", mutates_args=())
+def forward_op(
+    key: str,
+    backend: str,
+    x_seq: torch.Tensor,
+    v_init: torch.Tensor,
+    params: list[torch.Tensor],
+    store_h: bool,
+    v_mode: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The forward as a custom op (see :func:`forward_impl`)."""
+    return forward_impl(key, backend, x_seq, v_init, params, store_h, v_mode)
 
 
 @forward_op.register_fake
@@ -134,8 +149,7 @@ def _(key, backend, x_seq, v_init, params, store_h, v_mode):  # type: ignore[no-
     return (x_seq.new_empty((t_len, n)), x_seq.new_empty((v_rows, n)), x_seq.new_empty(h_shape))
 
 
-@torch.library.custom_op("symneuron::backward", mutates_args=())
-def backward_op(
+def backward_impl(
     key: str,
     backend: str,
     grad_spike: torch.Tensor,
@@ -164,8 +178,24 @@ def backward_op(
             runtime.i32(int(spike_scalar)), runtime.i32(t_len), runtime.i64(n)]
     lanes = _lanes(backend, [h_seq, grad_x, x_seq, grad_v, None if spike_scalar else grad_spike], n)
     name = backward_name(neuron.spec(), grad_v_mode, lanes)
-    _launch(backend, _module(neuron, backend, h_seq, name), name, args, n // lanes)
+    _launch(backend, _module(neuron, backend, h_seq, name), name, args, n // lanes, h_seq.device)
     return grad_x, grad_v_init, grad_params
+
+
+@torch.library.custom_op("symneuron::backward", mutates_args=())
+def backward_op(
+    key: str,
+    backend: str,
+    grad_spike: torch.Tensor,
+    grad_v: torch.Tensor | None,
+    grad_v_mode: str,
+    h_seq: torch.Tensor,
+    x_seq: torch.Tensor | None,
+    v_init: torch.Tensor,
+    params: list[torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward as a custom op (see :func:`backward_impl`)."""
+    return backward_impl(key, backend, grad_spike, grad_v, grad_v_mode, h_seq, x_seq, v_init, params)
 
 
 @backward_op.register_fake
@@ -176,42 +206,86 @@ def _(key, backend, grad_spike, grad_v, grad_v_mode, h_seq, x_seq, v_init, param
     return h_seq.new_empty(h_seq.shape), v_init.new_empty(v_init.shape), grad_params
 
 
-def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
-    key, backend, x_seq, v_init, params, store_h, v_mode = inputs
-    spec = _NEURONS[key].spec()
+def _save(ctx: Any, key: str, backend: str, v_mode: str, x_seq: torch.Tensor,
+          v_init: torch.Tensor, params: list[torch.Tensor] | tuple[torch.Tensor, ...],
+          h_seq: torch.Tensor) -> None:
+    """Keep for backward: H, v_init, X only when a partial needs it, and the params."""
     ctx.key, ctx.backend, ctx.v_mode = key, backend, v_mode
     ctx.n_params = len(params)
-    ctx.needs_x = spec.needs_x
-    ctx.save_for_backward(output[2], v_init, x_seq if spec.needs_x else None, *params)
-    ctx.mark_non_differentiable(output[2])
+    needs_x = _NEURONS[key].spec().needs_x
+    ctx.save_for_backward(h_seq, v_init, x_seq if needs_x else None, *params)
+    ctx.mark_non_differentiable(h_seq)
     ctx.set_materialize_grads(False)
 
 
-def _backward(ctx: Any, grad_spike: Any, grad_v: Any, _grad_h: Any) -> tuple[Any, ...]:
+def _gradients(ctx: Any, grad_spike: Any, grad_v: Any, backward: Any) -> tuple[Any, Any, list[Any]]:
+    """(grad_x, grad_v_init, grad per param) from the saved context, via ``backward``."""
     h_seq, v_init, x_seq, *params = ctx.saved_tensors
-    if h_seq.numel() == 0 and h_seq.dim() == 1:
+    if h_seq.dim() == 1:
         raise RuntimeError(
             "symneuron: the forward ran without saving H (no input required grad at the "
             "time); run it again with grad enabled."
         )
     if grad_spike is None:
         grad_spike = torch.zeros_like(h_seq)
-    mode = "none" if grad_v is None else ctx.v_mode
-    if not all(st == 0 for st in grad_spike.stride()):
+    elif not all(st == 0 for st in grad_spike.stride()):
         grad_spike = grad_spike.contiguous()
-    grad_x, grad_v_init, grad_p = backward_op(
-        ctx.key, ctx.backend, grad_spike,
-        None if grad_v is None else grad_v.contiguous(), mode, h_seq, x_seq, v_init, params,
+    mode = "none" if grad_v is None else ctx.v_mode
+    grad_v = None if grad_v is None else grad_v.contiguous()
+    grad_x, grad_v_init, grad_p = backward(
+        ctx.key, ctx.backend, grad_spike, grad_v, mode, h_seq, x_seq, v_init, params
     )
     spec = _NEURONS[ctx.key].spec()
     grads: list[torch.Tensor | None] = [None] * ctx.n_params
     for j, name in enumerate(spec.learnable):
         index = spec.params.index(name)
         grads[index] = grad_p[j].to(params[index].dtype)
+    return grad_x, grad_v_init, grads
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
+    key, backend, x_seq, v_init, params, _store_h, v_mode = inputs
+    _save(ctx, key, backend, v_mode, x_seq, v_init, params, output[2])
+
+
+def _backward(ctx: Any, grad_spike: Any, grad_v: Any, _grad_h: Any) -> tuple[Any, ...]:
+    grad_x, grad_v_init, grads = _gradients(ctx, grad_spike, grad_v, backward_op)
     return None, None, grad_x, grad_v_init, grads, None, None
 
 
 forward_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _EagerBinding(torch.autograd.Function):
+    """The same forward/backward implementations without the dispatcher's Python layers.
+
+    Outside ``torch.compile`` a custom op pays tens of microseconds per call in
+    Python (schema handling, pytree flattening, alias checks); this generic
+    binding, shared by every neuron, calls :func:`forward_impl` and
+    :func:`backward_impl` directly. Under compilation the custom ops are used.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, key: str, backend: str, x_seq: torch.Tensor, v_init: torch.Tensor,
+                v_mode: str, *params: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = forward_impl(key, backend, x_seq, v_init, list(params), True, v_mode)
+        _save(ctx, key, backend, v_mode, x_seq, v_init, params, out[2])
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_spike: Any, grad_v: Any, _grad_h: Any) -> tuple[Any, ...]:
+        grad_x, grad_v_init, grads = _gradients(ctx, grad_spike, grad_v, backward_impl)
+        return None, None, grad_x, grad_v_init, None, *grads
+
+
+def run(key: str, backend: str, x_seq: torch.Tensor, v_init: torch.Tensor,
+        params: list[torch.Tensor], store_h: bool, v_mode: str) -> tuple[torch.Tensor, ...]:
+    """Forward with autograd: the custom op when compiling, else the eager binding."""
+    if torch.compiler.is_compiling():
+        return forward_op(key, backend, x_seq, v_init, params, store_h, v_mode)  # type: ignore[no-any-return]
+    if not store_h:
+        return forward_impl(key, backend, x_seq, v_init, params, False, v_mode)
+    return _EagerBinding.apply(key, backend, x_seq, v_init, v_mode, *params)  # type: ignore[no-any-return]
 
 
 def backends() -> tuple[str, ...]:

@@ -9,7 +9,7 @@ from typing import Any
 import sympy as sp
 import torch
 
-from .function import compute_dtype, forward_op, register
+from .function import compute_dtype, register, run
 from .neuron import Neuron
 from .reference import simulate_reference
 from .runtime import cpu, cuda
@@ -74,7 +74,10 @@ def _v_init(neuron: Neuron, v_init: Any, x_seq: torch.Tensor, shape: torch.Size)
         start = 0.0 if neuron.v_reset is None else neuron.v_reset
         return torch.full(shape, start, dtype=x_seq.dtype, device=x_seq.device)
     if not isinstance(v_init, torch.Tensor):
-        v_init = torch.as_tensor(float(v_init), dtype=x_seq.dtype, device=x_seq.device)
+        value = float(v_init)
+        if not math.isfinite(value):
+            raise ValueError(f"v_init must be finite, got {value}")
+        v_init = torch.full((), value, dtype=x_seq.dtype, device=x_seq.device)
     _check_tensor("v_init", v_init, x_seq, shape)
     return v_init.to(x_seq.dtype).expand(shape)
 
@@ -101,12 +104,30 @@ def _param_values(neuron: Neuron, params: Mapping[Any, Any] | None, x_seq: torch
     return values
 
 
+_SCALARS: dict[tuple[float, torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def _scalar(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A 0-dim tensor holding ``value``; cached (read-only) outside compilation and capture."""
+    if torch.compiler.is_compiling():
+        return torch.full((), value, dtype=dtype, device=device)
+    key = (value, dtype, device)
+    tensor = _SCALARS.get(key)
+    if tensor is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return torch.full((), value, dtype=dtype, device=device)
+        if len(_SCALARS) > 1024:
+            _SCALARS.clear()
+        tensor = _SCALARS[key] = torch.full((), value, dtype=dtype, device=device)
+    return tensor
+
+
 def _kernel_param(value: float | torch.Tensor, x_seq: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     """A param as an [N] tensor in the compute dtype (stride 0 when scalar)."""
     dtype = compute_dtype(x_seq.dtype)
     n = math.prod(shape)
     if not isinstance(value, torch.Tensor):
-        return torch.full((), value, dtype=dtype, device=x_seq.device).expand(n)
+        return _scalar(value, dtype, x_seq.device).expand(n)
     value = value.to(dtype)
     if value.numel() == 1:
         return value.reshape(()).expand(n)
@@ -169,7 +190,7 @@ def simulate(
     store_h = torch.is_grad_enabled() and (
         x_seq.requires_grad or v0.requires_grad or any(p.requires_grad for p in kernel_params)
     )
-    spike, v_out, _ = forward_op(
+    spike, v_out, _ = run(
         register(neuron), backend, x_seq.reshape(t_len, n).contiguous(),
         v0.reshape(n).contiguous(), kernel_params, store_h, "seq" if store_v_seq else "last",
     )
