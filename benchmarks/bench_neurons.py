@@ -87,14 +87,6 @@ QUICK = dict(
 )
 DRY = dict(models=["LIF", "PLIF"], T=[4, 8], N=[2**8, 2**10], dtypes=["fp32", "bf16"])
 
-#: Minimal traffic per element (DESIGN.md §5): inference reads X, writes S;
-#: training also writes H, then reads dL/dS and H and writes dL/dX.
-BYTES_PER_ELEMENT = {
-    ("inference", 4): 8,
-    ("training", 4): 24,
-    ("inference", 2): 4,
-    ("training", 2): 12,
-}
 SJ_CLASSES = {
     "IF": "IFNode",
     "LIF": "LIFNode",
@@ -155,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     g = p.add_argument_group("matrix")
-    g.add_argument("--models", type=_csv(str, ALL_MODELS), default=None)
+    g.add_argument("--models", type=_csv(str, ALL_MODELS), default=None, help=",".join(ALL_MODELS))
     g.add_argument("--T", type=_csv(int), default=None, help="e.g. 4,16,64,256")
     g.add_argument("--N", type=_csv(_parse_n), default=None, help="e.g. 2^20,2^14 (or 20,14)")
     g.add_argument(
@@ -164,9 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
             ",".join(_dtype_alias(x.strip()) for x in s.split(","))
         ),
         default=None,
+        help="fp32,fp16,bf16 (float32, float16, bfloat16 accepted)",
     )
-    g.add_argument("--modes", type=_csv(str, ALL_MODES), default=None)
-    g.add_argument("--peers", type=_csv(str, ALL_PEERS), default=None)
+    g.add_argument("--modes", type=_csv(str, ALL_MODES), default=None, help=",".join(ALL_MODES))
+    g.add_argument("--peers", type=_csv(str, ALL_PEERS), default=None, help=",".join(ALL_PEERS))
     g.add_argument(
         "--quick",
         action="store_true",
@@ -1584,6 +1577,7 @@ class WorkerProc:
             raise WorkerDied(f"worker {self.kind} pipe closed: {exc}") from None
         kind, payload = self._next(timeout)
         if kind == "result":
+            self.failures = 0  # only consecutive failures retire a worker
             return payload
         self.stop(graceful=kind != "timeout")
         self.failures += 1
@@ -1700,6 +1694,10 @@ def measure_first_calls(
     base = Path(tempfile.mkdtemp(prefix="snbench-cache-"))
     try:
         for impl, impl_models in jobs:
+            sj_path = {"sj014": args.sj014_path, "sj200": args.sj200_path}.get(impl)
+            if sj_path and not Path(sj_path, "spikingjelly").is_dir():
+                out[impl] = {"error": f"SpikingJelly not found under {sj_path}"}
+                continue
             caches = {
                 "SYMNEURON_CACHE": base / impl / "symneuron",
                 "CUPY_CACHE_DIR": base / impl / "cupy",

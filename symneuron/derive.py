@@ -72,6 +72,7 @@ class KernelSpec:
         ``grad_<θ>`` from ``h, s, sg, V, X``, the params, ``grad_s`` (∂L/∂S[t]) and
         ``grad_v`` (total dL/dV[t]).
     needs_v, needs_x : whether the backward step reads V[t−1] and X[t].
+    v_start : V[0] when no ``v_init`` is given (v_reset, or 0 under soft reset).
     partials : the derived partials of the charge, by readable name.
     """
 
@@ -88,6 +89,7 @@ class KernelSpec:
     needs_v: bool
     needs_x: bool
     soft_reset: bool
+    v_start: float
     partials: dict[str, sp.Expr] = field(compare=False)
 
 
@@ -187,5 +189,6 @@ def derive(neuron: Neuron) -> KernelSpec:
         needs_v=V in used,
         needs_x=X in used,
         soft_reset=neuron.soft_reset,
+        v_start=0.0 if neuron.v_reset is None else neuron.v_reset,
         partials=found,
     )

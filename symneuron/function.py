@@ -104,12 +104,15 @@ def forward_impl(
     key: str,
     backend: str,
     x_seq: torch.Tensor,
-    v_init: torch.Tensor,
+    v_init: torch.Tensor | None,
     params: list[torch.Tensor],
     store_h: bool,
     v_mode: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Forward over ``x_seq`` [T, N]: (spike_seq, v_seq or v_last, h_seq or empty)."""
+    """Forward over ``x_seq`` [T, N]: (spike_seq, v_seq or v_last, h_seq or empty).
+
+    ``v_init=None`` starts every neuron at the spec's ``v_start`` without a tensor.
+    """
     neuron = _NEURONS[key]
     t_len, n = x_seq.shape
     spike = torch.empty_like(x_seq)
@@ -132,7 +135,7 @@ def forward_op(
     key: str,
     backend: str,
     x_seq: torch.Tensor,
-    v_init: torch.Tensor,
+    v_init: torch.Tensor | None,
     params: list[torch.Tensor],
     store_h: bool,
     v_mode: str,
@@ -157,14 +160,14 @@ def backward_impl(
     grad_v_mode: str,
     h_seq: torch.Tensor,
     x_seq: torch.Tensor | None,
-    v_init: torch.Tensor,
+    v_init: torch.Tensor | None,
     params: list[torch.Tensor],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Backward through time: (grad_x [T, N], grad_v_init [N], grad_params [P, N])."""
+    """Backward through time: (grad_x [T, N], grad_v_init [N] or empty, grad_params [P, N])."""
     neuron = _NEURONS[key]
     t_len, n = h_seq.shape
     grad_x = torch.empty_like(h_seq)
-    grad_v_init = torch.empty_like(v_init)
+    grad_v_init = h_seq.new_empty((0,) if v_init is None else (n,))
     learnable = len(neuron.learnable)
     acc = accum_dtype(h_seq.dtype)
     grad_params = torch.empty((learnable, n), dtype=acc, device=h_seq.device)
@@ -173,7 +176,8 @@ def backward_impl(
     pointers, strides = _param_args(params)
     spike_scalar = grad_spike.numel() > 1 and all(st == 0 for st in grad_spike.stride())
     args = [runtime.ptr(grad_spike), runtime.ptr(grad_v), runtime.ptr(h_seq), runtime.ptr(x_seq),
-            runtime.ptr(v_init), *pointers, runtime.ptr(grad_x), runtime.ptr(grad_v_init),
+            runtime.ptr(v_init), *pointers, runtime.ptr(grad_x),
+            runtime.ptr(None if v_init is None else grad_v_init),
             *[runtime.ptr(grad_params[j]) for j in range(learnable)], *strides,
             runtime.i32(int(spike_scalar)), runtime.i32(t_len), runtime.i64(n)]
     lanes = _lanes(backend, [h_seq, grad_x, x_seq, grad_v, None if spike_scalar else grad_spike], n)
@@ -191,7 +195,7 @@ def backward_op(
     grad_v_mode: str,
     h_seq: torch.Tensor,
     x_seq: torch.Tensor | None,
-    v_init: torch.Tensor,
+    v_init: torch.Tensor | None,
     params: list[torch.Tensor],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward as a custom op (see :func:`backward_impl`)."""
@@ -203,11 +207,12 @@ def _(key, backend, grad_spike, grad_v, grad_v_mode, h_seq, x_seq, v_init, param
     learnable = len(_NEURONS[key].learnable)
     acc = accum_dtype(h_seq.dtype)
     grad_params = h_seq.new_empty((learnable, h_seq.shape[1]), dtype=acc)
-    return h_seq.new_empty(h_seq.shape), v_init.new_empty(v_init.shape), grad_params
+    grad_v_init = h_seq.new_empty((0,) if v_init is None else (h_seq.shape[1],))
+    return h_seq.new_empty(h_seq.shape), grad_v_init, grad_params
 
 
 def _save(ctx: Any, key: str, backend: str, v_mode: str, x_seq: torch.Tensor,
-          v_init: torch.Tensor, params: list[torch.Tensor] | tuple[torch.Tensor, ...],
+          v_init: torch.Tensor | None, params: list[torch.Tensor] | tuple[torch.Tensor, ...],
           h_seq: torch.Tensor) -> None:
     """Keep for backward: H, v_init, X only when a partial needs it, and the params."""
     ctx.key, ctx.backend, ctx.v_mode = key, backend, v_mode
@@ -240,7 +245,7 @@ def _gradients(ctx: Any, grad_spike: Any, grad_v: Any, backward: Any) -> tuple[A
     for j, name in enumerate(spec.learnable):
         index = spec.params.index(name)
         grads[index] = grad_p[j].to(params[index].dtype)
-    return grad_x, grad_v_init, grads
+    return grad_x, None if v_init is None else grad_v_init, grads
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
@@ -266,7 +271,7 @@ class _EagerBinding(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, key: str, backend: str, x_seq: torch.Tensor, v_init: torch.Tensor,
+    def forward(ctx: Any, key: str, backend: str, x_seq: torch.Tensor, v_init: torch.Tensor | None,
                 v_mode: str, *params: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = forward_impl(key, backend, x_seq, v_init, list(params), True, v_mode)
         _save(ctx, key, backend, v_mode, x_seq, v_init, params, out[2])
@@ -278,7 +283,7 @@ class _EagerBinding(torch.autograd.Function):
         return None, None, grad_x, grad_v_init, None, *grads
 
 
-def run(key: str, backend: str, x_seq: torch.Tensor, v_init: torch.Tensor,
+def run(key: str, backend: str, x_seq: torch.Tensor, v_init: torch.Tensor | None,
         params: list[torch.Tensor], store_h: bool, v_mode: str) -> tuple[torch.Tensor, ...]:
     """Forward with autograd: the custom op when compiling, else the eager binding."""
     if torch.compiler.is_compiling():

@@ -69,10 +69,16 @@ def _check_tensor(name: str, value: torch.Tensor, x_seq: torch.Tensor, shape: to
         )
 
 
-def _v_init(neuron: Neuron, v_init: Any, x_seq: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+def _default_v_init(neuron: Neuron, x_seq: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    start = 0.0 if neuron.v_reset is None else neuron.v_reset
+    return torch.full(shape, start, dtype=x_seq.dtype, device=x_seq.device)
+
+
+def _v_init(neuron: Neuron, v_init: Any, x_seq: torch.Tensor,
+            shape: torch.Size) -> torch.Tensor | None:
+    """v_init broadcast to ``shape``; None stays None (kernels start from v_reset)."""
     if v_init is None:
-        start = 0.0 if neuron.v_reset is None else neuron.v_reset
-        return torch.full(shape, start, dtype=x_seq.dtype, device=x_seq.device)
+        return None
     if not isinstance(v_init, torch.Tensor):
         value = float(v_init)
         if not math.isfinite(value):
@@ -184,14 +190,19 @@ def simulate(
             f"{x_seq.dtype}; convert x_seq or use backend='torch'."
         )
     if backend == "torch":
+        if v0 is None:
+            v0 = _default_v_init(neuron, x_seq, shape)
         return simulate_reference(neuron, x_seq, v0, values, store_v_seq=store_v_seq)
     t_len, n = x_seq.shape[0], math.prod(shape)
     kernel_params = [_kernel_param(values[name], x_seq, shape) for name in neuron.params]
     store_h = torch.is_grad_enabled() and (
-        x_seq.requires_grad or v0.requires_grad or any(p.requires_grad for p in kernel_params)
+        x_seq.requires_grad
+        or (v0 is not None and v0.requires_grad)
+        or any(p.requires_grad for p in kernel_params)
     )
+    v_flat = None if v0 is None else v0.reshape(n).contiguous()
     spike, v_out, _ = run(
-        register(neuron), backend, x_seq.reshape(t_len, n).contiguous(),
-        v0.reshape(n).contiguous(), kernel_params, store_h, "seq" if store_v_seq else "last",
+        register(neuron), backend, x_seq.reshape(t_len, n).contiguous(), v_flat,
+        kernel_params, store_h, "seq" if store_v_seq else "last",
     )
     return spike.view(x_seq.shape), v_out.view(-1, *shape)

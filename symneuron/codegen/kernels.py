@@ -152,7 +152,8 @@ class _Body:
         decl = [f"{ct} {c}_l[K];" for c in self.pnames.values()]
         decl += [f"{ct} V_l[K];"]
         body = [f"{c}_l[j] = {c}_ptr[(i0 + j) * {c}_stride];" for c in self.pnames.values()]
-        body += [f"V_l[j] = {self.load('v_init[i0 + j]')};"]
+        start = self.expr(sp.Float(self.spec.v_start))
+        body += [f"V_l[j] = v_init ? {self.load('v_init[i0 + j]')} : {start};"]
         return decl + _lane_loop(body)
 
     def lane_params(self) -> list[str]:
@@ -189,7 +190,7 @@ class _Body:
         last = [f"v_seq[i0 + j] = {self.store('V_l[j]')};"]
         return [
             *self.lane_state(),
-            "#pragma unroll 2",
+            "#pragma unroll (K == 1 ? 8 : 4)",
             "for (int t = 0; t < T; ++t) {",
             *_indent(step),
             "}",
@@ -259,7 +260,7 @@ class _Body:
         ]
         first_h = f"{self.vec} h_v = *(const {self.vec}*)(h_seq + (long long)(T - 1) * N + i0);"
         init = ["carry_l[j] = 0;", *[f"acc_{c}[j] = 0;" for c in learn]]
-        final = [f"grad_v_init[i0 + j] = {self.store('carry_l[j]')};"]
+        final = [f"if (grad_v_init) grad_v_init[i0 + j] = {self.store('carry_l[j]')};"]
         final += [f"grad_{c}_ptr[i0 + j] = acc_{c}[j];" for c in learn]
         return [
             *self.lane_state(),
@@ -267,7 +268,7 @@ class _Body:
             *[f"{at} acc_{c}[K];" for c in learn],
             *_lane_loop(init),
             *([first_h] if spec.needs_v else []),
-            "#pragma unroll 2",
+            "#pragma unroll (K == 1 ? 8 : 4)",
             "for (int t = T - 1; t >= 0; --t) {",
             *_indent(step),
             "}",

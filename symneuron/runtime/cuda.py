@@ -19,7 +19,7 @@ __all__ = ["available", "load", "launch", "BLOCK"]
 
 BLOCK = 256
 _MODULES: dict[tuple[str, int], Any] = {}
-_FUNCTIONS: dict[tuple[int, str], Any] = {}
+_FUNCTIONS: dict[tuple[int, str], int] = {}
 
 
 def _cupy() -> Any:
@@ -61,12 +61,18 @@ _FORMAT = {"ptr": "P", "i64": "q", "i32": "i"}
 _PARAM_END, _PARAM_BUFFER, _PARAM_SIZE = 0, 1, 2
 
 
-def _function(module: Any, name: str) -> Any:
+def _function(module: Any, name: str) -> int:
+    """The CUfunction handle of kernel ``name`` (looked up once)."""
     fkey = (id(module), name)
-    fn = _FUNCTIONS.get(fkey)
-    if fn is None:
-        fn = _FUNCTIONS[fkey] = module.get_function(name)
-    return fn
+    handle = _FUNCTIONS.get(fkey)
+    if handle is None:
+        handle = _FUNCTIONS[fkey] = int(module.get_function(name).kernel.ptr)
+    return handle
+
+
+def registers(module: Any, name: str) -> int:
+    """Registers per thread of a compiled kernel (for tuning notes)."""
+    return int(module.get_function(name).num_regs)
 
 
 def launch(module: Any, name: str, args: list[Arg], threads: int, device: int) -> None:
@@ -85,11 +91,10 @@ def launch(module: Any, name: str, args: list[Arg], threads: int, device: int) -
     extra = (ctypes.c_void_p * 5)(_PARAM_BUFFER, ctypes.addressof(buffer), _PARAM_SIZE,
                                   ctypes.addressof(size), _PARAM_END)
     grid = (threads + BLOCK - 1) // BLOCK
-    if device != torch.cuda.current_device():
+    stream = torch._C._cuda_getCurrentRawStream(device)
+    if device != torch._C._cuda_getDevice():
         with torch.cuda.device(device):
-            stream = torch.cuda.current_stream().cuda_stream
-            driver.launchKernel(fn.ptr, grid, 1, 1, BLOCK, 1, 1, 0, stream, 0,
+            driver.launchKernel(fn, grid, 1, 1, BLOCK, 1, 1, 0, stream, 0,
                                 ctypes.addressof(extra))
         return
-    stream = torch.cuda.current_stream().cuda_stream
-    driver.launchKernel(fn.ptr, grid, 1, 1, BLOCK, 1, 1, 0, stream, 0, ctypes.addressof(extra))
+    driver.launchKernel(fn, grid, 1, 1, BLOCK, 1, 1, 0, stream, 0, ctypes.addressof(extra))

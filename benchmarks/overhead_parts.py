@@ -1,0 +1,60 @@
+"""Where a small training call's host time goes: forward, backward, and torch's own floor."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+import symneuron as sn
+
+
+def per_call(fn, reps: int = 300) -> float:  # type: ignore[no-untyped-def]
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / reps * 1e6
+
+
+def main() -> None:
+    neuron = sn.models.LIF()
+    x = torch.rand(4, 2**14, device="cuda").requires_grad_()
+    x0 = x.detach()
+
+    def sym_train() -> None:
+        s, _ = sn.simulate(neuron, x, backend="cuda", store_v_seq=False)
+        s.sum().backward()
+
+    def sym_forward_grad() -> None:
+        sn.simulate(neuron, x, backend="cuda", store_v_seq=False)
+
+    def sym_infer() -> None:
+        sn.simulate(neuron, x0, backend="cuda", store_v_seq=False)
+
+    def torch_mul_train() -> None:
+        (x * 2.0).sum().backward()
+
+    def torch_mul_forward() -> None:
+        x * 2.0
+
+    def torch_empty() -> None:
+        torch.empty(4, 2**14, device="cuda")
+
+    for fn in (sym_train, sym_forward_grad, sym_infer, torch_mul_train, torch_mul_forward,
+               torch_empty):
+        print(f"{fn.__name__:20} {per_call(fn):8.1f} us/call")
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(20):
+            sym_train()
+        torch.cuda.synchronize()
+    print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25))
+
+
+if __name__ == "__main__":
+    main()
