@@ -44,12 +44,19 @@ def main() -> None:
     def torch_empty() -> None:
         torch.empty(4, 2**14, device="cuda")
 
-    for fn in (sym_train, sym_forward_grad, sym_infer, torch_mul_train, torch_mul_forward,
-               torch_empty):
+    for fn in (
+        sym_train,
+        sym_forward_grad,
+        sym_infer,
+        torch_mul_train,
+        torch_mul_forward,
+        torch_empty,
+    ):
         print(f"{fn.__name__:20} {per_call(fn):8.1f} us/call")
     torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    ) as prof:
         for _ in range(20):
             sym_train()
         torch.cuda.synchronize()

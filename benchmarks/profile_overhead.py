@@ -45,8 +45,9 @@ if __name__ == "__main__":
     main()
 
 
-def kernel_only(name: str = "LIF", t_len: int = 64, n: int = 2**20,
-                dtype: torch.dtype = torch.float32) -> None:
+def kernel_only(
+    name: str = "LIF", t_len: int = 64, n: int = 2**20, dtype: torch.dtype = torch.float32
+) -> None:
     """GPU throughput of the forward and backward ops alone, K lanes vs one neuron/thread."""
     from symneuron import function as F
 
@@ -54,8 +55,10 @@ def kernel_only(name: str = "LIF", t_len: int = 64, n: int = 2**20,
     key = F.register(neuron)
     x = torch.rand(t_len, n, device="cuda", dtype=dtype) * 1.5
     v0 = torch.zeros(n, device="cuda", dtype=dtype)
-    params = [torch.full((), neuron.params[p], device="cuda",
-                         dtype=F.compute_dtype(dtype)).expand(n) for p in neuron.params]
+    params = [
+        torch.full((), neuron.params[p], device="cuda", dtype=F.compute_dtype(dtype)).expand(n)
+        for p in neuron.params
+    ]
     size = x.element_size()
     for min_threads in (F.MIN_VECTOR_THREADS, 2**40):
         F.MIN_VECTOR_THREADS = min_threads
@@ -79,8 +82,10 @@ def kernel_only(name: str = "LIF", t_len: int = 64, n: int = 2**20,
             e.synchronize()
             sec = s.elapsed_time(e) / 20 / 1e3
             gbs = traffic[label] * t_len * n / sec / 1e9
-            print(f"{name} T={t_len} N={n} {str(dtype):15} lanes={lanes} {label:9} "
-                  f"{sec * 1e6:8.1f} us  {gbs:7.0f} GB/s")
+            print(
+                f"{name} T={t_len} N={n} {str(dtype):15} lanes={lanes} {label:9} "
+                f"{sec * 1e6:8.1f} us  {gbs:7.0f} GB/s"
+            )
     F.MIN_VECTOR_THREADS = 64 * 1024
 
 

@@ -13,8 +13,18 @@ through time, and returns torch-ready functions and layers.
 from . import models, surrogate
 from .check import CheckReport, check
 from .layer import NeuronLayer
-from .neuron import V, X, Neuron
+from .neuron import Neuron, V, X
 from .simulate import simulate
 
-__all__ = ["V", "X", "Neuron", "NeuronLayer", "simulate", "check", "CheckReport", "models", "surrogate"]
+__all__ = [
+    "V",
+    "X",
+    "Neuron",
+    "NeuronLayer",
+    "simulate",
+    "check",
+    "CheckReport",
+    "models",
+    "surrogate",
+]
 __version__ = "0.1.0"

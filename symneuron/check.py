@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import sympy as sp
 import torch
 
-from .neuron import V, X, Neuron
+from .neuron import Neuron, V, X
 from .reference import simulate_reference, torch_function
 from .simulate import resolve_backend, simulate
 from .surrogate import u as U
@@ -62,7 +62,8 @@ class CheckReport:
         head = f"check({self.neuron}, backend={self.backend}, dtype={self.dtype}): "
         head += "PASS" if self.passed else "FAIL"
         rows = [
-            f"  {'ok  ' if r.passed else 'FAIL'} {r.name:<28} error {r.error:.3e}  tol {r.tolerance:.1e}"
+            f"  {'ok  ' if r.passed else 'FAIL'} {r.name:<28} "
+            f"error {r.error:.3e}  tol {r.tolerance:.1e}"
             for r in self.results
         ]
         return "\n".join([head, *rows])
@@ -83,7 +84,9 @@ def _point(neuron: Neuron, n: int, gen: torch.Generator) -> dict[sp.Symbol, torc
     return point
 
 
-def _finite_difference(expr: sp.Expr, wrt: sp.Symbol, point: dict[sp.Symbol, torch.Tensor]) -> torch.Tensor:
+def _finite_difference(
+    expr: sp.Expr, wrt: sp.Symbol, point: dict[sp.Symbol, torch.Tensor]
+) -> torch.Tensor:
     args = list(point)
     fn = torch_function(args, expr)
     step = 1e-6 * point[wrt].abs().clamp_min(1.0)
@@ -98,47 +101,66 @@ def _evaluate(expr: sp.Expr, point: dict[sp.Symbol, torch.Tensor]) -> torch.Tens
     return torch.as_tensor(value, dtype=torch.float64).expand_as(next(iter(point.values())))
 
 
-def check_partials(neuron: Neuron, points: int, gen: torch.Generator, tol: float) -> list[CheckResult]:
+def check_partials(
+    neuron: Neuron, points: int, gen: torch.Generator, tol: float
+) -> list[CheckResult]:
     """Each derived partial and σ' against central finite differences."""
     point = _point(neuron, points, gen)
     wrt = {"dH/dV": V, "dH/dX": X, **{f"dH/d{n}": neuron.symbols[n] for n in neuron.learnable}}
     out = []
     for key, expr in neuron.derivatives().items():
         fd = _finite_difference(neuron.charge, wrt[key], point)
-        out.append(CheckResult(f"{key} vs finite diff", _rel_error(_evaluate(expr, point), fd), tol))
+        out.append(
+            CheckResult(f"{key} vs finite diff", _rel_error(_evaluate(expr, point), fd), tol)
+        )
     u_point = {U: 3 * (2 * torch.rand(points, generator=gen, dtype=torch.float64) - 1)}
     u_point[U] = u_point[U][u_point[U].abs() > 1e-3]
     sg = neuron.surrogate.derivative()
     fd = _finite_difference(neuron.surrogate.primitive_in_u(), U, u_point)
-    out.append(CheckResult("surrogate' vs finite diff", _rel_error(_evaluate(sg, u_point), fd), tol))
+    out.append(
+        CheckResult("surrogate' vs finite diff", _rel_error(_evaluate(sg, u_point), fd), tol)
+    )
     return out
 
 
-def _inputs(neuron: Neuron, t: int, shape: tuple[int, ...], dtype: torch.dtype,
-            device: torch.device, gen: torch.Generator) -> dict[str, torch.Tensor]:
+def _inputs(
+    neuron: Neuron,
+    t: int,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    device: torch.device,
+    gen: torch.Generator,
+) -> dict[str, torch.Tensor]:
     def rand(*size: int) -> torch.Tensor:
         return torch.rand(size, generator=gen, dtype=torch.float64).to(device=device)
 
     inputs = {"x_seq": 1.6 * rand(t, *shape) - 0.2, "v_init": 0.6 * rand(*shape) - 0.1}
     for name in neuron.learnable:
         default = neuron.params[name]
-        inputs[name] = torch.tensor(default, dtype=torch.float64, device=device) + 0.05 * (rand() - 0.5)
+        inputs[name] = torch.tensor(default, dtype=torch.float64, device=device) + 0.05 * (
+            rand() - 0.5
+        )
     return {k: v.to(dtype) for k, v in inputs.items()}
 
 
-def _run(neuron: Neuron, inputs: dict[str, torch.Tensor], backend: str | None,
-         weights: tuple[torch.Tensor, torch.Tensor]) -> list[torch.Tensor]:
+def _run(
+    neuron: Neuron,
+    inputs: dict[str, torch.Tensor],
+    backend: str | None,
+    weights: tuple[torch.Tensor, torch.Tensor],
+) -> list[torch.Tensor]:
     leaves = {k: v.detach().clone().requires_grad_(True) for k, v in inputs.items()}
     params = {n: leaves[n] for n in neuron.learnable}
     if backend is None:
-        spikes, v_seq = simulate_reference(neuron, leaves["x_seq"], leaves["v_init"],
-                                           {**neuron.params, **params})
+        spikes, v_seq = simulate_reference(
+            neuron, leaves["x_seq"], leaves["v_init"], {**neuron.params, **params}
+        )
     else:
         spikes, v_seq = simulate(neuron, leaves["x_seq"], leaves["v_init"], params, backend=backend)
     loss = (spikes * weights[0].to(spikes.dtype)).sum() + (v_seq * weights[1].to(v_seq.dtype)).sum()
     grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
     out = [spikes.detach(), v_seq.detach()]
-    return out + [torch.zeros_like(v) if g is None else g for g, v in zip(grads, leaves.values())]
+    return out + [torch.zeros_like(v) if g is None else g for g, v in zip(grads, leaves.values(), strict=True)]
 
 
 def check(
@@ -172,8 +194,10 @@ def check(
     report = CheckReport(neuron.name, backend, str(dtype).removeprefix("torch."))
     report.results += check_partials(neuron, points, gen, 1e-6)
     inputs = _inputs(neuron, T, shape, dtype, device, gen)
-    weights = (torch.randn(T, *shape, generator=gen, dtype=torch.float64).to(device),
-               torch.randn(T, *shape, generator=gen, dtype=torch.float64).to(device))
+    weights = (
+        torch.randn(T, *shape, generator=gen, dtype=torch.float64).to(device),
+        torch.randn(T, *shape, generator=gen, dtype=torch.float64).to(device),
+    )
     reference = _run(neuron, {k: v.double() for k, v in inputs.items()}, None, weights)
     got = _run(neuron, inputs, backend, weights)
     names = ["spike_seq", "v_seq", *[f"grad {k}" for k in inputs]]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import sympy as sp
 
-from .neuron import V, X, Neuron, check_expression
+from .neuron import Neuron, V, X, check_expression
 from .surrogate import u as U_SYMBOL
 
 __all__ = ["KernelSpec", "Assign", "derive", "H", "S", "SG", "GRAD_S", "GRAD_V"]
@@ -102,7 +102,7 @@ def _cse(targets: list[tuple[sp.Symbol, sp.Expr]], prefix: str) -> tuple[Assign,
     symbols = sp.numbered_symbols(prefix, real=True)
     temps, reduced = sp.cse([e for _, e in targets], symbols=symbols, optimizations="basic")
     lines = [Assign(t, e) for t, e in temps]
-    lines += [Assign(target, e) for (target, _), e in zip(targets, reduced)]
+    lines += [Assign(target, e) for (target, _), e in zip(targets, reduced, strict=True)]
     return tuple(lines)
 
 

@@ -17,8 +17,16 @@ from .codegen import DIALECTS, dtype_name, render_source
 from .codegen.kernels import backward_name, forward_name
 from .neuron import Neuron
 
-__all__ = ["register", "run", "forward_op", "backward_op", "forward_impl", "backward_impl",
-           "compute_dtype", "accum_dtype"]
+__all__ = [
+    "register",
+    "run",
+    "forward_op",
+    "backward_op",
+    "forward_impl",
+    "backward_impl",
+    "compute_dtype",
+    "accum_dtype",
+]
 
 _NEURONS: dict[str, Neuron] = {}
 _COMPUTE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
@@ -82,8 +90,14 @@ def _lanes(backend: str, tensors: list[torch.Tensor | None], n: int) -> int:
     return lanes
 
 
-def _launch(backend: str, module: Any, name: str, args: list[runtime.Arg], threads: int,
-            device: torch.device) -> None:
+def _launch(
+    backend: str,
+    module: Any,
+    name: str,
+    args: list[runtime.Arg],
+    threads: int,
+    device: torch.device,
+) -> None:
     if backend == "cuda":
         from .runtime import cuda
 
@@ -116,14 +130,24 @@ def forward_impl(
     neuron = _NEURONS[key]
     t_len, n = x_seq.shape
     spike = torch.empty_like(x_seq)
-    v_out = torch.empty((t_len if v_mode == "seq" else 1, n), dtype=x_seq.dtype, device=x_seq.device)
+    v_out = torch.empty(
+        (t_len if v_mode == "seq" else 1, n), dtype=x_seq.dtype, device=x_seq.device
+    )
     h_seq = torch.empty((t_len, n) if store_h else (0,), dtype=x_seq.dtype, device=x_seq.device)
     if n == 0:
         return spike, v_out, h_seq
     pointers, strides = _param_args(params)
-    args = [runtime.ptr(x_seq), runtime.ptr(v_init), *pointers, runtime.ptr(spike),
-            runtime.ptr(h_seq if store_h else None), runtime.ptr(v_out), *strides,
-            runtime.i32(t_len), runtime.i64(n)]
+    args = [
+        runtime.ptr(x_seq),
+        runtime.ptr(v_init),
+        *pointers,
+        runtime.ptr(spike),
+        runtime.ptr(h_seq if store_h else None),
+        runtime.ptr(v_out),
+        *strides,
+        runtime.i32(t_len),
+        runtime.i64(n),
+    ]
     lanes = _lanes(backend, [x_seq, spike, h_seq, v_out], n)
     name = forward_name(neuron.spec(), store_h, v_mode, lanes)
     _launch(backend, _module(neuron, backend, x_seq, name), name, args, n // lanes, x_seq.device)
@@ -145,7 +169,7 @@ def forward_op(
 
 
 @forward_op.register_fake
-def _(key, backend, x_seq, v_init, params, store_h, v_mode):  # type: ignore[no-untyped-def]
+def _(key, backend, x_seq, v_init, params, store_h, v_mode):
     t_len, n = x_seq.shape
     v_rows = t_len if v_mode == "seq" else 1
     h_shape = (t_len, n) if store_h else (0,)
@@ -175,11 +199,21 @@ def backward_impl(
         return grad_x, grad_v_init, grad_params
     pointers, strides = _param_args(params)
     spike_scalar = grad_spike.numel() > 1 and all(st == 0 for st in grad_spike.stride())
-    args = [runtime.ptr(grad_spike), runtime.ptr(grad_v), runtime.ptr(h_seq), runtime.ptr(x_seq),
-            runtime.ptr(v_init), *pointers, runtime.ptr(grad_x),
-            runtime.ptr(None if v_init is None else grad_v_init),
-            *[runtime.ptr(grad_params[j]) for j in range(learnable)], *strides,
-            runtime.i32(int(spike_scalar)), runtime.i32(t_len), runtime.i64(n)]
+    args = [
+        runtime.ptr(grad_spike),
+        runtime.ptr(grad_v),
+        runtime.ptr(h_seq),
+        runtime.ptr(x_seq),
+        runtime.ptr(v_init),
+        *pointers,
+        runtime.ptr(grad_x),
+        runtime.ptr(None if v_init is None else grad_v_init),
+        *[runtime.ptr(grad_params[j]) for j in range(learnable)],
+        *strides,
+        runtime.i32(int(spike_scalar)),
+        runtime.i32(t_len),
+        runtime.i64(n),
+    ]
     lanes = _lanes(backend, [h_seq, grad_x, x_seq, grad_v, None if spike_scalar else grad_spike], n)
     name = backward_name(neuron.spec(), grad_v_mode, lanes)
     _launch(backend, _module(neuron, backend, h_seq, name), name, args, n // lanes, h_seq.device)
@@ -199,11 +233,13 @@ def backward_op(
     params: list[torch.Tensor],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward as a custom op (see :func:`backward_impl`)."""
-    return backward_impl(key, backend, grad_spike, grad_v, grad_v_mode, h_seq, x_seq, v_init, params)
+    return backward_impl(
+        key, backend, grad_spike, grad_v, grad_v_mode, h_seq, x_seq, v_init, params
+    )
 
 
 @backward_op.register_fake
-def _(key, backend, grad_spike, grad_v, grad_v_mode, h_seq, x_seq, v_init, params):  # type: ignore[no-untyped-def]
+def _(key, backend, grad_spike, grad_v, grad_v_mode, h_seq, x_seq, v_init, params):
     learnable = len(_NEURONS[key].learnable)
     acc = accum_dtype(h_seq.dtype)
     grad_params = h_seq.new_empty((learnable, h_seq.shape[1]), dtype=acc)
@@ -211,9 +247,16 @@ def _(key, backend, grad_spike, grad_v, grad_v_mode, h_seq, x_seq, v_init, param
     return h_seq.new_empty(h_seq.shape), grad_v_init, grad_params
 
 
-def _save(ctx: Any, key: str, backend: str, v_mode: str, x_seq: torch.Tensor,
-          v_init: torch.Tensor | None, params: list[torch.Tensor] | tuple[torch.Tensor, ...],
-          h_seq: torch.Tensor) -> None:
+def _save(
+    ctx: Any,
+    key: str,
+    backend: str,
+    v_mode: str,
+    x_seq: torch.Tensor,
+    v_init: torch.Tensor | None,
+    params: list[torch.Tensor] | tuple[torch.Tensor, ...],
+    h_seq: torch.Tensor,
+) -> None:
     """Keep for backward: H, v_init, X only when a partial needs it, and the params."""
     ctx.key, ctx.backend, ctx.v_mode = key, backend, v_mode
     ctx.n_params = len(params)
@@ -271,8 +314,15 @@ class _EagerBinding(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, key: str, backend: str, x_seq: torch.Tensor, v_init: torch.Tensor | None,
-                v_mode: str, *params: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(
+        ctx: Any,
+        key: str,
+        backend: str,
+        x_seq: torch.Tensor,
+        v_init: torch.Tensor | None,
+        v_mode: str,
+        *params: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
         out = forward_impl(key, backend, x_seq, v_init, list(params), True, v_mode)
         _save(ctx, key, backend, v_mode, x_seq, v_init, params, out[2])
         return out
@@ -283,14 +333,21 @@ class _EagerBinding(torch.autograd.Function):
         return None, None, grad_x, grad_v_init, None, *grads
 
 
-def run(key: str, backend: str, x_seq: torch.Tensor, v_init: torch.Tensor | None,
-        params: list[torch.Tensor], store_h: bool, v_mode: str) -> tuple[torch.Tensor, ...]:
+def run(
+    key: str,
+    backend: str,
+    x_seq: torch.Tensor,
+    v_init: torch.Tensor | None,
+    params: list[torch.Tensor],
+    store_h: bool,
+    v_mode: str,
+) -> tuple[torch.Tensor, ...]:
     """Forward with autograd: the custom op when compiling, else the eager binding."""
     if torch.compiler.is_compiling():
-        return forward_op(key, backend, x_seq, v_init, params, store_h, v_mode)  # type: ignore[no-any-return]
+        return forward_op(key, backend, x_seq, v_init, params, store_h, v_mode)
     if not store_h:
         return forward_impl(key, backend, x_seq, v_init, params, False, v_mode)
-    return _EagerBinding.apply(key, backend, x_seq, v_init, v_mode, *params)  # type: ignore[no-any-return]
+    return _EagerBinding.apply(key, backend, x_seq, v_init, v_mode, *params)
 
 
 def backends() -> tuple[str, ...]:

@@ -57,7 +57,9 @@ class NeuronLayer(nn.Module):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if step_mode not in _STEP_MODES:
-            raise ValueError(f"step_mode must be 'm' (multi-step) or 's' (single), got {step_mode!r}")
+            raise ValueError(
+                f"step_mode must be 'm' (multi-step) or 's' (single), got {step_mode!r}"
+            )
         self.neuron = neuron
         self.backend = backend
         self.step_mode = step_mode

@@ -13,14 +13,16 @@ from typing import Any
 
 import sympy as sp
 
-from .neuron import V, X, Neuron
+from .neuron import Neuron, V, X
 
 __all__ = ["IF", "LIF", "PLIF", "QIF", "EIF", "ZOO"]
 
 _tau, _w = sp.symbols("tau w", real=True)
 
 
-def _neuron(charge: sp.Expr, params: dict[sp.Symbol, float], name: str, kw: dict[str, Any]) -> Neuron:
+def _neuron(
+    charge: sp.Expr, params: dict[sp.Symbol, float], name: str, kw: dict[str, Any]
+) -> Neuron:
     kw.setdefault("name", name)
     return Neuron(charge, params=params, **kw)
 
@@ -77,7 +79,9 @@ def PLIF(init_tau: float = 2.0, decay_input: bool = True, **kw: Any) -> Neuron:
     return _neuron(charge, {_w: -math.log(init_tau - 1.0)}, "PLIF", kw)
 
 
-def QIF(tau: float = 2.0, v_c: float = 0.8, a0: float = 1.0, v_rest: float = 0.0, **kw: Any) -> Neuron:
+def QIF(
+    tau: float = 2.0, v_c: float = 0.8, a0: float = 1.0, v_rest: float = 0.0, **kw: Any
+) -> Neuron:
     r"""Quadratic integrate-and-fire (SpikingJelly ``QIFNode``; v_reset defaults to −0.1).
 
     .. math:: H[t] = V[t-1] + \frac{X[t] + a_0 (V[t-1] - V_{rest})(V[t-1] - V_c)}{\tau}
@@ -88,8 +92,9 @@ def QIF(tau: float = 2.0, v_c: float = 0.8, a0: float = 1.0, v_rest: float = 0.0
     return _neuron(charge, {_tau: tau, v_c_: v_c, a0_: a0, v_rest_: v_rest}, "QIF", kw)
 
 
-def EIF(tau: float = 2.0, delta_T: float = 1.0, theta_rh: float = 0.8, v_rest: float = 0.0,
-        **kw: Any) -> Neuron:
+def EIF(
+    tau: float = 2.0, delta_T: float = 1.0, theta_rh: float = 0.8, v_rest: float = 0.0, **kw: Any
+) -> Neuron:
     r"""Exponential integrate-and-fire (SpikingJelly ``EIFNode``; v_reset defaults to −0.1).
 
     .. math::

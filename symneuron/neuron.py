@@ -139,7 +139,9 @@ class Neuron:
         self.detach_reset = detach_reset
         self.name = name or "Neuron"
         if not self.name.isidentifier():
-            raise ValueError(f"name must be an identifier (used in kernel names), got {self.name!r}")
+            raise ValueError(
+                f"name must be an identifier (used in kernel names), got {self.name!r}"
+            )
         self._spec: Any = None
         self._key = self._hash()
         from .derive import partials
@@ -164,7 +166,7 @@ class Neuron:
     def _validate_charge(self, charge: Any) -> sp.Expr:
         if isinstance(charge, str) or not isinstance(charge, sp.Expr):
             raise TypeError(f"charge must be a SymPy expression, got {type(charge).__name__}")
-        names = {s.name for s in charge.free_symbols}  # type: ignore[attr-defined]
+        names = {s.name for s in charge.free_symbols}
         unknown = sorted(names - set(self.params) - {"V", "X"})
         if unknown:
             raise ValueError(
@@ -177,7 +179,7 @@ class Neuron:
                     f"The charge does not depend on {needed}; H = f(V, X, params) must use "
                     "both the previous state V and the input X."
                 )
-        canon = {s: self._canonical(s.name) for s in charge.free_symbols}  # type: ignore[attr-defined]
+        canon = {s: self._canonical(s.name) for s in charge.free_symbols}
         expr = charge.xreplace(canon)
         check_expression(expr, "charge")
         return expr
@@ -189,7 +191,7 @@ class Neuron:
         if isinstance(learnable, (str, sp.Symbol)):
             learnable = [learnable]
         out: list[str] = []
-        used = {s.name for s in self.charge.free_symbols}  # type: ignore[attr-defined]
+        used = {s.name for s in self.charge.free_symbols}
         for key in learnable:
             pname = _param_name(key)
             if pname not in self.params:

@@ -16,7 +16,7 @@ import sympy as sp
 import torch
 from sympy.printing.pytorch import TorchPrinter
 
-from .neuron import V, X, Neuron
+from .neuron import Neuron, V, X
 from .surrogate import Surrogate
 from .surrogate import u as U
 
@@ -37,7 +37,7 @@ class _Printer(TorchPrinter):
 
 def _numbers_as_floats(expr: sp.Expr) -> sp.Expr:
     """Constant subexpressions (sqrt(2), exp(-1), pi**2) as floats: torch ops need tensors."""
-    return expr.replace(  # type: ignore[no-any-return]
+    return expr.replace(
         lambda e: isinstance(e, sp.Expr) and e.is_number and not e.is_Number,
         lambda e: sp.Float(e.evalf(20), 20),
     )
@@ -46,7 +46,7 @@ def _numbers_as_floats(expr: sp.Expr) -> sp.Expr:
 def torch_function(args: Sequence[sp.Symbol], expr: sp.Expr) -> Callable[..., torch.Tensor]:
     """``expr`` as a Python function of torch tensors (SymPy's lambdify)."""
     expr = _numbers_as_floats(sp.sympify(expr))
-    return sp.lambdify(list(args), expr, modules=[{"torch": torch}], printer=_Printer)  # type: ignore[no-any-return]
+    return sp.lambdify(list(args), expr, modules=[{"torch": torch}], printer=_Printer)
 
 
 @lru_cache(maxsize=256)

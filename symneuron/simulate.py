@@ -32,9 +32,13 @@ def resolve_backend(backend: str, device: torch.device) -> str:
             return "cuda" if cuda.available() else "torch"
         return "cpu" if device.type == "cpu" and cpu.available() else "torch"
     if backend == "cuda" and device.type != "cuda":
-        raise ValueError(f"backend='cuda' needs CUDA tensors, got x_seq on {device}; move it with .cuda()")
+        raise ValueError(
+            f"backend='cuda' needs CUDA tensors, got x_seq on {device}; move it with .cuda()"
+        )
     if backend == "cpu" and device.type != "cpu":
-        raise ValueError(f"backend='cpu' needs CPU tensors, got x_seq on {device}; use backend='auto'")
+        raise ValueError(
+            f"backend='cpu' needs CPU tensors, got x_seq on {device}; use backend='auto'"
+        )
     return backend
 
 
@@ -49,13 +53,17 @@ def _check_x(x_seq: Any) -> torch.Tensor:
     if x_seq.shape[0] == 0:
         raise ValueError("x_seq has T = 0 time steps; give at least one step.")
     if not x_seq.is_floating_point():
-        raise TypeError(f"x_seq must be a floating-point tensor, got {x_seq.dtype}; use x_seq.float()")
+        raise TypeError(
+            f"x_seq must be a floating-point tensor, got {x_seq.dtype}; use x_seq.float()"
+        )
     return x_seq
 
 
 def _check_tensor(name: str, value: torch.Tensor, x_seq: torch.Tensor, shape: torch.Size) -> None:
     if value.device != x_seq.device:
-        raise ValueError(f"{name} is on {value.device} but x_seq is on {x_seq.device}; move it with .to()")
+        raise ValueError(
+            f"{name} is on {value.device} but x_seq is on {x_seq.device}; move it with .to()"
+        )
     if not value.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got {value.dtype}")
     try:
@@ -74,8 +82,9 @@ def _default_v_init(neuron: Neuron, x_seq: torch.Tensor, shape: torch.Size) -> t
     return torch.full(shape, start, dtype=x_seq.dtype, device=x_seq.device)
 
 
-def _v_init(neuron: Neuron, v_init: Any, x_seq: torch.Tensor,
-            shape: torch.Size) -> torch.Tensor | None:
+def _v_init(
+    neuron: Neuron, v_init: Any, x_seq: torch.Tensor, shape: torch.Size
+) -> torch.Tensor | None:
     """v_init broadcast to ``shape``; None stays None (kernels start from v_reset)."""
     if v_init is None:
         return None
@@ -88,8 +97,9 @@ def _v_init(neuron: Neuron, v_init: Any, x_seq: torch.Tensor,
     return v_init.to(x_seq.dtype).expand(shape)
 
 
-def _param_values(neuron: Neuron, params: Mapping[Any, Any] | None, x_seq: torch.Tensor,
-                  shape: torch.Size) -> dict[str, float | torch.Tensor]:
+def _param_values(
+    neuron: Neuron, params: Mapping[Any, Any] | None, x_seq: torch.Tensor, shape: torch.Size
+) -> dict[str, float | torch.Tensor]:
     values: dict[str, float | torch.Tensor] = dict(neuron.params)
     for key, value in (params or {}).items():
         name = key.name if isinstance(key, sp.Symbol) else key
@@ -128,7 +138,9 @@ def _scalar(value: float, dtype: torch.dtype, device: torch.device) -> torch.Ten
     return tensor
 
 
-def _kernel_param(value: float | torch.Tensor, x_seq: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+def _kernel_param(
+    value: float | torch.Tensor, x_seq: torch.Tensor, shape: torch.Size
+) -> torch.Tensor:
     """A param as an [N] tensor in the compute dtype (stride 0 when scalar)."""
     dtype = compute_dtype(x_seq.dtype)
     n = math.prod(shape)
@@ -202,7 +214,12 @@ def simulate(
     )
     v_flat = None if v0 is None else v0.reshape(n).contiguous()
     spike, v_out, _ = run(
-        register(neuron), backend, x_seq.reshape(t_len, n).contiguous(), v_flat,
-        kernel_params, store_h, "seq" if store_v_seq else "last",
+        register(neuron),
+        backend,
+        x_seq.reshape(t_len, n).contiguous(),
+        v_flat,
+        kernel_params,
+        store_h,
+        "seq" if store_v_seq else "last",
     )
     return spike.view(x_seq.shape), v_out.view(-1, *shape)

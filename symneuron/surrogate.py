@@ -63,7 +63,8 @@ class Surrogate:
             raise TypeError(f"Surrogate x must be a sympy.Symbol, got {type(self.x).__name__}")
         if not isinstance(self.primitive, sp.Expr):
             raise TypeError(
-                f"Surrogate primitive must be a SymPy expression, got {type(self.primitive).__name__}"
+                "Surrogate primitive must be a SymPy expression, "
+                f"got {type(self.primitive).__name__}"
             )
         extra = self.primitive.free_symbols - {self.x}
         if extra:
@@ -120,7 +121,9 @@ def Sigmoid(alpha: float = 4.0) -> Surrogate:
 def ATan(alpha: float = 2.0) -> Surrogate:
     """σ(x) = atan(παx/2)/π + 1/2; σ'(x) = α / (2(1 + (παx/2)²))."""
     a = _positive(alpha, "alpha")
-    return Surrogate(sp.atan(sp.pi / 2 * a * u) / sp.pi + sp.Rational(1, 2), u, f"ATan(alpha={alpha})")
+    return Surrogate(
+        sp.atan(sp.pi / 2 * a * u) / sp.pi + sp.Rational(1, 2), u, f"ATan(alpha={alpha})"
+    )
 
 
 def PiecewiseQuadratic(alpha: float = 1.0) -> Surrogate:

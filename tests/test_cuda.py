@@ -65,11 +65,24 @@ def _compare(neuron: sn.Neuron, dtype: torch.dtype, t_len: int = 8, shape=(3, 33
     params = {n: torch.tensor(neuron.params[n]) + 0.05 for n in neuron.learnable}
     weights = [torch.randn(t_len, *shape, generator=gen).to(dtype) for _ in range(2)]
     half = dtype in (torch.float16, torch.bfloat16)
-    ref = _run(neuron, x.double(), v0.double(), {k: v.double() for k, v in params.items()},
-               [w.double() for w in weights], "reference", dtype if half else None)
+    ref = _run(
+        neuron,
+        x.double(),
+        v0.double(),
+        {k: v.double() for k, v in params.items()},
+        [w.double() for w in weights],
+        "reference",
+        dtype if half else None,
+    )
     pdtype = torch.float32 if half else dtype
-    got = _run(neuron, x.cuda(), v0.cuda(), {k: v.to(pdtype).cuda() for k, v in params.items()},
-               [w.cuda() for w in weights], "cuda")
+    got = _run(
+        neuron,
+        x.cuda(),
+        v0.cuda(),
+        {k: v.to(pdtype).cuda() for k, v in params.items()},
+        [w.cuda() for w in weights],
+        "cuda",
+    )
     assert got[0].dtype == dtype and got[1].dtype == dtype
     spike_frac = float(ref[0].mean())
     assert 0.02 < spike_frac < 0.98, f"degenerate input: spike fraction {spike_frac}"
@@ -80,7 +93,9 @@ def _compare(neuron: sn.Neuron, dtype: torch.dtype, t_len: int = 8, shape=(3, 33
         assert torch.equal(got[0].cpu().double(), ref[0])
     errors = {"v_seq": _relnorm(got[1], ref[1])}
     names = ["x_seq", "v_init", *params]
-    errors.update({f"grad {n}": _relnorm(g, r) for n, g, r in zip(names, got[2], ref[2], strict=True)})
+    errors.update(
+        {f"grad {n}": _relnorm(g, r) for n, g, r in zip(names, got[2], ref[2], strict=True)}
+    )
     if differing > 0:
         bound *= 5  # a flipped spike moves the trajectory by one reset
     bad = {k: e for k, e in errors.items() if not e <= bound}
@@ -92,8 +107,9 @@ def _compare(neuron: sn.Neuron, dtype: torch.dtype, t_len: int = 8, shape=(3, 33
 @pytest.mark.parametrize("detach", [False, True])
 @pytest.mark.parametrize("reset", ["hard", "soft"])
 @pytest.mark.parametrize("name", list(sn.models.ZOO))
-def test_cuda_matches_reference(name: str, reset: str, detach: bool, surrogate: str,
-                                dtype: torch.dtype) -> None:
+def test_cuda_matches_reference(
+    name: str, reset: str, detach: bool, surrogate: str, dtype: torch.dtype
+) -> None:
     _compare(_zoo(name, reset, detach, surrogate), dtype)
 
 
@@ -151,6 +167,6 @@ def test_cuda_graph_capture() -> None:
 
 
 def test_check_on_cuda() -> None:
-    for name, ctor in sn.models.ZOO.items():
+    for ctor in sn.models.ZOO.values():
         report = sn.check(ctor(), backend="cuda", device="cuda")
         assert report.passed, str(report)

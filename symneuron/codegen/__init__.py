@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..derive import KernelSpec
-from .c import C, C_DTYPES
+from .c import C_DTYPES, C
 from .cuda import CUDA, CUDA_DTYPES
 from .kernels import Dialect, DTypeInfo, render
 
@@ -34,7 +34,9 @@ def render_source(
     ``kernel`` restricts it to one exported kernel (what the runtimes compile).
     """
     if backend not in DIALECTS:
-        raise ValueError(f"No generated source for backend {backend!r}; use one of {sorted(DIALECTS)}")
+        raise ValueError(
+            f"No generated source for backend {backend!r}; use one of {sorted(DIALECTS)}"
+        )
     dialect, dtypes = DIALECTS[backend]
     name = dtype_name(dtype)
     if name not in dtypes:

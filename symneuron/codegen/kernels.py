@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from ..derive import GRAD_S, GRAD_V, H, Assign, KernelSpec, grad_symbol
+from ..derive import GRAD_S, GRAD_V, Assign, H, KernelSpec, grad_symbol
 from .printer import KernelPrinter
 
 __all__ = [
@@ -199,7 +199,10 @@ class _Body:
 
     def recompute_v(self) -> list[str]:
         """V[t-1] of this lane: the reset of H[t-1], or v_init at t = 0."""
-        inner = [f"const {self.dt.compute} h_prev = {self.load('hp_v.v[j]')};", *self.fire("h_prev")]
+        inner = [
+            f"const {self.dt.compute} h_prev = {self.load('hp_v.v[j]')};",
+            *self.fire("h_prev"),
+        ]
         inner += self.lines(self.spec.reset, declare_last=False, h="h_prev")
         return [
             f"{self.dt.compute} V;",
@@ -286,17 +289,31 @@ def _strides(body: _Body) -> list[str]:
 
 def _forward_args(body: _Body) -> list[str]:
     st = body.dt.storage
-    tensors = [(st, "x_seq", True), (st, "v_init", True), *_params(body),
-               (st, "spike_seq", False), (st, "h_seq", False), (st, "v_seq", False)]
+    tensors = [
+        (st, "x_seq", True),
+        (st, "v_init", True),
+        *_params(body),
+        (st, "spike_seq", False),
+        (st, "h_seq", False),
+        (st, "v_seq", False),
+    ]
     return _pointer_args(body, tensors) + [*_strides(body), "int T", "long long N"]
 
 
 def _backward_args(body: _Body) -> list[str]:
     st, at = body.dt.storage, body.dt.accum
     learn = [(at, f"grad_{body.pnames[n]}_ptr", False) for n in body.spec.learnable]
-    tensors = [(st, "grad_spike", True), (st, "grad_v_seq", True), (st, "h_seq", True),
-               (st, "x_seq", True), (st, "v_init", True), *_params(body),
-               (st, "grad_x_seq", False), (st, "grad_v_init", False), *learn]
+    tensors = [
+        (st, "grad_spike", True),
+        (st, "grad_v_seq", True),
+        (st, "h_seq", True),
+        (st, "x_seq", True),
+        (st, "v_init", True),
+        *_params(body),
+        (st, "grad_x_seq", False),
+        (st, "grad_v_init", False),
+        *learn,
+    ]
     extra = [*_strides(body), "int grad_spike_scalar", "int T", "long long N"]
     return _pointer_args(body, tensors) + extra
 
@@ -310,20 +327,29 @@ def _arg_names(args: list[str]) -> list[str]:
     return [a.split()[-1] for a in args]
 
 
-def _function(dialect: Dialect, name: str, args: list[str], lines: list[str],
-              lanes: tuple[int, ...]) -> str:
+def _function(
+    dialect: Dialect, name: str, args: list[str], lines: list[str], lanes: tuple[int, ...]
+) -> str:
     """The body as exported kernels, one per lane count (a template on CUDA)."""
     joined = f",\n{_INDENT}".join(args)
-    inner = [*dialect.loop_open.splitlines(), *_indent(lines, 1 if dialect.loop_close else 0),
-             *dialect.loop_close.splitlines()]
+    inner = [
+        *dialect.loop_open.splitlines(),
+        *_indent(lines, 1 if dialect.loop_close else 0),
+        *dialect.loop_close.splitlines(),
+    ]
     text = "\n".join(_indent(inner))
     if not dialect.template:
         return f"void {name}_k1(\n{_INDENT}{joined}) {{\n{text}\n}}\n"
     call = ", ".join(_arg_names(args))
-    out = [f"template <int K>\n__device__ __forceinline__ void {name}(\n{_INDENT}{joined}) {{\n{text}\n}}\n"]
+    out = [
+        "template <int K>\n"
+        f"__device__ __forceinline__ void {name}(\n{_INDENT}{joined}) {{\n{text}\n}}\n"
+    ]
     for k in lanes:
-        out.append(f'extern "C" __global__ void {name}_k{k}(\n{_INDENT}{joined}) {{\n'
-                   f"{_INDENT}{name}<{k}>({call});\n}}\n")
+        out.append(
+            f'extern "C" __global__ void {name}_k{k}(\n{_INDENT}{joined}) {{\n'
+            f"{_INDENT}{name}<{k}>({call});\n}}\n"
+        )
     return "\n".join(out)
 
 
@@ -352,8 +378,11 @@ def render(spec: KernelSpec, dialect: Dialect, dtype: DTypeInfo, only: str | Non
             name = f"{spec.name}_forward_{'h' if store_h else 'n'}_{v_mode}"
             lanes = _selected(name, all_lanes, only)
             if lanes:
-                parts.append(_function(dialect, name, _forward_args(body),
-                                       body.forward(store_h, v_mode), lanes))
+                parts.append(
+                    _function(
+                        dialect, name, _forward_args(body), body.forward(store_h, v_mode), lanes
+                    )
+                )
     for mode in GRAD_V_MODES:
         name = f"{spec.name}_backward_{mode}"
         lanes = _selected(name, all_lanes, only)

@@ -59,8 +59,9 @@ def _build(source: str, target: Path) -> None:
         src = Path(tmp) / "kernel.c"
         src.write_text(source)
         out = Path(tmp) / target.name
-        proc = subprocess.run([cc, *_flags(), str(src), "-o", str(out), "-lm"],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [cc, *_flags(), str(src), "-o", str(out), "-lm"], capture_output=True, text=True
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"C compilation of generated kernels failed:\n{proc.stderr}")
         os.replace(out, target)

@@ -88,13 +88,13 @@ def launch(module: Any, name: str, args: list[Arg], threads: int, device: int) -
     packed = struct.pack("@" + "".join(_FORMAT[a.kind] for a in args), *[a.value for a in args])
     buffer = ctypes.create_string_buffer(packed, len(packed))
     size = ctypes.c_size_t(len(packed))
-    extra = (ctypes.c_void_p * 5)(_PARAM_BUFFER, ctypes.addressof(buffer), _PARAM_SIZE,
-                                  ctypes.addressof(size), _PARAM_END)
+    extra = (ctypes.c_void_p * 5)(
+        _PARAM_BUFFER, ctypes.addressof(buffer), _PARAM_SIZE, ctypes.addressof(size), _PARAM_END
+    )
     grid = (threads + BLOCK - 1) // BLOCK
     stream = torch._C._cuda_getCurrentRawStream(device)
     if device != torch._C._cuda_getDevice():
         with torch.cuda.device(device):
-            driver.launchKernel(fn, grid, 1, 1, BLOCK, 1, 1, 0, stream, 0,
-                                ctypes.addressof(extra))
+            driver.launchKernel(fn, grid, 1, 1, BLOCK, 1, 1, 0, stream, 0, ctypes.addressof(extra))
         return
     driver.launchKernel(fn, grid, 1, 1, BLOCK, 1, 1, 0, stream, 0, ctypes.addressof(extra))
