@@ -160,7 +160,8 @@ def _run(
     loss = (spikes * weights[0].to(spikes.dtype)).sum() + (v_seq * weights[1].to(v_seq.dtype)).sum()
     grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
     out = [spikes.detach(), v_seq.detach()]
-    return out + [torch.zeros_like(v) if g is None else g for g, v in zip(grads, leaves.values(), strict=True)]
+    pairs = zip(grads, leaves.values(), strict=True)
+    return out + [torch.zeros_like(v) if g is None else g for g, v in pairs]
 
 
 def check(
