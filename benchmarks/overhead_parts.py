@@ -44,15 +44,35 @@ def main() -> None:
     def torch_empty() -> None:
         torch.empty(4, 2**14, device="cuda")
 
-    for fn in (
-        sym_train,
-        sym_forward_grad,
-        sym_infer,
-        torch_mul_train,
-        torch_mul_forward,
-        torch_empty,
-    ):
-        print(f"{fn.__name__:20} {per_call(fn):8.1f} us/call")
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):  # type: ignore[no-untyped-def]
+            return a * 2.0
+
+        @staticmethod
+        def backward(ctx, g):  # type: ignore[no-untyped-def]
+            return g * 2.0
+
+    def python_fn_train() -> None:
+        Double.apply(x).sum().backward()
+
+    from symneuron import function as F
+
+    key = F.register(neuron)
+    params = [torch.full((), 2.0, device="cuda").expand(2**14)]
+    _, _, h = F.forward_impl(key, "cuda", x0, None, params, True, "last")
+    g = torch.ones((), device="cuda").expand(4, 2**14)
+
+    def backward_impl_direct() -> None:
+        F.backward_impl(key, "cuda", g, None, "none", h, x0, None, params)
+
+    def forward_impl_direct() -> None:
+        F.forward_impl(key, "cuda", x0, None, params, True, "last")
+
+    fns = [sym_train, sym_forward_grad, sym_infer, torch_mul_train, torch_mul_forward]
+    fns += [torch_empty, python_fn_train, backward_impl_direct, forward_impl_direct]
+    for fn in fns:
+        print(f"{fn.__name__:22} {per_call(fn):8.1f} us/call")
     torch.cuda.synchronize()
     with torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
