@@ -148,12 +148,17 @@ def _run(
     inputs: dict[str, torch.Tensor],
     backend: str | None,
     weights: tuple[torch.Tensor, torch.Tensor],
+    round_h_to: torch.dtype | None = None,
 ) -> list[torch.Tensor]:
     leaves = {k: v.detach().clone().requires_grad_(True) for k, v in inputs.items()}
     params = {n: leaves[n] for n in neuron.learnable}
     if backend is None:
         spikes, v_seq = simulate_reference(
-            neuron, leaves["x_seq"], leaves["v_init"], {**neuron.params, **params}
+            neuron,
+            leaves["x_seq"],
+            leaves["v_init"],
+            {**neuron.params, **params},
+            round_h_to=round_h_to,
         )
     else:
         spikes, v_seq = simulate(neuron, leaves["x_seq"], leaves["v_init"], params, backend=backend)
@@ -189,7 +194,11 @@ def check(
     >>> assert report.passed, str(report)
     """
     device = torch.device(device)
-    gen = torch.Generator().manual_seed(seed if seed is not None else torch.seed())
+    gen = torch.Generator()
+    if seed is None:
+        gen.seed()  # fresh entropy; leaves torch's global RNG alone
+    else:
+        gen.manual_seed(seed)
     backend = resolve_backend(backend, device)
     tol = tolerance if tolerance is not None else _DEFAULT_TOL.get(dtype, 1e-2)
     report = CheckReport(neuron.name, backend, str(dtype).removeprefix("torch."))
@@ -199,7 +208,9 @@ def check(
         torch.randn(T, *shape, generator=gen, dtype=torch.float64).to(device),
         torch.randn(T, *shape, generator=gen, dtype=torch.float64).to(device),
     )
-    reference = _run(neuron, {k: v.double() for k, v in inputs.items()}, None, weights)
+    half = dtype in (torch.float16, torch.bfloat16)
+    double_inputs = {k: v.double() for k, v in inputs.items()}
+    reference = _run(neuron, double_inputs, None, weights, dtype if half else None)
     got = _run(neuron, inputs, backend, weights)
     names = ["spike_seq", "v_seq", *[f"grad {k}" for k in inputs]]
     for name, a, b in zip(names, got, reference, strict=True):

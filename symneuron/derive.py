@@ -18,6 +18,7 @@ elimination and the inputs each step needs. Nothing here prints code.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import sympy as sp
@@ -63,7 +64,8 @@ class KernelSpec:
     name, key : kernel name and definition hash.
     params : all parameter names in kernel-argument order.
     learnable : the parameters that get gradients (a subset of ``params``).
-    param_symbols : name -> SymPy symbol used inside the expressions.
+    param_symbols : name -> SymPy symbol used inside the expressions (``p<i>_<name>``).
+    param_cnames : name -> that symbol's name, a C identifier.
     charge : CSE'd lines computing ``h`` from ``V``, ``X`` and the params.
     threshold : ``v_th`` as an expression in the params.
     surrogate : CSE'd lines computing ``sg`` from ``u = h − v_th``.
@@ -81,6 +83,7 @@ class KernelSpec:
     params: tuple[str, ...]
     learnable: tuple[str, ...]
     param_symbols: dict[str, sp.Symbol]
+    param_cnames: dict[str, str]
     charge: tuple[Assign, ...]
     threshold: sp.Expr
     surrogate: tuple[Assign, ...]
@@ -91,6 +94,16 @@ class KernelSpec:
     soft_reset: bool
     v_start: float
     partials: dict[str, sp.Expr] = field(compare=False)
+
+
+def c_identifier(name: str, index: int) -> str:
+    """The kernel-side name of parameter ``name``: ``p<index>_<name>`` (ASCII).
+
+    Parameters are renamed before derivation, so no user name can clash with the
+    step map's own symbols (h, s, sg, grad_v, CSE temporaries, ...).
+    """
+    clean = re.sub(r"\W", "_", name.encode("ascii", "replace").decode())
+    return f"p{index}_{clean}"
 
 
 def grad_symbol(name: str) -> sp.Symbol:
@@ -116,15 +129,15 @@ def partials(neuron: Neuron) -> dict[str, sp.Expr]:
     return out
 
 
-def step_nodes(neuron: Neuron) -> list[Node]:
-    """The forward step map as nodes in evaluation order."""
+def step_nodes(neuron: Neuron, charge: sp.Expr) -> list[Node]:
+    """The forward step map as nodes in evaluation order (``charge`` with renamed params)."""
     v_th = sp.sympify(neuron.v_threshold)
     if neuron.soft_reset:
         v_new = H - VTH * S
     else:
         v_new = H * (1 - S) + sp.sympify(neuron.v_reset) * S
     return [
-        Node(H, neuron.charge),
+        Node(H, charge),
         Node(VTH, v_th),
         Node(S, H - VTH, spike=True),
         Node(sp.Symbol("v_new", real=True), v_new, is_reset=True),
@@ -164,14 +177,20 @@ def transpose(
 def derive(neuron: Neuron) -> KernelSpec:
     """Differentiate ``neuron``'s step map and return its :class:`KernelSpec`."""
     found = partials(neuron)
-    charge_partials = {V: found["dH/dV"], X: found["dH/dX"]}
-    charge_partials.update({neuron.symbols[n]: found[f"dH/d{n}"] for n in neuron.learnable})
-    nodes = step_nodes(neuron)
+    cnames = {n: c_identifier(n, i) for i, n in enumerate(neuron.params)}
+    rename = {neuron.symbols[n]: sp.Symbol(c, real=True) for n, c in cnames.items()}
+    charge = neuron.charge.xreplace(rename)
+    symbol_of = {"V": V, "X": X, **{n: rename[neuron.symbols[n]] for n in neuron.params}}
+    charge_partials = {
+        symbol_of[n]: found[f"dH/d{n}"].xreplace(rename) for n in ["V", "X", *neuron.learnable]
+    }
+    nodes = step_nodes(neuron, charge)
     seeds = {S: GRAD_S, nodes[-1].symbol: GRAD_V}
     adjoint = transpose(nodes, seeds, charge_partials, neuron.detach_reset)
     inputs = ["V", "X", *neuron.learnable]
-    symbol_of = {"V": V, "X": X, **neuron.symbols}
-    targets = [(grad_symbol(n), adjoint.get(symbol_of[n], sp.Integer(0))) for n in inputs]
+    targets = [
+        (grad_symbol(cnames.get(n, n)), adjoint.get(symbol_of[n], sp.Integer(0))) for n in inputs
+    ]
     backward = _cse(targets, "b")
     used = set().union(*(line.expr.free_symbols for line in backward))
     sg = neuron.surrogate.derivative().subs(U_SYMBOL, U)
@@ -180,8 +199,9 @@ def derive(neuron: Neuron) -> KernelSpec:
         key=neuron.key(),
         params=tuple(neuron.params),
         learnable=neuron.learnable,
-        param_symbols=dict(neuron.symbols),
-        charge=_cse([(H, neuron.charge)], "c"),
+        param_symbols={n: rename[neuron.symbols[n]] for n in neuron.params},
+        param_cnames=cnames,
+        charge=_cse([(H, charge)], "c"),
         threshold=nodes[1].expr,
         surrogate=_cse([(SG, sg)], "g"),
         reset=_cse([(V, nodes[-1].expr)], "r"),

@@ -113,9 +113,13 @@ def _positive(value: float, name: str) -> sp.Float:
 
 
 def Sigmoid(alpha: float = 4.0) -> Surrogate:
-    """σ(x) = sigmoid(αx); σ'(x) = α·sigmoid(αx)·(1 − sigmoid(αx))."""
+    """σ(x) = sigmoid(αx); σ'(x) = α·sigmoid(αx)·(1 − sigmoid(αx)).
+
+    Written as (1 + tanh(αx/2))/2, the same function, so that σ' = α(1 − tanh²)/4
+    stays finite for any x (the exp form overflows to inf/inf in float32).
+    """
     a = _positive(alpha, "alpha")
-    return Surrogate(1 / (1 + sp.exp(-a * u)), u, name=f"Sigmoid(alpha={alpha})")
+    return Surrogate((1 + sp.tanh(a * u / 2)) / 2, u, name=f"Sigmoid(alpha={alpha})")
 
 
 def ATan(alpha: float = 2.0) -> Surrogate:

@@ -15,7 +15,6 @@ every variant of the forward and backward kernels for one dtype:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import sympy as sp
@@ -83,11 +82,6 @@ def backward_name(spec: KernelSpec, grad_v_mode: str, lanes: int) -> str:
     return f"{spec.name}_backward_{grad_v_mode}_k{lanes}"
 
 
-def c_identifier(name: str, index: int) -> str:
-    clean = re.sub(r"\W", "_", name.encode("ascii", "replace").decode())
-    return f"p{index}_{clean}"
-
-
 def _indent(lines: list[str], depth: int = 1) -> list[str]:
     return [_INDENT * depth + line if line else line for line in lines]
 
@@ -104,19 +98,14 @@ class _Body:
         self.dt = dtype
         self.dialect = dialect
         self.printer = KernelPrinter(dtype.compute)
-        self.pnames = {n: c_identifier(n, i) for i, n in enumerate(spec.params)}
-        self.rename: dict[sp.Symbol, sp.Symbol] = {
-            spec.param_symbols[n]: sp.Symbol(c, real=True) for n, c in self.pnames.items()
-        }
-        for n in spec.learnable:
-            self.rename[grad_symbol(n)] = sp.Symbol(f"grad_{self.pnames[n]}", real=True)
+        self.pnames = dict(spec.param_cnames)
 
     @property
     def vec(self) -> str:
         return self.dialect.vector.format(st=self.dt.storage)
 
     def expr(self, e: sp.Expr) -> str:
-        return str(self.printer.doprint(sp.sympify(e).xreplace(self.rename)))
+        return str(self.printer.doprint(sp.sympify(e)))
 
     def lines(
         self, assigns: tuple[Assign, ...], declare_last: bool = True, h: str = "h"
@@ -124,7 +113,7 @@ class _Body:
         subs = {H: sp.Symbol(h, real=True)}
         out = []
         for i, line in enumerate(assigns):
-            target = str(line.target.xreplace(self.rename))
+            target = str(line.target)
             last = i == len(assigns) - 1
             decl = f"const {self.dt.compute} " if (declare_last or not last) else ""
             out.append(f"{decl}{target} = {self.expr(line.expr.xreplace(subs))};")
