@@ -54,9 +54,9 @@ CUDA_DTYPES = {
     "float32": DTypeInfo("float32", "float", "float", "float", lanes=4),
     "float64": DTypeInfo("float64", "double", "double", "double", lanes=2),
     "float16": DTypeInfo(
-        "float16", "unsigned short", "float", "float", "sn_h2f({})", "sn_f2h({})", lanes=8
+        "float16", "unsigned short", "float", "float", "sn_h2f({})", "sn_f2h({})", lanes=4
     ),
     "bfloat16": DTypeInfo(
-        "bfloat16", "unsigned short", "float", "float", "sn_b2f({})", "sn_f2b({})", lanes=8
+        "bfloat16", "unsigned short", "float", "float", "sn_b2f({})", "sn_f2b({})", lanes=4
     ),
 }

@@ -32,6 +32,8 @@ __all__ = [
     "GRAD_V_MODES",
 ]
 
+#: Unroll factor of the loop over t: lets the compiler issue later steps' loads early.
+T_UNROLL = "(K == 1 ? 8 : 4)"
 V_MODES = ("seq", "last")
 GRAD_V_MODES = ("none", "seq", "last")
 _INDENT = "    "
@@ -179,7 +181,7 @@ class _Body:
         last = [f"v_seq[i0 + j] = {self.store('V_l[j]')};"]
         return [
             *self.lane_state(),
-            "#pragma unroll (K == 1 ? 8 : 4)",
+            f"#pragma unroll {T_UNROLL}",
             "for (int t = 0; t < T; ++t) {",
             *_indent(step),
             "}",
@@ -219,7 +221,7 @@ class _Body:
         if spec.needs_x:
             out.append(self.load_vec("x_v", "x_seq"))
         out += [f"{vec} gs_v;", "if (grad_spike_scalar) {"]
-        out += _indent(_lane_loop(["gs_v.v[j] = grad_spike[0];"]))
+        out += _indent(_lane_loop(["gs_v.v[j] = gs_scalar;"]))
         out += ["} else {", f"{_INDENT}gs_v = *(const {vec}*)(grad_spike + k);", "}"]
         if grad_v_mode == "seq":
             out.append(self.load_vec("gv_v", "grad_v_seq"))
@@ -259,8 +261,9 @@ class _Body:
             f"{ct} carry_l[K];",
             *[f"{at} acc_{c}[K];" for c in learn],
             *_lane_loop(init),
+            f"const {self.dt.storage} gs_scalar = grad_spike_scalar ? grad_spike[0] : 0;",
             *([first_h] if spec.needs_v else []),
-            "#pragma unroll (K == 1 ? 8 : 4)",
+            f"#pragma unroll {T_UNROLL}",
             "for (int t = T - 1; t >= 0; --t) {",
             *_indent(step),
             "}",
