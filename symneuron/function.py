@@ -1,9 +1,13 @@
 """The torch binding: generated kernels as ``torch.library`` custom ops.
 
-``symneuron::forward`` and ``symneuron::backward`` are custom ops (with fake
-implementations, so ``torch.compile`` traces through them); the forward op's
-autograd formula calls the backward op. A neuron reaches the ops through its
-key in a process-wide registry, since op arguments must be plain types.
+:func:`forward_impl` and :func:`backward_impl` allocate outputs and launch the
+generated kernels. ``symneuron::forward`` and ``symneuron::backward`` wrap them
+as custom ops (with fake implementations and an autograd formula, so
+``torch.compile`` traces through them and ``torch.library.opcheck`` passes).
+Eager calls take :class:`_EagerBinding`, one generic ``autograd.Function`` over
+the same two functions and the same save/gradient helpers, which skips the
+custom-op dispatcher's per-call Python layers. A neuron reaches the kernels
+through its key in a process-wide registry, since op arguments must be plain types.
 """
 
 from __future__ import annotations
@@ -348,12 +352,3 @@ def run(
     if not store_h:
         return forward_impl(key, backend, x_seq, v_init, params, False, v_mode)
     return _EagerBinding.apply(key, backend, x_seq, v_init, v_mode, *params)
-
-
-def backends() -> tuple[str, ...]:
-    """Backends that print generated source (``torch`` needs none)."""
-    return tuple(DIALECTS)
-
-
-def storage_name(dtype: torch.dtype) -> str:
-    return dtype_name(dtype)

@@ -14,6 +14,7 @@ its torch backend by default. Either works here.
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import zlib
 from collections.abc import Callable
@@ -23,6 +24,8 @@ from typing import Any
 import pytest
 import torch
 
+if os.environ.get("CI"):
+    import spikingjelly  # noqa: F401  (CI installs it: this check must run there, not skip)
 pytest.importorskip("spikingjelly")
 from spikingjelly.activation_based import neuron as sj_neuron  # noqa: E402
 from spikingjelly.activation_based import surrogate as sj_surrogate  # noqa: E402

@@ -70,11 +70,6 @@ def _function(module: Any, name: str) -> int:
     return handle
 
 
-def registers(module: Any, name: str) -> int:
-    """Registers per thread of a compiled kernel (for tuning notes)."""
-    return int(module.get_function(name).num_regs)
-
-
 def launch(module: Any, name: str, args: list[Arg], threads: int, device: int) -> None:
     """Launch kernel ``name`` with ``threads`` threads on torch's current stream.
 
