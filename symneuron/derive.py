@@ -74,7 +74,8 @@ class KernelSpec:
         ``grad_<θ>`` from ``h, s, sg, V, X``, the params, ``grad_s`` (∂L/∂S[t]) and
         ``grad_v`` (total dL/dV[t]).
     needs_v, needs_x : whether the backward step reads V[t−1] and X[t].
-    v_start : V[0] when no ``v_init`` is given (v_reset, or 0 under soft reset).
+    v_start : V[0] when no ``v_init`` is given (a numeric v_reset, else 0; a
+        v_reset that is an expression in the params always comes as a v_init tensor).
     partials : the derived partials of the charge, by readable name.
     """
 
@@ -129,13 +130,14 @@ def partials(neuron: Neuron) -> dict[str, sp.Expr]:
     return out
 
 
-def step_nodes(neuron: Neuron, charge: sp.Expr) -> list[Node]:
-    """The forward step map as nodes in evaluation order (``charge`` with renamed params)."""
-    v_th = sp.sympify(neuron.v_threshold)
-    if neuron.soft_reset:
+def step_nodes(neuron: Neuron, rename: dict[sp.Symbol, sp.Symbol]) -> list[Node]:
+    """The forward step map as nodes in evaluation order, params renamed by ``rename``."""
+    charge = neuron.charge.xreplace(rename)
+    v_th = sp.sympify(neuron.v_threshold).xreplace(rename)
+    if neuron.v_reset is None:
         v_new = H - VTH * S
     else:
-        v_new = H * (1 - S) + sp.sympify(neuron.v_reset) * S
+        v_new = H * (1 - S) + sp.sympify(neuron.v_reset).xreplace(rename) * S
     return [
         Node(H, charge),
         Node(VTH, v_th),
@@ -179,12 +181,12 @@ def derive(neuron: Neuron) -> KernelSpec:
     found = partials(neuron)
     cnames = {n: c_identifier(n, i) for i, n in enumerate(neuron.params)}
     rename = {neuron.symbols[n]: sp.Symbol(c, real=True) for n, c in cnames.items()}
-    charge = neuron.charge.xreplace(rename)
     symbol_of = {"V": V, "X": X, **{n: rename[neuron.symbols[n]] for n in neuron.params}}
     charge_partials = {
         symbol_of[n]: found[f"dH/d{n}"].xreplace(rename) for n in ["V", "X", *neuron.learnable]
     }
-    nodes = step_nodes(neuron, charge)
+    nodes = step_nodes(neuron, rename)
+    charge = nodes[0].expr
     seeds = {S: GRAD_S, nodes[-1].symbol: GRAD_V}
     adjoint = transpose(nodes, seeds, charge_partials, neuron.detach_reset)
     inputs = ["V", "X", *neuron.learnable]
@@ -209,6 +211,6 @@ def derive(neuron: Neuron) -> KernelSpec:
         needs_v=V in used,
         needs_x=X in used,
         soft_reset=neuron.soft_reset,
-        v_start=0.0 if neuron.v_reset is None else neuron.v_reset,
+        v_start=neuron.v_reset if isinstance(neuron.v_reset, float) else 0.0,
         partials=found,
     )

@@ -15,7 +15,7 @@ import sympy as sp
 
 from .neuron import Neuron, V, X
 
-__all__ = ["IF", "LIF", "PLIF", "QIF", "EIF", "ZOO"]
+__all__ = ["IF", "LIF", "PLIF", "QIF", "EIF", "ThresholdLIF", "ZOO"]
 
 _tau, _w = sp.symbols("tau w", real=True)
 
@@ -27,10 +27,18 @@ def _neuron(
     return Neuron(charge, params=params, **kw)
 
 
-def _leak_target(kw: dict[str, Any]) -> float:
+def _leak_target(kw: dict[str, Any]) -> float | sp.Expr:
     """SpikingJelly leaks toward v_reset under hard reset and toward 0 under soft."""
     v_reset = kw.get("v_reset", 0.0)
-    return 0.0 if v_reset is None else float(v_reset)
+    if v_reset is None:
+        return 0.0
+    return v_reset if isinstance(v_reset, sp.Expr) else float(v_reset)
+
+
+def _lif_charge(decay_input: bool, target: float | sp.Expr) -> sp.Expr:
+    if decay_input:
+        return V + (X - (V - target)) / _tau
+    return V - (V - target) / _tau + X
 
 
 def IF(**kw: Any) -> Neuron:
@@ -52,12 +60,26 @@ def LIF(tau: float = 2.0, decay_input: bool = True, **kw: Any) -> Neuron:
     with :math:`V_{reset}` replaced by 0 under soft reset. Pass
     ``learnable=["tau"]`` to learn τ.
     """
-    target = _leak_target(kw)
-    if decay_input:
-        charge = V + (X - (V - target)) / _tau
-    else:
-        charge = V - (V - target) / _tau + X
-    return _neuron(charge, {_tau: tau}, "LIF", kw)
+    return _neuron(_lif_charge(decay_input, _leak_target(kw)), {_tau: tau}, "LIF", kw)
+
+
+def ThresholdLIF(
+    tau: float = 2.0, v_threshold: float = 1.0, decay_input: bool = True, **kw: Any
+) -> Neuron:
+    r"""LIF whose firing threshold θ is a learnable parameter (initialised to ``v_threshold``).
+
+    .. math::
+        H[t] = V[t-1] + \frac{X[t] - (V[t-1] - V_{reset})}{\tau}, \qquad
+        S[t] = \Theta(H[t] - \theta)
+
+    (``decay_input=False`` as in :func:`LIF`). dL/dθ collects −σ'(H − θ) from every
+    spike and, under soft reset, −S from every reset.
+    """
+    theta = sp.Symbol("theta", real=True)
+    kw.setdefault("learnable", ["theta"])
+    charge = _lif_charge(decay_input, _leak_target(kw))
+    params = {_tau: tau, theta: v_threshold}
+    return _neuron(charge, params, "ThresholdLIF", {**kw, "v_threshold": theta})
 
 
 def PLIF(init_tau: float = 2.0, decay_input: bool = True, **kw: Any) -> Neuron:
@@ -109,4 +131,4 @@ def EIF(
 
 
 #: name -> constructor, for tests and benchmarks.
-ZOO = {"IF": IF, "LIF": LIF, "PLIF": PLIF, "QIF": QIF, "EIF": EIF}
+ZOO = {"IF": IF, "LIF": LIF, "PLIF": PLIF, "QIF": QIF, "EIF": EIF, "ThresholdLIF": ThresholdLIF}

@@ -76,6 +76,10 @@ def check_expression(expr: sp.Expr, what: str) -> None:
     _check_real(expr, what)
 
 
+def _level_key(level: float | sp.Expr | None) -> str:
+    return sp.srepr(level) if isinstance(level, sp.Expr) else repr(level)
+
+
 class Neuron:
     """A spiking neuron defined by its charge function H = f(V, X; θ).
 
@@ -89,10 +93,12 @@ class Neuron:
         Each parameter symbol (or its name) to its default value.
     learnable : iterable, optional
         Parameters (symbols or names) that receive gradients.
-    v_threshold : float
-        Firing threshold: S = Θ(H − v_threshold), with Θ(0) = 1.
-    v_reset : float or None
-        Hard reset value; ``None`` selects the soft reset V = H − v_threshold·S.
+    v_threshold : float or sympy.Expr
+        Firing threshold: S = Θ(H − v_threshold), with Θ(0) = 1. An expression in the
+        params (e.g. a param symbol listed in ``learnable``) makes it learnable.
+    v_reset : float, sympy.Expr or None
+        Hard reset value (a number or an expression in the params); ``None``
+        selects the soft reset V = H − v_threshold·S.
     surrogate : Surrogate
         Surrogate whose derivative stands in for dΘ/du in the backward pass.
     detach_reset : bool
@@ -115,8 +121,8 @@ class Neuron:
         *,
         params: Mapping[Any, float] | None = None,
         learnable: Iterable[Any] = (),
-        v_threshold: float = 1.0,
-        v_reset: float | None = 0.0,
+        v_threshold: float | sp.Expr = 1.0,
+        v_reset: float | sp.Expr | None = 0.0,
         surrogate: _surrogate.Surrogate | None = None,
         detach_reset: bool = False,
         name: str | None = None,
@@ -124,9 +130,11 @@ class Neuron:
         self.params: dict[str, float] = self._validate_params(params or {})
         self.symbols: dict[str, sp.Symbol] = {n: sp.Symbol(n, real=True) for n in self.params}
         self.charge: sp.Expr = self._validate_charge(charge)
+        self.v_threshold: float | sp.Expr = self._validate_level(v_threshold, "v_threshold")
+        self.v_reset: float | sp.Expr | None = (
+            None if v_reset is None else self._validate_level(v_reset, "v_reset")
+        )
         self.learnable: tuple[str, ...] = self._validate_learnable(learnable)
-        self.v_threshold = _finite_float(v_threshold, "v_threshold")
-        self.v_reset = None if v_reset is None else _finite_float(v_reset, "v_reset")
         if surrogate is None:
             surrogate = _surrogate.Sigmoid(alpha=4.0)
         if not isinstance(surrogate, _surrogate.Surrogate):
@@ -184,6 +192,23 @@ class Neuron:
         check_expression(expr, "charge")
         return expr
 
+    def _validate_level(self, value: Any, what: str) -> float | sp.Expr:
+        """A threshold or reset level: a finite number, or an expression in the params."""
+        if not isinstance(value, sp.Basic) or value.is_number:
+            return _finite_float(value, what)
+        if not isinstance(value, sp.Expr):
+            raise TypeError(f"{what} must be a number or a SymPy expression, got {value!r}")
+        names = {s.name for s in value.free_symbols}
+        unknown = sorted(names - set(self.params))
+        if unknown:
+            raise ValueError(
+                f"{what} uses {unknown}, which are not params; a threshold or reset level may "
+                "use only parameters (give each a default in params={...})."
+            )
+        expr = value.xreplace({s: self.symbols[s.name] for s in value.free_symbols})
+        check_expression(expr, what)
+        return expr
+
     def _canonical(self, name: str) -> sp.Symbol:
         return {"V": V, "X": X}.get(name) or self.symbols[name]
 
@@ -192,6 +217,9 @@ class Neuron:
             learnable = [learnable]
         out: list[str] = []
         used = {s.name for s in self.charge.free_symbols}
+        for level in (self.v_threshold, self.v_reset):
+            if isinstance(level, sp.Expr):
+                used |= {s.name for s in level.free_symbols}
         for key in learnable:
             pname = _param_name(key)
             if pname not in self.params:
@@ -200,8 +228,9 @@ class Neuron:
                 )
             if pname not in used:
                 raise ValueError(
-                    f"Learnable parameter {pname!r} does not appear in the charge, so it "
-                    "would never get a gradient; remove it from learnable."
+                    f"Learnable parameter {pname!r} does not appear in the charge (or the "
+                    "threshold or reset), so it would never get a gradient; remove it from "
+                    "learnable."
                 )
             if pname not in out:
                 out.append(pname)
@@ -240,8 +269,8 @@ class Neuron:
                 sp.srepr(self.charge),
                 sorted(self.params.items()),
                 self.learnable,
-                self.v_threshold,
-                self.v_reset,
+                _level_key(self.v_threshold),
+                _level_key(self.v_reset),
                 sp.srepr(self.surrogate.derivative()),
                 self.detach_reset,
                 self.name,

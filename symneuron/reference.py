@@ -20,7 +20,7 @@ from .neuron import Neuron, V, X
 from .surrogate import Surrogate
 from .surrogate import u as U
 
-__all__ = ["torch_function", "spike", "simulate_reference"]
+__all__ = ["torch_function", "spike", "level_value", "simulate_reference"]
 
 
 class _Printer(TorchPrinter):
@@ -62,7 +62,7 @@ def spike(u: torch.Tensor, surrogate: Surrogate) -> torch.Tensor:
     return (u >= 0).to(u.dtype) + (primitive - primitive.detach())
 
 
-def _as_tensor(value: float | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+def as_tensor(value: float | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value.to(like.dtype)
     return torch.as_tensor(value, dtype=like.dtype, device=like.device)
@@ -73,6 +73,16 @@ def _round_through(h: torch.Tensor, storage: torch.dtype | None) -> torch.Tensor
     if storage is None or storage == h.dtype:
         return h
     return h + (h.detach().to(storage).to(h.dtype) - h.detach())
+
+
+def level_value(
+    neuron: Neuron, level: float | sp.Expr, theta: list[torch.Tensor], like: torch.Tensor
+) -> float | torch.Tensor:
+    """A threshold or reset level: the number, or its expression at the param values."""
+    if not isinstance(level, sp.Expr):
+        return level
+    fn = torch_function([neuron.symbols[n] for n in neuron.params], level)
+    return as_tensor(fn(*theta), like)
 
 
 def simulate_reference(
@@ -92,18 +102,19 @@ def simulate_reference(
     """
     names = list(neuron.params)
     charge = torch_function([V, X, *[neuron.symbols[n] for n in names]], neuron.charge)
-    theta = [_as_tensor(params[n], x_seq) for n in names]
-    v_th = neuron.v_threshold
+    theta = [as_tensor(params[n], x_seq) for n in names]
+    v_th = level_value(neuron, neuron.v_threshold, theta, x_seq)
+    v_reset = None if neuron.v_reset is None else level_value(neuron, neuron.v_reset, theta, x_seq)
     v = v_init
     spikes, vs = [], []
     for t in range(x_seq.shape[0]):
-        h = _round_through(_as_tensor(charge(v, x_seq[t], *theta), x_seq), round_h_to)
+        h = _round_through(as_tensor(charge(v, x_seq[t], *theta), x_seq), round_h_to)
         s = spike(h - v_th, neuron.surrogate)
         s_reset = s.detach() if neuron.detach_reset else s
-        if neuron.v_reset is None:
+        if v_reset is None:
             v = h - v_th * s_reset
         else:
-            v = h * (1 - s_reset) + neuron.v_reset * s_reset
+            v = h * (1 - s_reset) + v_reset * s_reset
         spikes.append(s)
         vs.append(v)
     v_seq = torch.stack(vs) if store_v_seq else v.unsqueeze(0)

@@ -11,7 +11,7 @@ import torch
 
 from .function import compute_dtype, register, run
 from .neuron import Neuron
-from .reference import simulate_reference
+from .reference import as_tensor, level_value, simulate_reference
 from .runtime import cpu, cuda
 
 __all__ = ["simulate", "resolve_backend", "BACKENDS"]
@@ -77,9 +77,16 @@ def _check_tensor(name: str, value: torch.Tensor, x_seq: torch.Tensor, shape: to
         )
 
 
-def _default_v_init(neuron: Neuron, x_seq: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    start = 0.0 if neuron.v_reset is None else neuron.v_reset
-    return torch.full(shape, start, dtype=x_seq.dtype, device=x_seq.device)
+def _default_v_init(
+    neuron: Neuron, x_seq: torch.Tensor, shape: torch.Size, values: dict[str, Any]
+) -> torch.Tensor:
+    """V[0] = v_reset (0 under soft reset); a param-valued v_reset keeps its gradient."""
+    if neuron.v_reset is None or isinstance(neuron.v_reset, float):
+        start = 0.0 if neuron.v_reset is None else neuron.v_reset
+        return torch.full(shape, start, dtype=x_seq.dtype, device=x_seq.device)
+    theta = [as_tensor(values[n], x_seq) for n in neuron.params]
+    level = level_value(neuron, neuron.v_reset, theta, x_seq)
+    return torch.as_tensor(level).to(x_seq.dtype).expand(shape)
 
 
 def _v_init(
@@ -203,8 +210,10 @@ def simulate(
         )
     if backend == "torch":
         if v0 is None:
-            v0 = _default_v_init(neuron, x_seq, shape)
+            v0 = _default_v_init(neuron, x_seq, shape, values)
         return simulate_reference(neuron, x_seq, v0, values, store_v_seq=store_v_seq)
+    if v0 is None and isinstance(neuron.v_reset, sp.Expr):
+        v0 = _default_v_init(neuron, x_seq, shape, values)
     t_len, n = x_seq.shape[0], math.prod(shape)
     kernel_params = [_kernel_param(values[name], x_seq, shape) for name in neuron.params]
     store_h = torch.is_grad_enabled() and (

@@ -27,6 +27,7 @@ MODELS: dict[str, Callable[..., sn.Neuron]] = {
     "PLIF": sn.models.PLIF,
     "QIF": sn.models.QIF,
     "EIF": sn.models.EIF,
+    "ThresholdLIF": sn.models.ThresholdLIF,
 }
 assert set(sn.models.ZOO) <= {name.split("-")[0] for name in MODELS}, "a zoo model is untested"
 

@@ -29,6 +29,7 @@ LEARNABLE = {
     "PLIF": {"w": (-1.0, 1.0)},
     "QIF": {"tau": (1.5, 4.0), "a0": (0.5, 1.5), "v_c": (0.5, 1.0)},
     "EIF": {"tau": (1.5, 4.0), "delta_T": (0.7, 1.3), "theta_rh": (0.6, 1.0)},
+    "ThresholdLIF": {"tau": (1.5, 4.0), "theta": (0.7, 1.3)},
 }
 #: EIF and QIF run away above threshold; keep their inputs smaller.
 INPUT = {"EIF": (0.5, 0.5), "QIF": (0.6, 0.6)}
