@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import sympy as sp
 import torch
 
-from .neuron import Neuron, V, X
+from .derive import partial_definitions
+from .neuron import H, Neuron, V, X
 from .reference import simulate_reference, torch_function
 from .simulate import resolve_backend, simulate
 from .surrogate import u as U
@@ -78,7 +79,9 @@ def _point(neuron: Neuron, n: int, gen: torch.Generator) -> dict[sp.Symbol, torc
     def draw(center: float, spread: float) -> torch.Tensor:
         return center + spread * (2 * torch.rand(n, generator=gen, dtype=torch.float64) - 1)
 
-    point = {V: draw(0.3, 1.0), X: draw(0.5, 1.0)}
+    point = {V: draw(0.3, 1.0), X: draw(0.5, 1.0), H: draw(0.5, 1.0)}
+    for name, state in neuron.states.items():
+        point[neuron.state_symbols[name]] = draw(state.init, 0.5)
     for name, default in neuron.params.items():
         point[neuron.symbols[name]] = draw(default, 0.1 * max(abs(default), 0.1))
     return point
@@ -106,10 +109,11 @@ def check_partials(
 ) -> list[CheckResult]:
     """Each derived partial and σ' against central finite differences."""
     point = _point(neuron, points, gen)
-    wrt = {"dH/dV": V, "dH/dX": X, **{f"dH/d{n}": neuron.symbols[n] for n in neuron.learnable}}
+    definitions = partial_definitions(neuron)
     out = []
     for key, expr in neuron.derivatives().items():
-        fd = _finite_difference(neuron.charge, wrt[key], point)
+        function, wrt = definitions[key]
+        fd = _finite_difference(function, wrt, point)
         out.append(
             CheckResult(f"{key} vs finite diff", _rel_error(_evaluate(expr, point), fd), tol)
         )
@@ -135,6 +139,8 @@ def _inputs(
         return torch.rand(size, generator=gen, dtype=torch.float64).to(device=device)
 
     inputs = {"x_seq": 1.6 * rand(t, *shape) - 0.2, "v_init": 0.6 * rand(*shape) - 0.1}
+    for name, state in neuron.states.items():
+        inputs[f"state {name}"] = state.init + 0.4 * rand(*shape) - 0.2
     for name in neuron.learnable:
         default = neuron.params[name]
         inputs[name] = torch.tensor(default, dtype=torch.float64, device=device) + 0.05 * (
@@ -152,19 +158,27 @@ def _run(
 ) -> list[torch.Tensor]:
     leaves = {k: v.detach().clone().requires_grad_(True) for k, v in inputs.items()}
     params = {n: leaves[n] for n in neuron.learnable}
+    w_init = {n: leaves[f"state {n}"] for n in neuron.states}
     if backend is None:
-        spikes, v_seq = simulate_reference(
+        result = simulate_reference(
             neuron,
             leaves["x_seq"],
             leaves["v_init"],
             {**neuron.params, **params},
             round_h_to=round_h_to,
+            w_init=w_init,
         )
     else:
-        spikes, v_seq = simulate(neuron, leaves["x_seq"], leaves["v_init"], params, backend=backend)
-    loss = (spikes * weights[0].to(spikes.dtype)).sum() + (v_seq * weights[1].to(v_seq.dtype)).sum()
+        result = simulate(
+            neuron, leaves["x_seq"], leaves["v_init"], params, backend=backend, states=w_init
+        )
+    spikes, v_seq, *rest = result
+    state_seqs = list(rest[0].values()) if rest else []
+    loss = (spikes * weights[0].to(spikes.dtype)).sum()
+    for seq in [v_seq, *state_seqs]:
+        loss = loss + (seq * weights[1].to(seq.dtype)).sum()
     grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
-    out = [spikes.detach(), v_seq.detach()]
+    out = [spikes.detach(), v_seq.detach(), *[seq.detach() for seq in state_seqs]]
     pairs = zip(grads, leaves.values(), strict=True)
     return out + [torch.zeros_like(v) if g is None else g for g, v in pairs]
 
@@ -212,7 +226,8 @@ def check(
     double_inputs = {k: v.double() for k, v in inputs.items()}
     reference = _run(neuron, double_inputs, None, weights, dtype if half else None)
     got = _run(neuron, inputs, backend, weights)
-    names = ["spike_seq", "v_seq", *[f"grad {k}" for k in inputs]]
+    names = ["spike_seq", "v_seq", *[f"{w}_seq" for w in neuron.states]]
+    names += [f"grad {k}" for k in inputs]
     for name, a, b in zip(names, got, reference, strict=True):
         report.results.append(CheckResult(f"{name} vs reference", _rel_error(a.double(), b), tol))
     return report

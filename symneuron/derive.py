@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 
 import sympy as sp
 
+from .neuron import H as H_PUBLIC
 from .neuron import Neuron, V, X, check_expression
+from .neuron import S as S_PUBLIC
 from .surrogate import u as U_SYMBOL
 
 __all__ = ["KernelSpec", "Assign", "derive", "H", "S", "SG", "GRAD_S", "GRAD_V"]
@@ -33,6 +35,7 @@ S = sp.Symbol("s", real=True)
 SG = sp.Symbol("sg", real=True)
 U = sp.Symbol("u", real=True)
 VTH = sp.Symbol("v_th", real=True)
+V_NEW = sp.Symbol("v_new", real=True)
 GRAD_S = sp.Symbol("grad_s", real=True)
 GRAD_V = sp.Symbol("grad_v", real=True)
 
@@ -77,6 +80,15 @@ class KernelSpec:
     v_start : V[0] when no ``v_init`` is given (a numeric v_reset, else 0; a
         v_reset that is an expression in the params always comes as a v_init tensor).
     partials : the derived partials of the charge, by readable name.
+    states : names of the extra state variables W_i (empty for single-state neurons).
+        Inside the expressions W_i[t−1] is ``w<i>``, its update W̃_i is ``wt<i>``.
+    state_init : W_i[0] when no initial value is given.
+    updates : CSE'd lines computing each ``wt<i>`` from V, the ``w<i>``, X, h, params.
+    state_resets : CSE'd lines computing the new ``w<i>`` from the ``wt<i>``, s, params.
+    threshold_per_step : the threshold uses the states, so it changes every step.
+    needs_w : whether the backward step needs W[t−1] (recomputed from W̃[t−1], S[t−1]).
+    The backward also computes ``grad_W<i>`` (dL/dW_i[t−1]) from ``grad_w<i>`` (total
+    dL/dW_i[t]).
     """
 
     name: str
@@ -95,6 +107,12 @@ class KernelSpec:
     soft_reset: bool
     v_start: float
     partials: dict[str, sp.Expr] = field(compare=False)
+    states: tuple[str, ...] = ()
+    state_init: tuple[float, ...] = ()
+    updates: tuple[Assign, ...] = ()
+    state_resets: tuple[Assign, ...] = ()
+    threshold_per_step: bool = False
+    needs_w: bool = False
 
 
 def c_identifier(name: str, index: int) -> str:
@@ -120,29 +138,77 @@ def _cse(targets: list[tuple[sp.Symbol, sp.Expr]], prefix: str) -> tuple[Assign,
     return tuple(lines)
 
 
+def partial_definitions(neuron: Neuron) -> dict[str, tuple[sp.Expr, sp.Symbol]]:
+    """Each reported partial as (function, variable), keyed ``'dH/dV'``, ``'dW~/dH'``, ...
+
+    The charge's partials with respect to V, X, every state and every learnable
+    param; each state update's (W̃ = g) with respect to V, X, H, the states and
+    the learnable params it uses.
+    """
+    learn = [neuron.symbols[n] for n in neuron.learnable]
+    states = list(neuron.state_symbols.values())
+    out = {f"dH/d{z}": (neuron.charge, z) for z in [V, X, *states, *learn]}
+    for wname, state in neuron.states.items():
+        update = state.update
+        assert update is not None
+        for z in [V, X, H_PUBLIC, *states, *learn]:
+            if update.has(z):
+                out[f"d{wname}~/d{z}"] = (update, z)
+    return out
+
+
 def partials(neuron: Neuron) -> dict[str, sp.Expr]:
-    """∂f/∂V, ∂f/∂X and ∂f/∂θ for each learnable θ, keyed by readable names."""
-    out = {"dH/dV": sp.diff(neuron.charge, V), "dH/dX": sp.diff(neuron.charge, X)}
-    for name in neuron.learnable:
-        out[f"dH/d{name}"] = sp.diff(neuron.charge, neuron.symbols[name])
+    """The derived partials (see :func:`partial_definitions`), keyed by readable names."""
+    out = {key: sp.diff(f, z) for key, (f, z) in partial_definitions(neuron).items()}
     for key, expr in out.items():
         check_expression(expr, f"derivative {key}")
     return out
 
 
+def state_symbols(k: int) -> tuple[list[sp.Symbol], list[sp.Symbol], list[sp.Symbol]]:
+    """Internal symbols of k extra states: W[t−1] (``w<i>``), W̃ (``wt<i>``), W[t] (``wn<i>``)."""
+    def make(prefix: str) -> list[sp.Symbol]:
+        return [sp.Symbol(f"{prefix}{i}", real=True) for i in range(k)]
+
+    return make("w"), make("wt"), make("wn")
+
+
+def grad_w_seed(i: int) -> sp.Symbol:
+    """Total dL/dW_i[t] (from the future and from the loss), the seed of state ``i``."""
+    return sp.Symbol(f"grad_w{i}", real=True)
+
+
 def step_nodes(neuron: Neuron, rename: dict[sp.Symbol, sp.Symbol]) -> list[Node]:
-    """The forward step map as nodes in evaluation order, params renamed by ``rename``."""
-    charge = neuron.charge.xreplace(rename)
-    v_th = sp.sympify(neuron.v_threshold).xreplace(rename)
+    """The forward step map as nodes in evaluation order, params renamed by ``rename``.
+
+    Order: H, W̃_i, V_th, S, V_new, W_i new (DESIGN.md §3); k = 0 leaves H, V_th, S, V_new.
+    """
+    prev, tilde, new = state_symbols(len(neuron.states))
+    publics = list(neuron.state_symbols.values())
+    as_prev = {**rename, **dict(zip(publics, prev, strict=True))}
+    as_tilde = {**rename, **dict(zip(publics, tilde, strict=True))}
+    charge = neuron.charge.xreplace(as_prev)
+    v_th = sp.sympify(neuron.v_threshold).xreplace(as_tilde)
     if neuron.v_reset is None:
         v_new = H - VTH * S
     else:
         v_new = H * (1 - S) + sp.sympify(neuron.v_reset).xreplace(rename) * S
+    states = list(neuron.states.values())
+    updates = [
+        Node(wt, sp.sympify(st.update).xreplace({**as_prev, H_PUBLIC: H}))
+        for wt, st in zip(tilde, states, strict=True)
+    ]
+    resets = [
+        Node(wn, sp.sympify(st.on_spike).xreplace({**as_tilde, S_PUBLIC: S}), is_reset=True)
+        for wn, st in zip(new, states, strict=True)
+    ]
     return [
         Node(H, charge),
+        *updates,
         Node(VTH, v_th),
         Node(S, H - VTH, spike=True),
-        Node(sp.Symbol("v_new", real=True), v_new, is_reset=True),
+        Node(V_NEW, v_new, is_reset=True),
+        *resets,
     ]
 
 
@@ -179,23 +245,30 @@ def transpose(
 def derive(neuron: Neuron) -> KernelSpec:
     """Differentiate ``neuron``'s step map and return its :class:`KernelSpec`."""
     found = partials(neuron)
+    k = len(neuron.states)
+    prev, tilde, new = state_symbols(k)
     cnames = {n: c_identifier(n, i) for i, n in enumerate(neuron.params)}
     rename = {neuron.symbols[n]: sp.Symbol(c, real=True) for n, c in cnames.items()}
     symbol_of = {"V": V, "X": X, **{n: rename[neuron.symbols[n]] for n in neuron.params}}
+    symbol_of.update(dict(zip(neuron.states, prev, strict=True)))
+    as_internal = {**rename, **dict(zip(neuron.state_symbols.values(), prev, strict=True))}
     charge_partials = {
-        symbol_of[n]: found[f"dH/d{n}"].xreplace(rename) for n in ["V", "X", *neuron.learnable]
+        symbol_of[n]: found[f"dH/d{n}"].xreplace(as_internal)
+        for n in ["V", "X", *neuron.states, *neuron.learnable]
     }
     nodes = step_nodes(neuron, rename)
-    charge = nodes[0].expr
-    seeds = {S: GRAD_S, nodes[-1].symbol: GRAD_V}
+    charge, threshold = nodes[0].expr, nodes[1 + k].expr
+    seeds = {S: GRAD_S, V_NEW: GRAD_V, **{wn: grad_w_seed(i) for i, wn in enumerate(new)}}
     adjoint = transpose(nodes, seeds, charge_partials, neuron.detach_reset)
-    inputs = ["V", "X", *neuron.learnable]
+    inputs = ["V", *neuron.states, "X", *neuron.learnable]
+    grad_names = {"V": "V", "X": "X", **cnames, **{w: f"W{i}" for i, w in enumerate(neuron.states)}}
     targets = [
-        (grad_symbol(cnames.get(n, n)), adjoint.get(symbol_of[n], sp.Integer(0))) for n in inputs
+        (grad_symbol(grad_names[n]), adjoint.get(symbol_of[n], sp.Integer(0))) for n in inputs
     ]
     backward = _cse(targets, "b")
     used = set().union(*(line.expr.free_symbols for line in backward))
     sg = neuron.surrogate.derivative().subs(U_SYMBOL, U)
+    update_nodes, reset_nodes = nodes[1 : 1 + k], nodes[-k:] if k else []
     return KernelSpec(
         name=neuron.name,
         key=neuron.key(),
@@ -204,13 +277,21 @@ def derive(neuron: Neuron) -> KernelSpec:
         param_symbols={n: rename[neuron.symbols[n]] for n in neuron.params},
         param_cnames=cnames,
         charge=_cse([(H, charge)], "c"),
-        threshold=nodes[1].expr,
+        threshold=threshold,
         surrogate=_cse([(SG, sg)], "g"),
-        reset=_cse([(V, nodes[-1].expr)], "r"),
+        reset=_cse([(V, nodes[3 + k].expr)], "r"),
         backward=backward,
         needs_v=V in used,
         needs_x=X in used,
         soft_reset=neuron.soft_reset,
         v_start=neuron.v_reset if isinstance(neuron.v_reset, float) else 0.0,
         partials=found,
+        states=tuple(neuron.states),
+        state_init=tuple(s.init for s in neuron.states.values()),
+        updates=_cse([(n.symbol, n.expr) for n in update_nodes], "a") if k else (),
+        state_resets=(
+            _cse([(w, n.expr) for w, n in zip(prev, reset_nodes, strict=True)], "q") if k else ()
+        ),
+        threshold_per_step=bool(threshold.free_symbols & set(tilde)),
+        needs_w=bool(used & set(prev)),
     )

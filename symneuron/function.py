@@ -118,44 +118,59 @@ def _param_args(params: list[torch.Tensor]) -> tuple[list[runtime.Arg], list[run
     return pointers, strides
 
 
+def _state_outputs(
+    k: int, rows: int, n: int, t_len: int, store_h: bool, like: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(w_out [k, rows, N], wt_seq [k, T, N] or empty) for ``k`` extra states."""
+    w_out = like.new_empty((k, rows, n))
+    wt_seq = like.new_empty((k, t_len, n) if store_h and k else (0,))
+    return w_out, wt_seq
+
+
 def forward_impl(
     key: str,
     backend: str,
     x_seq: torch.Tensor,
     v_init: torch.Tensor | None,
+    w_init: torch.Tensor | None,
     params: list[torch.Tensor],
     store_h: bool,
     v_mode: str,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Forward over ``x_seq`` [T, N]: (spike_seq, v_seq or v_last, h_seq or empty).
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Forward over ``x_seq`` [T, N].
 
-    ``v_init=None`` starts every neuron at the spec's ``v_start`` without a tensor.
+    Returns (spike_seq, v_seq or v_last, h_seq or empty, w_out [k, rows, N],
+    wt_seq [k, T, N] or empty). ``v_init=None`` / ``w_init=None`` start from the
+    spec's ``v_start`` / ``state_init`` without a tensor.
     """
     neuron = _NEURONS[key]
+    k = len(neuron.states)
     t_len, n = x_seq.shape
+    rows = t_len if v_mode == "seq" else 1
     spike = torch.empty_like(x_seq)
-    v_out = torch.empty(
-        (t_len if v_mode == "seq" else 1, n), dtype=x_seq.dtype, device=x_seq.device
-    )
-    h_seq = torch.empty((t_len, n) if store_h else (0,), dtype=x_seq.dtype, device=x_seq.device)
+    v_out = x_seq.new_empty((rows, n))
+    h_seq = x_seq.new_empty((t_len, n) if store_h else (0,))
+    w_out, wt_seq = _state_outputs(k, rows, n, t_len, store_h, x_seq)
     if n == 0:
-        return spike, v_out, h_seq
+        return spike, v_out, h_seq, w_out, wt_seq
     pointers, strides = _param_args(params)
     args = [
         runtime.ptr(x_seq),
         runtime.ptr(v_init),
+        *([runtime.ptr(w_init)] if k else []),
         *pointers,
         runtime.ptr(spike),
         runtime.ptr(h_seq if store_h else None),
         runtime.ptr(v_out),
+        *([runtime.ptr(wt_seq if store_h else None), runtime.ptr(w_out)] if k else []),
         *strides,
         runtime.i32(t_len),
         runtime.i64(n),
     ]
-    lanes = _lanes(backend, [x_seq, spike, h_seq, v_out], n)
+    lanes = _lanes(backend, [x_seq, spike, h_seq, v_out, w_out, wt_seq], n)
     name = forward_name(neuron.spec(), store_h, v_mode, lanes)
     _launch(backend, _module(neuron, backend, x_seq, name), name, args, n // lanes, x_seq.device)
-    return spike, v_out, h_seq
+    return spike, v_out, h_seq, w_out, wt_seq
 
 
 @torch.library.custom_op("symneuron::forward", mutates_args=())
@@ -164,20 +179,29 @@ def forward_op(
     backend: str,
     x_seq: torch.Tensor,
     v_init: torch.Tensor | None,
+    w_init: torch.Tensor | None,
     params: list[torch.Tensor],
     store_h: bool,
     v_mode: str,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The forward as a custom op (see :func:`forward_impl`)."""
-    return forward_impl(key, backend, x_seq, v_init, params, store_h, v_mode)
+    return forward_impl(key, backend, x_seq, v_init, w_init, params, store_h, v_mode)
 
 
 @forward_op.register_fake
-def _(key, backend, x_seq, v_init, params, store_h, v_mode):
+def _(key, backend, x_seq, v_init, w_init, params, store_h, v_mode):
     t_len, n = x_seq.shape
-    v_rows = t_len if v_mode == "seq" else 1
+    rows = t_len if v_mode == "seq" else 1
     h_shape = (t_len, n) if store_h else (0,)
-    return (x_seq.new_empty((t_len, n)), x_seq.new_empty((v_rows, n)), x_seq.new_empty(h_shape))
+    k = len(_NEURONS[key].states)
+    w_out, wt_seq = _state_outputs(k, rows, n, t_len, store_h, x_seq)
+    return (
+        x_seq.new_empty((t_len, n)),
+        x_seq.new_empty((rows, n)),
+        x_seq.new_empty(h_shape),
+        w_out,
+        wt_seq,
+    )
 
 
 def backward_impl(
@@ -185,43 +209,57 @@ def backward_impl(
     backend: str,
     grad_spike: torch.Tensor,
     grad_v: torch.Tensor | None,
+    grad_w: torch.Tensor | None,
     grad_v_mode: str,
     h_seq: torch.Tensor,
+    wt_seq: torch.Tensor,
     x_seq: torch.Tensor | None,
     v_init: torch.Tensor | None,
+    w_init: torch.Tensor | None,
     params: list[torch.Tensor],
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Backward through time: (grad_x [T, N], grad_v_init [N] or empty, grad_params [P, N])."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Backward through time.
+
+    Returns (grad_x [T, N], grad_v_init [N] or empty, grad_w_init [k, N] or empty,
+    grad_params [P, N]). ``grad_v`` and ``grad_w`` are both given or both None
+    (``grad_v_mode`` "none").
+    """
     neuron = _NEURONS[key]
+    k = len(neuron.states)
     t_len, n = h_seq.shape
     grad_x = torch.empty_like(h_seq)
     grad_v_init = h_seq.new_empty((0,) if v_init is None else (n,))
+    grad_w_init = h_seq.new_empty((0,) if w_init is None else (k, n))
     learnable = len(neuron.learnable)
-    acc = accum_dtype(h_seq.dtype)
-    grad_params = torch.empty((learnable, n), dtype=acc, device=h_seq.device)
+    grad_params = h_seq.new_empty((learnable, n), dtype=accum_dtype(h_seq.dtype))
     if n == 0:
-        return grad_x, grad_v_init, grad_params
+        return grad_x, grad_v_init, grad_w_init, grad_params
     pointers, strides = _param_args(params)
     spike_scalar = grad_spike.numel() > 1 and all(st == 0 for st in grad_spike.stride())
     args = [
         runtime.ptr(grad_spike),
         runtime.ptr(grad_v),
+        *([runtime.ptr(grad_w)] if k else []),
         runtime.ptr(h_seq),
+        *([runtime.ptr(wt_seq)] if k else []),
         runtime.ptr(x_seq),
         runtime.ptr(v_init),
+        *([runtime.ptr(w_init)] if k else []),
         *pointers,
         runtime.ptr(grad_x),
         runtime.ptr(None if v_init is None else grad_v_init),
+        *([runtime.ptr(None if w_init is None else grad_w_init)] if k else []),
         *[runtime.ptr(grad_params[j]) for j in range(learnable)],
         *strides,
         runtime.i32(int(spike_scalar)),
         runtime.i32(t_len),
         runtime.i64(n),
     ]
-    lanes = _lanes(backend, [h_seq, grad_x, x_seq, grad_v, None if spike_scalar else grad_spike], n)
+    spike_tensor = None if spike_scalar else grad_spike
+    lanes = _lanes(backend, [h_seq, grad_x, x_seq, grad_v, grad_w, wt_seq, spike_tensor], n)
     name = backward_name(neuron.spec(), grad_v_mode, lanes)
     _launch(backend, _module(neuron, backend, h_seq, name), name, args, n // lanes, h_seq.device)
-    return grad_x, grad_v_init, grad_params
+    return grad_x, grad_v_init, grad_w_init, grad_params
 
 
 @torch.library.custom_op("symneuron::backward", mutates_args=())
@@ -230,25 +268,53 @@ def backward_op(
     backend: str,
     grad_spike: torch.Tensor,
     grad_v: torch.Tensor | None,
+    grad_w: torch.Tensor | None,
     grad_v_mode: str,
     h_seq: torch.Tensor,
+    wt_seq: torch.Tensor,
     x_seq: torch.Tensor | None,
     v_init: torch.Tensor | None,
+    w_init: torch.Tensor | None,
     params: list[torch.Tensor],
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward as a custom op (see :func:`backward_impl`)."""
     return backward_impl(
-        key, backend, grad_spike, grad_v, grad_v_mode, h_seq, x_seq, v_init, params
+        key,
+        backend,
+        grad_spike,
+        grad_v,
+        grad_w,
+        grad_v_mode,
+        h_seq,
+        wt_seq,
+        x_seq,
+        v_init,
+        w_init,
+        params,
     )
 
 
 @backward_op.register_fake
-def _(key, backend, grad_spike, grad_v, grad_v_mode, h_seq, x_seq, v_init, params):
-    learnable = len(_NEURONS[key].learnable)
-    acc = accum_dtype(h_seq.dtype)
-    grad_params = h_seq.new_empty((learnable, h_seq.shape[1]), dtype=acc)
-    grad_v_init = h_seq.new_empty((0,) if v_init is None else (h_seq.shape[1],))
-    return h_seq.new_empty(h_seq.shape), grad_v_init, grad_params
+def _(
+    key,
+    backend,
+    grad_spike,
+    grad_v,
+    grad_w,
+    grad_v_mode,
+    h_seq,
+    wt_seq,
+    x_seq,
+    v_init,
+    w_init,
+    params,
+):
+    neuron = _NEURONS[key]
+    n = h_seq.shape[1]
+    grad_params = h_seq.new_empty((len(neuron.learnable), n), dtype=accum_dtype(h_seq.dtype))
+    grad_v_init = h_seq.new_empty((0,) if v_init is None else (n,))
+    grad_w_init = h_seq.new_empty((0,) if w_init is None else (len(neuron.states), n))
+    return h_seq.new_empty(h_seq.shape), grad_v_init, grad_w_init, grad_params
 
 
 def _save(
@@ -256,23 +322,27 @@ def _save(
     key: str,
     backend: str,
     v_mode: str,
-    x_seq: torch.Tensor,
-    v_init: torch.Tensor | None,
+    inputs: tuple[torch.Tensor | None, ...],
     params: list[torch.Tensor] | tuple[torch.Tensor, ...],
-    h_seq: torch.Tensor,
+    saved: tuple[torch.Tensor, torch.Tensor],
 ) -> None:
-    """Keep for backward: H, v_init, X only when a partial needs it, and the params."""
+    """Keep for backward: H and W̃ (extra states only), v_init, w_init, X only when a
+    partial needs it, and the params. ``inputs`` = (x_seq, v_init, w_init)."""
+    x_seq, v_init, w_init = inputs
+    h_seq, wt_seq = saved
     ctx.key, ctx.backend, ctx.v_mode = key, backend, v_mode
     ctx.n_params = len(params)
     needs_x = _NEURONS[key].spec().needs_x
-    ctx.save_for_backward(h_seq, v_init, x_seq if needs_x else None, *params)
-    ctx.mark_non_differentiable(h_seq)
+    ctx.save_for_backward(h_seq, wt_seq, v_init, w_init, x_seq if needs_x else None, *params)
+    ctx.mark_non_differentiable(h_seq, wt_seq)
     ctx.set_materialize_grads(False)
 
 
-def _gradients(ctx: Any, grad_spike: Any, grad_v: Any, backward: Any) -> tuple[Any, Any, list[Any]]:
-    """(grad_x, grad_v_init, grad per param) from the saved context, via ``backward``."""
-    h_seq, v_init, x_seq, *params = ctx.saved_tensors
+def _gradients(
+    ctx: Any, grad_spike: Any, grad_v: Any, grad_w: Any, backward: Any
+) -> tuple[Any, Any, Any, list[Any]]:
+    """(grad_x, grad_v_init, grad_w_init, grad per param) from the saved context."""
+    h_seq, wt_seq, v_init, w_init, x_seq, *params = ctx.saved_tensors
     if h_seq.dim() == 1:
         raise RuntimeError(
             "symneuron: the forward ran without saving H (no input required grad at the "
@@ -282,27 +352,52 @@ def _gradients(ctx: Any, grad_spike: Any, grad_v: Any, backward: Any) -> tuple[A
         grad_spike = torch.zeros_like(h_seq)
     elif not all(st == 0 for st in grad_spike.stride()):
         grad_spike = grad_spike.contiguous()
-    mode = "none" if grad_v is None else ctx.v_mode
-    grad_v = None if grad_v is None else grad_v.contiguous()
-    grad_x, grad_v_init, grad_p = backward(
-        ctx.key, ctx.backend, grad_spike, grad_v, mode, h_seq, x_seq, v_init, params
+    k = wt_seq.shape[0] if wt_seq.dim() == 3 else 0
+    mode = "none" if grad_v is None and grad_w is None else ctx.v_mode
+    if mode != "none":
+        rows = h_seq.shape[0] if mode == "seq" else 1
+        grad_v = h_seq.new_zeros((rows, h_seq.shape[1])) if grad_v is None else grad_v
+        grad_w = h_seq.new_zeros((k, rows, h_seq.shape[1])) if grad_w is None else grad_w
+        grad_v, grad_w = grad_v.contiguous(), grad_w.contiguous()
+    grad_x, grad_v_init, grad_w_init, grad_p = backward(
+        ctx.key,
+        ctx.backend,
+        grad_spike,
+        grad_v,
+        grad_w,
+        mode,
+        h_seq,
+        wt_seq,
+        x_seq,
+        v_init,
+        w_init,
+        params,
     )
     spec = _NEURONS[ctx.key].spec()
     grads: list[torch.Tensor | None] = [None] * ctx.n_params
     for j, name in enumerate(spec.learnable):
         index = spec.params.index(name)
         grads[index] = grad_p[j].to(params[index].dtype)
-    return grad_x, None if v_init is None else grad_v_init, grads
+    return (
+        grad_x,
+        None if v_init is None else grad_v_init,
+        None if w_init is None else grad_w_init,
+        grads,
+    )
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
-    key, backend, x_seq, v_init, params, _store_h, v_mode = inputs
-    _save(ctx, key, backend, v_mode, x_seq, v_init, params, output[2])
+    key, backend, x_seq, v_init, w_init, params, _store_h, v_mode = inputs
+    _save(ctx, key, backend, v_mode, (x_seq, v_init, w_init), params, (output[2], output[4]))
 
 
-def _backward(ctx: Any, grad_spike: Any, grad_v: Any, _grad_h: Any) -> tuple[Any, ...]:
-    grad_x, grad_v_init, grads = _gradients(ctx, grad_spike, grad_v, backward_op)
-    return None, None, grad_x, grad_v_init, grads, None, None
+def _backward(
+    ctx: Any, grad_spike: Any, grad_v: Any, _grad_h: Any, grad_w: Any, _grad_wt: Any
+) -> tuple[Any, ...]:
+    grad_x, grad_v_init, grad_w_init, grads = _gradients(
+        ctx, grad_spike, grad_v, grad_w, backward_op
+    )
+    return None, None, grad_x, grad_v_init, grad_w_init, grads, None, None
 
 
 forward_op.register_autograd(_backward, setup_context=_setup_context)
@@ -324,17 +419,22 @@ class _EagerBinding(torch.autograd.Function):
         backend: str,
         x_seq: torch.Tensor,
         v_init: torch.Tensor | None,
+        w_init: torch.Tensor | None,
         v_mode: str,
         *params: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
-        out = forward_impl(key, backend, x_seq, v_init, list(params), True, v_mode)
-        _save(ctx, key, backend, v_mode, x_seq, v_init, params, out[2])
+        out = forward_impl(key, backend, x_seq, v_init, w_init, list(params), True, v_mode)
+        _save(ctx, key, backend, v_mode, (x_seq, v_init, w_init), params, (out[2], out[4]))
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad_spike: Any, grad_v: Any, _grad_h: Any) -> tuple[Any, ...]:
-        grad_x, grad_v_init, grads = _gradients(ctx, grad_spike, grad_v, backward_impl)
-        return None, None, grad_x, grad_v_init, None, *grads
+    def backward(
+        ctx: Any, grad_spike: Any, grad_v: Any, _grad_h: Any, grad_w: Any, _grad_wt: Any
+    ) -> tuple[Any, ...]:
+        grad_x, grad_v_init, grad_w_init, grads = _gradients(
+            ctx, grad_spike, grad_v, grad_w, backward_impl
+        )
+        return None, None, grad_x, grad_v_init, grad_w_init, None, *grads
 
 
 def run(
@@ -342,13 +442,14 @@ def run(
     backend: str,
     x_seq: torch.Tensor,
     v_init: torch.Tensor | None,
+    w_init: torch.Tensor | None,
     params: list[torch.Tensor],
     store_h: bool,
     v_mode: str,
 ) -> tuple[torch.Tensor, ...]:
     """Forward with autograd: the custom op when compiling, else the eager binding."""
     if torch.compiler.is_compiling():
-        return forward_op(key, backend, x_seq, v_init, params, store_h, v_mode)
+        return forward_op(key, backend, x_seq, v_init, w_init, params, store_h, v_mode)
     if not store_h:
-        return forward_impl(key, backend, x_seq, v_init, params, False, v_mode)
-    return _EagerBinding.apply(key, backend, x_seq, v_init, v_mode, *params)
+        return forward_impl(key, backend, x_seq, v_init, w_init, params, False, v_mode)
+    return _EagerBinding.apply(key, backend, x_seq, v_init, w_init, v_mode, *params)

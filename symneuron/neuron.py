@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import sympy as sp
@@ -19,12 +20,45 @@ from . import surrogate as _surrogate
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["V", "X", "Neuron"]
+__all__ = ["V", "X", "H", "S", "State", "Neuron"]
 
 #: State before charging, V[t-1].
 V = sp.Symbol("V", real=True)
 #: Input of this step, X[t].
 X = sp.Symbol("X", real=True)
+#: This step's charged potential H[t] (usable in a state's pre-spike update).
+H = sp.Symbol("H", real=True)
+#: This step's spike S[t] (usable in a state's on-spike reset).
+S = sp.Symbol("S", real=True)
+
+
+@dataclass(frozen=True)
+class State:
+    """An extra state variable W of a neuron (DESIGN.md §3).
+
+    Parameters
+    ----------
+    update : sympy.Expr, optional
+        The pre-spike update W̃ = g(V, W..., X, H; θ), written with the state
+        symbols (their values before this step), :data:`V`, :data:`X`, :data:`H`
+        and params. ``None`` keeps W̃ = W.
+    on_spike : sympy.Expr, optional
+        The reset W[t] = r(W̃..., S; θ), written with the state symbols (here
+        meaning their updated values W̃), :data:`S` and params, e.g. ``W + b*S``.
+        ``None`` keeps W[t] = W̃.
+    init : float
+        W[0] when no initial value is given.
+
+    Examples
+    --------
+    >>> import sympy as sp, symneuron as sn
+    >>> a = sp.Symbol("a")
+    >>> adaptation = sn.State(update=0.9 * a, on_spike=a + 0.1 * sn.S)
+    """
+
+    update: sp.Expr | None = None
+    on_spike: sp.Expr | None = None
+    init: float = 0.0
 
 _RESERVED = {"V", "X", "H", "S", "u"}
 _FORBIDDEN_FUNCTIONS = (sp.Heaviside, sp.DiracDelta, sp.Derivative, sp.Integral, sp.Subs)
@@ -126,14 +160,19 @@ class Neuron:
         surrogate: _surrogate.Surrogate | None = None,
         detach_reset: bool = False,
         name: str | None = None,
+        states: Mapping[Any, State] | None = None,
     ) -> None:
         self.params: dict[str, float] = self._validate_params(params or {})
         self.symbols: dict[str, sp.Symbol] = {n: sp.Symbol(n, real=True) for n in self.params}
+        self.state_symbols: dict[str, sp.Symbol] = self._validate_state_names(states or {})
         self.charge: sp.Expr = self._validate_charge(charge)
-        self.v_threshold: float | sp.Expr = self._validate_level(v_threshold, "v_threshold")
+        self.v_threshold: float | sp.Expr = self._validate_level(
+            v_threshold, "v_threshold", set(self.state_symbols)
+        )
         self.v_reset: float | sp.Expr | None = (
             None if v_reset is None else self._validate_level(v_reset, "v_reset")
         )
+        self.states: dict[str, State] = self._validate_states(states or {})
         self.learnable: tuple[str, ...] = self._validate_learnable(learnable)
         if surrogate is None:
             surrogate = _surrogate.Sigmoid(alpha=4.0)
@@ -171,11 +210,60 @@ class Neuron:
             out[pname] = _finite_float(value, f"Default of parameter {pname!r}")
         return out
 
+    def _validate_state_names(self, states: Mapping[Any, State]) -> dict[str, sp.Symbol]:
+        if not isinstance(states, Mapping):
+            raise TypeError(f"states must be a mapping of symbol -> sn.State, got {type(states)}")
+        out: dict[str, sp.Symbol] = {}
+        for key, state in states.items():
+            wname = _param_name(key)
+            if wname in _RESERVED or wname in self.params or wname in out:
+                raise ValueError(
+                    f"State name {wname!r} is reserved, a parameter's or given twice; rename it."
+                )
+            if not isinstance(state, State):
+                raise TypeError(f"states[{wname!r}] must be a symneuron.State, got {state!r}")
+            out[wname] = sp.Symbol(wname, real=True)
+        return out
+
+    def _validate_states(self, states: Mapping[Any, State]) -> dict[str, State]:
+        out: dict[str, State] = {}
+        names = set(self.state_symbols)
+        for key, state in states.items():
+            wname = _param_name(key)
+            symbol = self.state_symbols[wname]
+            update = symbol if state.update is None else state.update
+            on_spike = symbol if state.on_spike is None else state.on_spike
+            out[wname] = State(
+                update=self._validate_expr(update, f"update of state {wname!r}",
+                                           names | {"V", "X", "H"}),
+                on_spike=self._validate_expr(on_spike, f"on_spike of state {wname!r}",
+                                             names | {"S"}),
+                init=_finite_float(state.init, f"init of state {wname!r}"),
+            )
+        return out
+
+    def _validate_expr(self, expr: Any, what: str, allowed: set[str]) -> sp.Expr:
+        """``expr`` in the params and the ``allowed`` names, canonical symbols, checked."""
+        if isinstance(expr, (int, float)):
+            expr = sp.Float(expr)
+        if isinstance(expr, str) or not isinstance(expr, sp.Expr):
+            raise TypeError(f"The {what} must be a SymPy expression, got {type(expr).__name__}")
+        names = {s.name for s in expr.free_symbols}
+        unknown = sorted(names - set(self.params) - allowed)
+        if unknown:
+            raise ValueError(
+                f"The {what} uses unknown symbols {unknown}; it may use the params and "
+                f"{sorted(allowed)}."
+            )
+        out = expr.xreplace({s: self._canonical(s.name) for s in expr.free_symbols})
+        check_expression(out, what)
+        return out
+
     def _validate_charge(self, charge: Any) -> sp.Expr:
         if isinstance(charge, str) or not isinstance(charge, sp.Expr):
             raise TypeError(f"charge must be a SymPy expression, got {type(charge).__name__}")
         names = {s.name for s in charge.free_symbols}
-        unknown = sorted(names - set(self.params) - {"V", "X"})
+        unknown = sorted(names - set(self.params) - {"V", "X"} - set(self.state_symbols))
         if unknown:
             raise ValueError(
                 f"The charge uses unknown symbols {unknown}; give each a default in "
@@ -192,25 +280,31 @@ class Neuron:
         check_expression(expr, "charge")
         return expr
 
-    def _validate_level(self, value: Any, what: str) -> float | sp.Expr:
-        """A threshold or reset level: a finite number, or an expression in the params."""
+    def _validate_level(
+        self, value: Any, what: str, states: set[str] | None = None
+    ) -> float | sp.Expr:
+        """A threshold or reset level: a finite number, or an expression in the params
+        (and, for the threshold, the states' updated values)."""
         if not isinstance(value, sp.Basic) or value.is_number:
             return _finite_float(value, what)
         if not isinstance(value, sp.Expr):
             raise TypeError(f"{what} must be a number or a SymPy expression, got {value!r}")
         names = {s.name for s in value.free_symbols}
-        unknown = sorted(names - set(self.params))
+        unknown = sorted(names - set(self.params) - (states or set()))
         if unknown:
             raise ValueError(
                 f"{what} uses {unknown}, which are not params; a threshold or reset level may "
-                "use only parameters (give each a default in params={...})."
+                "use only parameters (give each a default in params={...})"
+                + (" and the states" if states else "")
+                + "."
             )
-        expr = value.xreplace({s: self.symbols[s.name] for s in value.free_symbols})
+        expr = value.xreplace({s: self._canonical(s.name) for s in value.free_symbols})
         check_expression(expr, what)
         return expr
 
     def _canonical(self, name: str) -> sp.Symbol:
-        return {"V": V, "X": X}.get(name) or self.symbols[name]
+        fixed = {"V": V, "X": X, "H": H, "S": S}
+        return fixed.get(name) or self.state_symbols.get(name) or self.symbols[name]
 
     def _validate_learnable(self, learnable: Iterable[Any]) -> tuple[str, ...]:
         if isinstance(learnable, (str, sp.Symbol)):
@@ -220,6 +314,9 @@ class Neuron:
         for level in (self.v_threshold, self.v_reset):
             if isinstance(level, sp.Expr):
                 used |= {s.name for s in level.free_symbols}
+        for state in self.states.values():
+            for expr in (state.update, state.on_spike):
+                used |= {s.name for s in expr.free_symbols}  # type: ignore[union-attr]
         for key in learnable:
             pname = _param_name(key)
             if pname not in self.params:
@@ -264,6 +361,9 @@ class Neuron:
         return self._key
 
     def _hash(self) -> str:
+        states = [
+            (n, sp.srepr(s.update), sp.srepr(s.on_spike), s.init) for n, s in self.states.items()
+        ]
         text = repr(
             (
                 sp.srepr(self.charge),
@@ -274,6 +374,7 @@ class Neuron:
                 sp.srepr(self.surrogate.derivative()),
                 self.detach_reset,
                 self.name,
+                *([states] if states else []),
             )
         )
         return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -283,5 +384,10 @@ class Neuron:
         return (
             f"Neuron({self.name}: H = {self.charge}, params={self.params}, "
             f"learnable={list(self.learnable)}, v_threshold={self.v_threshold}, {reset}, "
-            f"surrogate={self.surrogate.name}, detach_reset={self.detach_reset})"
+            f"surrogate={self.surrogate.name}, detach_reset={self.detach_reset}"
+            + "".join(
+                f", {n}: ~{s.update}, on spike {s.on_spike}, init {s.init}"
+                for n, s in self.states.items()
+            )
+            + ")"
         )

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import lru_cache
+from typing import Any
 
 import sympy as sp
 import torch
 from sympy.printing.pytorch import TorchPrinter
 
-from .neuron import Neuron, V, X
+from .neuron import H, Neuron, S, V, X
 from .surrogate import Surrogate
 from .surrogate import u as U
 
@@ -93,29 +94,55 @@ def simulate_reference(
     *,
     store_v_seq: bool = True,
     round_h_to: torch.dtype | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    w_init: dict[str, torch.Tensor] | None = None,
+) -> Any:
     """Run ``neuron`` over ``x_seq`` [T, *shape] with torch ops; differentiable.
 
-    ``round_h_to`` rounds H to a narrower dtype each step (value only), emulating
-    the kernels' 16-bit storage of H so that a float64 run follows the same
-    spike train as an fp16/bf16 kernel.
+    Returns ``(spike_seq, v_seq)``, plus a dict of the extra states' values (after
+    every step, or the last) for a neuron with states; ``w_init`` gives their
+    initial values (default: each ``State.init``). ``round_h_to`` rounds H (and
+    each W̃) to a narrower dtype each step (value only), emulating the kernels'
+    16-bit storage so that a float64 run follows the same spike train.
     """
     names = list(neuron.params)
-    charge = torch_function([V, X, *[neuron.symbols[n] for n in names]], neuron.charge)
+    p_syms = [neuron.symbols[n] for n in names]
+    w_syms = list(neuron.state_symbols.values())
+    charge = torch_function([V, X, *w_syms, *p_syms], neuron.charge)
+    updates = [
+        torch_function([V, X, H, *w_syms, *p_syms], s.update) for s in neuron.states.values()
+    ]
+    resets = [torch_function([S, *w_syms, *p_syms], s.on_spike) for s in neuron.states.values()]
     theta = [as_tensor(params[n], x_seq) for n in names]
-    v_th = level_value(neuron, neuron.v_threshold, theta, x_seq)
     v_reset = None if neuron.v_reset is None else level_value(neuron, neuron.v_reset, theta, x_seq)
+    threshold = torch_function([*w_syms, *p_syms], sp.sympify(neuron.v_threshold))
     v = v_init
-    spikes, vs = [], []
+    w = [
+        as_tensor((w_init or {}).get(name, state.init), x_seq).expand_as(v_init)
+        for name, state in neuron.states.items()
+    ]
+    spikes, vs, ws = [], [], []
     for t in range(x_seq.shape[0]):
-        h = _round_through(as_tensor(charge(v, x_seq[t], *theta), x_seq), round_h_to)
+        h = _round_through(as_tensor(charge(v, x_seq[t], *w, *theta), x_seq), round_h_to)
+        w_tilde = [
+            _round_through(as_tensor(g(v, x_seq[t], h, *w, *theta), x_seq), round_h_to)
+            for g in updates
+        ]
+        v_th = as_tensor(threshold(*w_tilde, *theta), x_seq)
         s = spike(h - v_th, neuron.surrogate)
         s_reset = s.detach() if neuron.detach_reset else s
         if v_reset is None:
             v = h - v_th * s_reset
         else:
             v = h * (1 - s_reset) + v_reset * s_reset
+        w = [as_tensor(r(s_reset, *w_tilde, *theta), x_seq).expand_as(v) for r in resets]
         spikes.append(s)
         vs.append(v)
+        ws.append(w)
     v_seq = torch.stack(vs) if store_v_seq else v.unsqueeze(0)
-    return torch.stack(spikes), v_seq
+    if not neuron.states:
+        return torch.stack(spikes), v_seq
+    w_seqs = {
+        name: torch.stack([step[i] for step in ws]) if store_v_seq else w[i].unsqueeze(0)
+        for i, name in enumerate(neuron.states)
+    }
+    return torch.stack(spikes), v_seq, w_seqs

@@ -167,8 +167,13 @@ def simulate(
     *,
     backend: str = "auto",
     store_v_seq: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    states: Mapping[Any, float | torch.Tensor] | None = None,
+) -> Any:
     """Run ``neuron`` over ``x_seq`` and return ``(spike_seq, v_seq)``.
+
+    A neuron with extra state variables returns ``(spike_seq, v_seq, states)``,
+    ``states`` mapping each state's name to its values after every step
+    ([T, *shape]) or after the last ([1, *shape]), as for ``v_seq``.
 
     Parameters
     ----------
@@ -185,6 +190,9 @@ def simulate(
     backend : {"auto", "cuda", "cpu", "torch"}
     store_v_seq : bool
         Return V after every step ([T, *shape]); if False only the last ([1, *shape]).
+    states : mapping, optional
+        Initial values of the extra states (name or symbol -> float or tensor
+        broadcastable to ``shape``); omitted ones start at their ``State.init``.
 
     Returns
     -------
@@ -208,10 +216,18 @@ def simulate(
             f"backend={backend!r} supports {[str(d) for d in _KERNEL_DTYPES[backend]]}, not "
             f"{x_seq.dtype}; convert x_seq or use backend='torch'."
         )
+    w0 = _w_init(neuron, states, x_seq, shape, full=backend == "torch")
     if backend == "torch":
         if v0 is None:
             v0 = _default_v_init(neuron, x_seq, shape, values)
-        return simulate_reference(neuron, x_seq, v0, values, store_v_seq=store_v_seq)
+        return simulate_reference(
+            neuron,
+            x_seq,
+            v0,
+            values,
+            store_v_seq=store_v_seq,
+            w_init=None if w0 is None else dict(zip(neuron.states, w0, strict=True)),
+        )
     if v0 is None and isinstance(neuron.v_reset, sp.Expr):
         v0 = _default_v_init(neuron, x_seq, shape, values)
     t_len, n = x_seq.shape[0], math.prod(shape)
@@ -219,16 +235,58 @@ def simulate(
     store_h = torch.is_grad_enabled() and (
         x_seq.requires_grad
         or (v0 is not None and v0.requires_grad)
+        or (w0 is not None and w0.requires_grad)
         or any(p.requires_grad for p in kernel_params)
     )
     v_flat = None if v0 is None else v0.reshape(n).contiguous()
-    spike, v_out, _ = run(
+    w_flat = None if w0 is None else w0.reshape(len(neuron.states), n).contiguous()
+    spike, v_out, _, w_out, _ = run(
         register(neuron),
         backend,
         x_seq.reshape(t_len, n).contiguous(),
         v_flat,
+        w_flat,
         kernel_params,
         store_h,
         "seq" if store_v_seq else "last",
     )
-    return spike.view(x_seq.shape), v_out.view(-1, *shape)
+    out = spike.view(x_seq.shape), v_out.view(-1, *shape)
+    if not neuron.states:
+        return out
+    return (*out, {w: w_out[i].view(-1, *shape) for i, w in enumerate(neuron.states)})
+
+
+def _w_init(
+    neuron: Neuron,
+    states: Mapping[Any, Any] | None,
+    x_seq: torch.Tensor,
+    shape: torch.Size,
+    full: bool,
+) -> torch.Tensor | None:
+    """Initial extra states as one [k, *shape] tensor; None when none is given (the
+    kernels then start from each State.init) unless ``full``."""
+    given: dict[str, Any] = {}
+    for key, value in (states or {}).items():
+        name = key.name if isinstance(key, sp.Symbol) else key
+        if name not in neuron.states:
+            raise ValueError(f"Unknown state {name!r}; the neuron has {list(neuron.states)}")
+        given[name] = value
+    if not neuron.states or (not given and not full):
+        return None
+    rows = []
+    for name, state in neuron.states.items():
+        value = given.get(name, state.init)
+        if not isinstance(value, torch.Tensor):
+            value = torch.full(
+                (), _finite(value, f"state {name!r}"), dtype=x_seq.dtype, device=x_seq.device
+            )
+        _check_tensor(f"state {name!r}", value, x_seq, shape)
+        rows.append(value.to(x_seq.dtype).expand(shape))
+    return torch.stack(rows)
+
+
+def _finite(value: Any, what: str) -> float:
+    out = float(value)
+    if not math.isfinite(out):
+        raise ValueError(f"{what} must be finite, got {out}")
+    return out

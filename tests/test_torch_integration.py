@@ -24,7 +24,7 @@ def op_args(
         v_init.requires_grad_(True)
         for name, p in zip(neuron.params, params, strict=True):
             p.requires_grad_(name in neuron.learnable)
-    return (F.register(neuron), "cpu", x_seq, v_init, params, store_h, v_mode)
+    return (F.register(neuron), "cpu", x_seq, v_init, None, params, store_h, v_mode)
 
 
 @pytest.mark.parametrize("v_mode", ["seq", "last"])
@@ -34,7 +34,8 @@ def test_opcheck_forward(model: str, v_mode: str) -> None:
     args = op_args(
         neuron, seed_of("opcheck", model, v_mode), store_h=True, v_mode=v_mode, requires_grad=True
     )
-    spike, v_out, h_seq = F.forward_op(*args)
+    spike, v_out, h_seq, w_out, wt_seq = F.forward_op(*args)
+    assert w_out.shape[0] == 0 and wt_seq.numel() == 0  # single-state: no extra states
     assert_fires_sometimes(spike)
     assert v_out.shape == ((7 if v_mode == "seq" else 1), 10)
     assert h_seq.shape == (7, 10)
@@ -57,10 +58,11 @@ def test_opcheck_forward_inference(v_mode: str) -> None:
 @pytest.mark.parametrize("grad_v_mode", ["seq", "last", "none"])
 def test_opcheck_backward(grad_v_mode: str) -> None:
     neuron = sn.models.PLIF()
-    key, backend, x_seq, v_init, params, _, _ = op_args(
+    key, backend, x_seq, v_init, _, params, _, _ = op_args(
         neuron, seed_of("opcheck-bw"), store_h=True, v_mode="seq", requires_grad=False
     )
-    h_seq = F.forward_op(key, backend, x_seq, v_init, params, True, "seq")[2]
+    out = F.forward_op(key, backend, x_seq, v_init, None, params, True, "seq")
+    h_seq, wt_seq = out[2], out[4]
     gen = generator(seed_of("opcheck-bw-grads"))
     grad_spike = torch.randn(7, 10, generator=gen, dtype=torch.float64)
     rows = {"seq": 7, "last": 1}
@@ -69,7 +71,9 @@ def test_opcheck_backward(grad_v_mode: str) -> None:
         if grad_v_mode == "none"
         else torch.randn(rows[grad_v_mode], 10, generator=gen, dtype=torch.float64)
     )
-    args = (key, backend, grad_spike, grad_v, grad_v_mode, h_seq, x_seq, v_init, params)
+    grad_w = None if grad_v is None else grad_v.new_zeros((0, *grad_v.shape))
+    args = (key, backend, grad_spike, grad_v, grad_w, grad_v_mode, h_seq, wt_seq, x_seq, v_init,
+            None, params)
     torch.library.opcheck(F.backward_op, args)
 
 

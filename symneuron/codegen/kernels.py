@@ -101,6 +101,8 @@ class _Body:
         self.dialect = dialect
         self.printer = KernelPrinter(dtype.compute)
         self.pnames = dict(spec.param_cnames)
+        self.k = len(spec.states)
+        self.needs_prev = spec.needs_v or spec.needs_w
 
     @property
     def vec(self) -> str:
@@ -120,6 +122,32 @@ class _Body:
             decl = f"const {self.dt.compute} " if (declare_last or not last) else ""
             out.append(f"{decl}{target} = {self.expr(line.expr.xreplace(subs))};")
         return out
+
+    def targets(
+        self, assigns: tuple[Assign, ...], mutable: bool, h: str = "h", rounded: bool = False
+    ) -> list[str]:
+        """A CSE block with several targets: temporaries declared ``const``; each target
+        declared (rounded to storage if ``rounded``) or, if ``mutable``, assigned."""
+        subs = {H: sp.Symbol(h, real=True)}
+        names = {line.target for line in assigns[-self.k :]} if self.k else set()
+        out = []
+        for line in assigns:
+            value = self.expr(line.expr.xreplace(subs))
+            if line.target not in names:
+                out.append(f"const {self.dt.compute} {line.target} = {value};")
+            elif mutable:
+                out.append(f"{line.target} = {value};")
+            else:
+                value = self.dt.rounded(value) if rounded else value
+                out.append(f"const {self.dt.compute} {line.target} = {value};")
+        return out
+
+    def state_block(self, array: str, i: int, rows: str = "T") -> str:
+        """Start of state ``i``'s block in a [k, rows, N] array."""
+        return f"({array} + (long long){i} * {rows} * N)"
+
+    def v_th_line(self) -> str:
+        return f"const {self.dt.compute} v_th = {self.expr(self.spec.threshold)};"
 
     def load(self, ref: str) -> str:
         return self.dt.load.format(ref)
@@ -145,30 +173,45 @@ class _Body:
         body = [f"{c}_l[j] = {c}_ptr[(i0 + j) * {c}_stride];" for c in self.pnames.values()]
         start = self.expr(sp.Float(self.spec.v_start))
         body += [f"V_l[j] = v_init ? {self.load('v_init[i0 + j]')} : {start};"]
+        for i, init in enumerate(self.spec.state_init):
+            decl.append(f"{ct} w{i}_l[K];")
+            first = self.load(f"w_init[(long long){i} * N + i0 + j]")
+            body.append(f"w{i}_l[j] = w_init ? {first} : {self.expr(sp.Float(init))};")
         return decl + _lane_loop(body)
 
     def lane_params(self) -> list[str]:
         ct = self.dt.compute
         out = [f"const {ct} {c} = {c}_l[j];" for c in self.pnames.values()]
-        return out + [f"const {ct} v_th = {self.expr(self.spec.threshold)};"]
+        return out + ([] if self.spec.threshold_per_step else [self.v_th_line()])
 
     def forward(self, store_h: bool, v_mode: str) -> list[str]:
         ct = self.dt.compute
         charge = self.lines(self.spec.charge)
         charge[-1] = f"const {ct} h = {self.dt.rounded(self.expr(self.spec.charge[-1].expr))};"
+        states = range(self.k)
+        seq = v_mode == "seq"
         lane = [
             *self.lane_params(),
             f"{ct} V = V_l[j];",
+            *[f"{ct} w{i} = w{i}_l[j];" for i in states],
             f"const {ct} X = {self.load('x_v.v[j]')};",
             *charge,
             *([f"h_v.v[j] = {self.store('h')};"] if store_h else []),
+            *self.targets(self.spec.updates, mutable=False, rounded=True),
+            *([f"wt{i}_v.v[j] = {self.store(f'wt{i}')};" for i in states] if store_h else []),
+            *([self.v_th_line()] if self.spec.threshold_per_step else []),
             *self.fire("h"),
             f"s_v.v[j] = {self.store('s')};",
             *self.lines(self.spec.reset, declare_last=False),
-            *([f"v_v.v[j] = {self.store('V')};"] if v_mode == "seq" else []),
+            *self.targets(self.spec.state_resets, mutable=True),
+            *([f"v_v.v[j] = {self.store('V')};"] if seq else []),
+            *([f"wo{i}_v.v[j] = {self.store(f'w{i}')};" for i in states] if seq else []),
             "V_l[j] = V;",
+            *[f"w{i}_l[j] = w{i};" for i in states],
         ]
-        outputs = ["s_v", *(["h_v"] if store_h else []), *(["v_v"] if v_mode == "seq" else [])]
+        outputs = ["s_v", *(["h_v"] if store_h else []), *(["v_v"] if seq else [])]
+        outputs += [f"wt{i}_v" for i in states] if store_h else []
+        outputs += [f"wo{i}_v" for i in states] if seq else []
         step = [
             "const long long k = (long long)t * N + i0;",
             self.load_vec("x_v", "x_seq"),
@@ -176,9 +219,14 @@ class _Body:
             *_lane_loop(lane),
             self.store_vec("s_v", "spike_seq"),
             *([self.store_vec("h_v", "h_seq")] if store_h else []),
-            *([self.store_vec("v_v", "v_seq")] if v_mode == "seq" else []),
+            *([self.store_vec("v_v", "v_seq")] if seq else []),
+            *[self.store_vec(f"wt{i}_v", self.state_block("wt_seq", i)) for i in states if store_h],
+            *[self.store_vec(f"wo{i}_v", self.state_block("w_out", i)) for i in states if seq],
         ]
         last = [f"v_seq[i0 + j] = {self.store('V_l[j]')};"]
+        last += [
+            f"w_out[(long long){i} * N + i0 + j] = {self.store(f'w{i}_l[j]')};" for i in states
+        ]
         return [
             *self.lane_state(),
             f"#pragma unroll {T_UNROLL}",
@@ -189,18 +237,25 @@ class _Body:
         ]
 
     def recompute_v(self) -> list[str]:
-        """V[t-1] of this lane: the reset of H[t-1], or v_init at t = 0."""
+        """V[t-1] (and each W[t-1]) of this lane: the resets of step t-1, or the initial
+        values at t = 0. Step t-1 is recomputed from H[t-1] and W̃[t-1] alone."""
+        ct, states = self.dt.compute, range(self.k)
         inner = [
-            f"const {self.dt.compute} h_prev = {self.load('hp_v.v[j]')};",
+            f"const {ct} h_prev = {self.load('hp_v.v[j]')};",
+            *[f"const {ct} wt{i} = {self.load(f'wtp{i}_v.v[j]')};" for i in states],
+            *([self.v_th_line()] if self.spec.threshold_per_step else []),
             *self.fire("h_prev"),
         ]
         inner += self.lines(self.spec.reset, declare_last=False, h="h_prev")
+        inner += self.targets(self.spec.state_resets, mutable=True, h="h_prev")
         return [
-            f"{self.dt.compute} V;",
+            f"{ct} V;",
+            *[f"{ct} w{i};" for i in states],
             "if (t > 0) {",
             *_indent(inner),
             "} else {",
             f"{_INDENT}V = V_l[j];",
+            *[f"{_INDENT}w{i} = w{i}_l[j];" for i in states],
             "}",
         ]
 
@@ -212,10 +267,29 @@ class _Body:
         }[mode]
         return f"const {self.dt.compute} {GRAD_V} = carry_l[j]{extra};"
 
+    def grad_w_in(self, mode: str, i: int) -> str:
+        last = self.load(f"grad_w_seq[(long long){i} * N + i0 + j]")
+        extra = {
+            "none": "",
+            "seq": f" + {self.load(f'gw{i}_v.v[j]')}",
+            "last": f" + (t == T - 1 ? {last} : 0)",
+        }[mode]
+        return f"const {self.dt.compute} grad_w{i} = carry_w{i}_l[j]{extra};"
+
+    def carries(self) -> bool:
+        """Whether H (and W̃) of step t-1 are loaded each step and carried to the next."""
+        return self.spec.needs_v or self.k > 0
+
     def backward_loads(self, grad_v_mode: str) -> list[str]:
         spec, vec = self.spec, self.vec
-        if spec.needs_v:
+        if self.carries():
             out = [f"{vec} hp_v;", f"if (t > 0) hp_v = *(const {vec}*)(h_seq + k - N);"]
+            for i in range(self.k):
+                block = self.state_block("wt_seq", i)
+                out += [
+                    f"{vec} wtp{i}_v;",
+                    f"if (t > 0) wtp{i}_v = *(const {vec}*)({block} + k - N);",
+                ]
         else:
             out = [self.load_vec("h_v", "h_seq")]
         if spec.needs_x:
@@ -225,44 +299,65 @@ class _Body:
         out += ["} else {", f"{_INDENT}gs_v = *(const {vec}*)(grad_spike + k);", "}"]
         if grad_v_mode == "seq":
             out.append(self.load_vec("gv_v", "grad_v_seq"))
+            for i in range(self.k):
+                out.append(self.load_vec(f"gw{i}_v", self.state_block("grad_w_seq", i)))
         return out
 
     def backward(self, grad_v_mode: str) -> list[str]:
         ct, at, spec = self.dt.compute, self.dt.accum, self.spec
         learn = [self.pnames[n] for n in spec.learnable]
+        states = range(self.k)
         lane = [
             *self.lane_params(),
-            *(self.recompute_v() if spec.needs_v else []),
+            *(self.recompute_v() if self.needs_prev else []),
             f"const {ct} h = {self.load('h_v.v[j]')};",
+            *[f"const {ct} wt{i} = {self.load(f'wt{i}_v.v[j]')};" for i in states],
             *([f"const {ct} X = {self.load('x_v.v[j]')};"] if spec.needs_x else []),
+            *([self.v_th_line()] if spec.threshold_per_step else []),
             *self.fire("h"),
             *self.lines(spec.surrogate),
             f"const {ct} {GRAD_S} = {self.load('gs_v.v[j]')};",
             self.grad_v_in(grad_v_mode),
+            *[self.grad_w_in(grad_v_mode, i) for i in states],
             *self.lines(spec.backward),
             f"gx_v.v[j] = {self.store(str(grad_symbol('X')))};",
             *[f"acc_{c}[j] += ({at})grad_{c};" for c in learn],
             f"carry_l[j] = {grad_symbol('V')};",
+            *[f"carry_w{i}_l[j] = {grad_symbol(f'W{i}')};" for i in states],
         ]
+        carried = ["h_v = hp_v;", *[f"wt{i}_v = wtp{i}_v;" for i in states]]
         step = [
             "const long long k = (long long)t * N + i0;",
             *self.backward_loads(grad_v_mode),
             f"{self.vec} gx_v;",
             *_lane_loop(lane),
             self.store_vec("gx_v", "grad_x_seq"),
-            *(["h_v = hp_v;"] if spec.needs_v else []),
+            *(carried if self.carries() else []),
         ]
-        first_h = f"{self.vec} h_v = *(const {self.vec}*)(h_seq + (long long)(T - 1) * N + i0);"
-        init = ["carry_l[j] = 0;", *[f"acc_{c}[j] = 0;" for c in learn]]
+        last_row = "(long long)(T - 1) * N + i0"
+        first_h = [f"{self.vec} h_v = *(const {self.vec}*)(h_seq + {last_row});"]
+        first_h += [
+            f"{self.vec} wt{i}_v = "
+            f"*(const {self.vec}*)({self.state_block('wt_seq', i)} + {last_row});"
+            for i in states
+        ]
+        init = ["carry_l[j] = 0;", *[f"carry_w{i}_l[j] = 0;" for i in states]]
+        init += [f"acc_{c}[j] = 0;" for c in learn]
         final = [f"if (grad_v_init) grad_v_init[i0 + j] = {self.store('carry_l[j]')};"]
+        final += [
+            f"if (grad_w_init) grad_w_init[(long long){i} * N + i0 + j] = "
+            f"{self.store(f'carry_w{i}_l[j]')};"
+            for i in states
+        ]
         final += [f"grad_{c}_ptr[i0 + j] = acc_{c}[j];" for c in learn]
         return [
             *self.lane_state(),
             f"{ct} carry_l[K];",
+            *[f"{ct} carry_w{i}_l[K];" for i in states],
             *[f"{at} acc_{c}[K];" for c in learn],
             *_lane_loop(init),
             f"const {self.dt.storage} gs_scalar = grad_spike_scalar ? grad_spike[0] : 0;",
-            *([first_h] if spec.needs_v else []),
+            *(first_h if self.carries() else []),
             f"#pragma unroll {T_UNROLL}",
             "for (int t = T - 1; t >= 0; --t) {",
             *_indent(step),
@@ -281,13 +376,17 @@ def _strides(body: _Body) -> list[str]:
 
 def _forward_args(body: _Body) -> list[str]:
     st = body.dt.storage
+    states = [(st, "w_init", True)] if body.k else []
+    state_out = [(st, "wt_seq", False), (st, "w_out", False)] if body.k else []
     tensors = [
         (st, "x_seq", True),
         (st, "v_init", True),
+        *states,
         *_params(body),
         (st, "spike_seq", False),
         (st, "h_seq", False),
         (st, "v_seq", False),
+        *state_out,
     ]
     return _pointer_args(body, tensors) + [*_strides(body), "int T", "long long N"]
 
@@ -295,15 +394,20 @@ def _forward_args(body: _Body) -> list[str]:
 def _backward_args(body: _Body) -> list[str]:
     st, at = body.dt.storage, body.dt.accum
     learn = [(at, f"grad_{body.pnames[n]}_ptr", False) for n in body.spec.learnable]
+    k = body.k
     tensors = [
         (st, "grad_spike", True),
         (st, "grad_v_seq", True),
+        *([(st, "grad_w_seq", True)] if k else []),
         (st, "h_seq", True),
+        *([(st, "wt_seq", True)] if k else []),
         (st, "x_seq", True),
         (st, "v_init", True),
+        *([(st, "w_init", True)] if k else []),
         *_params(body),
         (st, "grad_x_seq", False),
         (st, "grad_v_init", False),
+        *([(st, "grad_w_init", False)] if k else []),
         *learn,
     ]
     extra = [*_strides(body), "int grad_spike_scalar", "int T", "long long N"]
