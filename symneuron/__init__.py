@@ -13,12 +13,15 @@ through time, and returns torch-ready functions and layers.
 from . import models, surrogate
 from .check import CheckReport, check
 from .layer import NeuronLayer
-from .neuron import Neuron, V, X
+from .neuron import H, Neuron, S, State, V, X
 from .simulate import simulate
 
 __all__ = [
     "V",
     "X",
+    "H",
+    "S",
+    "State",
     "Neuron",
     "NeuronLayer",
     "simulate",

@@ -167,6 +167,7 @@ def partials(neuron: Neuron) -> dict[str, sp.Expr]:
 
 def state_symbols(k: int) -> tuple[list[sp.Symbol], list[sp.Symbol], list[sp.Symbol]]:
     """Internal symbols of k extra states: W[t−1] (``w<i>``), W̃ (``wt<i>``), W[t] (``wn<i>``)."""
+
     def make(prefix: str) -> list[sp.Symbol]:
         return [sp.Symbol(f"{prefix}{i}", real=True) for i in range(k)]
 

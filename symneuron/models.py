@@ -13,9 +13,22 @@ from typing import Any
 
 import sympy as sp
 
-from .neuron import Neuron, V, X
+from .neuron import H, Neuron, S, State, V, X
 
-__all__ = ["IF", "LIF", "PLIF", "QIF", "EIF", "ThresholdLIF", "ZOO"]
+__all__ = [
+    "IF",
+    "LIF",
+    "PLIF",
+    "QIF",
+    "EIF",
+    "ThresholdLIF",
+    "ZOO",
+    "Izhikevich",
+    "ALIF",
+    "CuLIF",
+    "AdEx",
+    "STATEFUL",
+]
 
 _tau, _w = sp.symbols("tau w", real=True)
 
@@ -132,3 +145,111 @@ def EIF(
 
 #: name -> constructor, for tests and benchmarks.
 ZOO = {"IF": IF, "LIF": LIF, "PLIF": PLIF, "QIF": QIF, "EIF": EIF, "ThresholdLIF": ThresholdLIF}
+
+
+# -- neurons with extra state variables (DESIGN.md §3) ------------------------------------
+
+_W, _A, _I = sp.symbols("W A I", real=True)
+
+
+def Izhikevich(
+    tau: float = 2.0,
+    v_c: float = 0.8,
+    a0: float = 1.0,
+    v_rest: float = -0.1,
+    w_rest: float = 0.0,
+    tau_w: float = 2.0,
+    a: float = 0.0,
+    b: float = 0.0,
+    **kw: Any,
+) -> Neuron:
+    r"""Izhikevich neuron as SpikingJelly's ``IzhikevichNode`` (its equations and defaults).
+
+    .. math::
+        H[t] &= V[t-1] + \frac{X[t] + a_0 (V[t-1] - V_{rest})(V[t-1] - V_c) - W[t-1]}{\tau} \\
+        \tilde W[t] &= W[t-1] + \frac{a (H[t] - V_{rest}) - W[t-1]}{\tau_w}, \qquad
+        W[t] = \tilde W[t] + b\,S[t]
+
+    W starts at ``w_rest``. With ``a = b = 0`` (the defaults) W stays at ``w_rest``.
+    """
+    a0_, v_c_, v_rest_, tau_w_, a_, b_ = sp.symbols("a0 v_c v_rest tau_w a b", real=True)
+    charge = V + (X + a0_ * (V - v_rest_) * (V - v_c_) - _W) / _tau
+    state = State(update=_W + (a_ * (H - v_rest_) - _W) / tau_w_, on_spike=_W + b_ * S, init=w_rest)
+    params = {_tau: tau, v_c_: v_c, a0_: a0, v_rest_: v_rest, tau_w_: tau_w, a_: a, b_: b}
+    return _neuron(charge, params, "Izhikevich", {"states": {_W: state}, **kw})
+
+
+def ALIF(
+    tau: float = 2.0, rho: float = 0.9, beta: float = 0.5, b0: float = 1.0, **kw: Any
+) -> Neuron:
+    r"""Adaptive-threshold LIF (Bellec et al. 2018): the threshold rises with each spike.
+
+    .. math::
+        H[t] &= V[t-1] + \frac{X[t] - V[t-1]}{\tau}, \qquad \tilde A[t] = \rho A[t-1] \\
+        S[t] &= \Theta(H[t] - (b_0 + \beta \tilde A[t])), \qquad
+        A[t] = \tilde A[t] + (1 - \rho) S[t]
+
+    Soft reset by default (V ← H − V_th S, with the adaptive V_th).
+    """
+    rho_, beta_, b0_ = sp.symbols("rho beta b0", real=True)
+    kw.setdefault("v_reset", None)
+    state = State(update=rho_ * _A, on_spike=_A + (1 - rho_) * S)
+    params = {_tau: tau, rho_: rho, beta_: beta, b0_: b0}
+    kw = {"states": {_A: state}, "v_threshold": b0_ + beta_ * _A, **kw}
+    return _neuron(V + (X - V) / _tau, params, "ALIF", kw)
+
+
+def CuLIF(tau: float = 2.0, tau_syn: float = 4.0, **kw: Any) -> Neuron:
+    r"""Current-based LIF: a synaptic current I filters the input.
+
+    .. math::
+        \tilde I[t] = I[t-1] \left(1 - \frac{1}{\tau_{syn}}\right) + X[t], \qquad
+        H[t] = V[t-1] + \frac{\tilde I[t] - (V[t-1] - V_{reset})}{\tau}
+
+    (H is written with Ĩ expanded, since the charge sees I[t−1].)
+    """
+    tau_syn_ = sp.Symbol("tau_syn", real=True)
+    current = _I * (1 - 1 / tau_syn_) + X
+    charge = V + (current - (V - _leak_target(kw))) / _tau
+    state = State(update=current)
+    return _neuron(charge, {_tau: tau, tau_syn_: tau_syn}, "CuLIF", {"states": {_I: state}, **kw})
+
+
+def AdEx(
+    tau: float = 2.0,
+    delta_T: float = 1.0,
+    theta_rh: float = 0.8,
+    v_rest: float = 0.0,
+    tau_w: float = 4.0,
+    a: float = 0.1,
+    b: float = 0.05,
+    **kw: Any,
+) -> Neuron:
+    r"""Adaptive exponential integrate-and-fire (Brette & Gerstner 2005), EIF plus adaptation.
+
+    .. math::
+        H[t] &= V[t-1] + \frac{X[t] + V_{rest} - V[t-1]
+              + \Delta_T e^{(V[t-1] - \theta_{rh})/\Delta_T} - W[t-1]}{\tau} \\
+        \tilde W[t] &= W[t-1] + \frac{a (V[t-1] - V_{rest}) - W[t-1]}{\tau_w}, \qquad
+        W[t] = \tilde W[t] + b\,S[t]
+
+    v_reset defaults to −0.1 as in :func:`EIF`.
+    """
+    d_t, theta, v_rest_, tau_w_, a_, b_ = sp.symbols("delta_T theta_rh v_rest tau_w a b", real=True)
+    kw.setdefault("v_reset", -0.1)
+    charge = V + (X + v_rest_ - V + d_t * sp.exp((V - theta) / d_t) - _W) / _tau
+    state = State(update=_W + (a_ * (V - v_rest_) - _W) / tau_w_, on_spike=_W + b_ * S)
+    params = {
+        _tau: tau,
+        d_t: delta_T,
+        theta: theta_rh,
+        v_rest_: v_rest,
+        tau_w_: tau_w,
+        a_: a,
+        b_: b,
+    }
+    return _neuron(charge, params, "AdEx", {"states": {_W: state}, **kw})
+
+
+#: Zoo models with extra state variables (``simulate`` returns their states too).
+STATEFUL = {"Izhikevich": Izhikevich, "ALIF": ALIF, "CuLIF": CuLIF, "AdEx": AdEx}

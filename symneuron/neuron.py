@@ -60,6 +60,7 @@ class State:
     on_spike: sp.Expr | None = None
     init: float = 0.0
 
+
 _RESERVED = {"V", "X", "H", "S", "u"}
 _FORBIDDEN_FUNCTIONS = (sp.Heaviside, sp.DiracDelta, sp.Derivative, sp.Integral, sp.Subs)
 _COMPLEX_FUNCTIONS = (sp.re, sp.im, sp.arg, sp.conjugate)
@@ -234,10 +235,12 @@ class Neuron:
             update = symbol if state.update is None else state.update
             on_spike = symbol if state.on_spike is None else state.on_spike
             out[wname] = State(
-                update=self._validate_expr(update, f"update of state {wname!r}",
-                                           names | {"V", "X", "H"}),
-                on_spike=self._validate_expr(on_spike, f"on_spike of state {wname!r}",
-                                             names | {"S"}),
+                update=self._validate_expr(
+                    update, f"update of state {wname!r}", names | {"V", "X", "H"}
+                ),
+                on_spike=self._validate_expr(
+                    on_spike, f"on_spike of state {wname!r}", names | {"S"}
+                ),
                 init=_finite_float(state.init, f"init of state {wname!r}"),
             )
         return out
