@@ -67,6 +67,8 @@ class NeuronLayer(nn.Module):
         self._register_params(params or {})
         self.v: torch.Tensor | None = None
         self.v_seq: torch.Tensor | None = None
+        #: The extra states' values after the last call (name -> [*shape]), if any.
+        self.states: dict[str, torch.Tensor] = {}
 
     def _register_params(self, params: Mapping[Any, float | torch.Tensor]) -> None:
         values: dict[str, float | torch.Tensor] = dict(self.neuron.params)
@@ -92,16 +94,26 @@ class NeuronLayer(nn.Module):
         return {name: getattr(self, name) for name in self.neuron.params}
 
     def reset(self) -> None:
-        """Forget the membrane state (call between independent sequences)."""
+        """Forget the membrane state and any extra states (call between sequences)."""
         self.v = None
         self.v_seq = None
+        self.states = {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x_seq = x.unsqueeze(0) if self.step_mode == "s" else x
         store = self.store_v_seq and self.step_mode == "m"
-        spikes, v_seq = simulate(
-            self.neuron, x_seq, self.v, self.param_values(), backend=self.backend, store_v_seq=store
+        result = simulate(
+            self.neuron,
+            x_seq,
+            self.v,
+            self.param_values(),
+            backend=self.backend,
+            store_v_seq=store,
+            states=self.states or None,
         )
+        spikes, v_seq = result[0], result[1]
+        if self.neuron.states:
+            self.states = {name: seq[-1] for name, seq in result[2].items()}
         self.v = v_seq[-1]
         self.v_seq = v_seq if store else None
         return spikes[0] if self.step_mode == "s" else spikes

@@ -51,7 +51,7 @@ def test_printer_golden_strings(compute: str, expr: sp.Expr, expected: str) -> N
 
 def _variants() -> list[tuple[str, dict[str, object]]]:
     out = []
-    for name in sn.models.ZOO:
+    for name in [*sn.models.ZOO, *sn.models.STATEFUL]:
         for reset in ("hard", "soft"):
             for detach in (False, True):
                 kw: dict[str, object] = {"detach_reset": detach}
@@ -68,7 +68,7 @@ def test_every_cuda_variant_compiles_with_nvrtc(name: str, kw: dict[str, object]
         if os.environ.get("CI"):
             pytest.fail("CI must compile every CUDA variant: install 'symneuron[dev]' (NVRTC)")
         pytest.skip("NVRTC not installed (pip install 'symneuron[cuda]')")
-    neuron = sn.models.ZOO[name](**kw)
+    neuron = {**sn.models.ZOO, **sn.models.STATEFUL}[name](**kw)
     for dtype in ("float32", "float64", "float16", "bfloat16"):
         ptx = nvrtc.compile_to_ptx(neuron.source("cuda", dtype), name=f"{name}_{dtype}.cu")
         # 4 forward + 3 backward variants, each with one neuron per thread and with K lanes
