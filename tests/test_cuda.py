@@ -170,3 +170,85 @@ def test_check_on_cuda() -> None:
     for ctor in sn.models.ZOO.values():
         report = sn.check(ctor(), backend="cuda", device="cuda")
         assert report.passed, str(report)
+
+
+# -- neurons with extra state variables ------------------------------------------------
+
+STATEFUL_ACTIVE = {
+    "Izhikevich": {"a": 0.3, "b": 0.2, "w_rest": 0.05, "learnable": ["a", "b"]},
+    "ALIF": {"rho": 0.8, "beta": 0.6, "learnable": ["beta"]},
+    "CuLIF": {"tau_syn": 3.0, "learnable": ["tau_syn"]},
+    "AdEx": {"a": 0.2, "b": 0.1, "learnable": ["a", "tau_w"]},
+}
+
+
+def _run_stateful(neuron, x, v0, w0, weights, backend, round_h_to=None):  # type: ignore[no-untyped-def]
+    leaves = {"x": x.clone().requires_grad_(True), "v0": v0.clone().requires_grad_(True)}
+    leaves.update({f"w:{k}": v.clone().requires_grad_(True) for k, v in w0.items()})
+    states = {k: leaves[f"w:{k}"] for k in w0}
+    if backend == "reference":
+        s, v, w = simulate_reference(
+            neuron,
+            leaves["x"],
+            leaves["v0"],
+            dict(neuron.params),
+            w_init=states,
+            round_h_to=round_h_to,
+        )
+    else:
+        s, v, w = sn.simulate(neuron, leaves["x"], leaves["v0"], backend=backend, states=states)
+    outs = [s, v, *w.values()]
+    loss = sum((o * r.to(o.dtype)).sum() for o, r in zip(outs, weights, strict=False))
+    grads = torch.autograd.grad(loss, list(leaves.values()))
+    return [o.detach() for o in outs], [g.detach() for g in grads]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("reset", ["hard", "soft"])
+@pytest.mark.parametrize("name", sorted(STATEFUL_ACTIVE))
+def test_cuda_stateful_matches_reference(name: str, reset: str, dtype: torch.dtype) -> None:
+    kw = dict(STATEFUL_ACTIVE[name])
+    kw["v_reset"] = None if reset == "soft" else 0.0
+    neuron = sn.models.STATEFUL[name](**kw)
+    gen = torch.Generator().manual_seed(torch.seed())
+    shape = (3, 333)
+    scale = {"ALIF": 2.4, "CuLIF": 1.0}.get(name, 1.5)
+    x = (scale * torch.rand(8, *shape, generator=gen)).to(dtype)
+    v0 = (0.4 * torch.rand(*shape, generator=gen)).to(dtype)
+    w0 = {
+        w: (st.init + 0.1 * torch.rand(*shape, generator=gen)).to(dtype)
+        for w, st in neuron.states.items()
+    }
+    weights = [torch.randn(8, *shape, generator=gen).to(dtype) for _ in range(3)]
+    half = dtype in (torch.float16, torch.bfloat16)
+    ref = _run_stateful(
+        neuron,
+        x.double(),
+        v0.double(),
+        {k: v.double() for k, v in w0.items()},
+        [w.double() for w in weights],
+        "reference",
+        dtype if half else None,
+    )
+    got = _run_stateful(
+        neuron,
+        x.cuda(),
+        v0.cuda(),
+        {k: v.cuda() for k, v in w0.items()},
+        [w.cuda() for w in weights],
+        "cuda",
+    )
+    assert 0.02 < float(ref[0][0].mean()) < 0.98, "degenerate input"
+    flips, bound = BOUNDS[dtype]
+    differing = float((got[0][0].cpu().double() != ref[0][0]).double().mean())
+    assert differing <= flips
+    bound *= 5 if differing > 0 else 1
+    errors = {
+        f"out{i}": _relnorm(g, r)
+        for i, (g, r) in enumerate(zip(got[0][1:], ref[0][1:], strict=True))
+    }
+    errors.update(
+        {f"grad{i}": _relnorm(g, r) for i, (g, r) in enumerate(zip(got[1], ref[1], strict=True))}
+    )
+    bad = {k: e for k, e in errors.items() if not e <= bound}
+    assert not bad, f"{name} {reset} {dtype}: errors over {bound}: {bad}"
