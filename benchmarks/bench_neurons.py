@@ -9,6 +9,11 @@ Peers (``--peers``):
 * ``torch``      a plain PyTorch loop over t (eager)
 * ``compile``    the same loop under ``torch.compile`` (whole loop, N dynamic)
 
+Models: the single-state zoo (IF, LIF, PLIF, QIF, EIF; the default matrix) and, with
+``--models``, the stateful ``Izhikevich`` (a = 0.3, b = 0.2 on every side; SpikingJelly's
+``IzhikevichNode``, CuPy in 0.0.0.0.14, fp32 only) and ``ALIF`` (no SpikingJelly
+counterpart: those peers are recorded as unsupported).
+
 plus a 1 GiB device-to-device copy, whose bytes read + written over time is the
 bandwidth floor of DESIGN.md §5. Each configuration (model, T, N, dtype, mode)
 is checked against symneuron's float64 torch reference before it is timed.
@@ -26,6 +31,8 @@ Examples::
 
     python3 benchmarks/bench_neurons.py --quick --sj014-path /tmp/sj014 --sj200-path /tmp/sj200
     python3 benchmarks/bench_neurons.py --models LIF --T 16 --dtypes fp32 --peers symneuron,torch
+    python3 benchmarks/bench_neurons.py --models Izhikevich,ALIF --T 16,64 --N 2^20 \
+        --dtypes fp32,bf16 --peers symneuron,sj014,sj200
     python3 benchmarks/bench_neurons.py --dry-run          # CPU smoke test of the whole pipeline
 
 Results go to ``<out-dir>/<gpu>-<date>.json`` with a PNG next to it;
@@ -69,7 +76,13 @@ SCHEMA = "symneuron-bench/1"
 MARK_READY = "@@READY "
 MARK_RESULT = "@@RESULT "
 
-ALL_MODELS = ["IF", "LIF", "PLIF", "QIF", "EIF"]
+#: single-state zoo models: the default matrix
+SINGLE_MODELS = ["IF", "LIF", "PLIF", "QIF", "EIF"]
+#: models with extra state variables (``sn.models.STATEFUL``); only with ``--models``
+STATEFUL_MODELS = ["Izhikevich", "ALIF"]
+ALL_MODELS = SINGLE_MODELS + STATEFUL_MODELS
+#: constructor arguments of the benchmarked neuron (the same constants on every side)
+MODEL_KWARGS: dict[str, dict[str, float]] = {"Izhikevich": {"a": 0.3, "b": 0.2}}
 ALL_T = [4, 16, 64, 256]
 ALL_N = [2**20, 2**14]
 ALL_DTYPES = ["fp32", "fp16", "bf16"]
@@ -93,6 +106,16 @@ SJ_CLASSES = {
     "PLIF": "ParametricLIFNode",
     "QIF": "QIFNode",
     "EIF": "EIFNode",
+    "Izhikevich": "IzhikevichNode",
+}
+#: SpikingJelly 2.0.0's name of each model in ``functional.neuron_implementation``
+SJ_IMPL_NAMES = {
+    "IF": "if",
+    "LIF": "lif",
+    "PLIF": "plif",
+    "QIF": "qif",
+    "EIF": "eif",
+    "Izhikevich": "izhikevich",
 }
 SURROGATE_ALPHA = 4.0  # sn.surrogate.Sigmoid() and SpikingJelly's Sigmoid() default
 
@@ -104,6 +127,13 @@ def log(*args: Any) -> None:
 # --------------------------------------------------------------------------------------
 # command line
 # --------------------------------------------------------------------------------------
+
+
+def peer_unsupported(peer: str, model: str) -> str | None:
+    """Why ``peer`` cannot run ``model`` at all (None when it can)."""
+    if peer in ("sj014", "sj200") and model not in SJ_CLASSES:
+        return f"SpikingJelly has no {model} neuron"
+    return None
 
 
 def _parse_n(text: str) -> int:
@@ -147,7 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     g = p.add_argument_group("matrix")
-    g.add_argument("--models", type=_csv(str, ALL_MODELS), default=None, help=",".join(ALL_MODELS))
+    g.add_argument(
+        "--models",
+        type=_csv(str, ALL_MODELS),
+        default=None,
+        help=",".join(ALL_MODELS) + f" (default {','.join(SINGLE_MODELS)})",
+    )
     g.add_argument("--T", type=_csv(int), default=None, help="e.g. 4,16,64,256")
     g.add_argument("--N", type=_csv(_parse_n), default=None, help="e.g. 2^20,2^14 (or 20,14)")
     g.add_argument(
@@ -253,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve_matrix(args: argparse.Namespace) -> dict[str, list[Any]]:
-    base: dict[str, list[Any]] = dict(models=ALL_MODELS, T=ALL_T, N=ALL_N, dtypes=ALL_DTYPES)
+    base: dict[str, list[Any]] = dict(models=SINGLE_MODELS, T=ALL_T, N=ALL_N, dtypes=ALL_DTYPES)
     if args.quick:
         base.update(QUICK)
     if args.dry_run:
@@ -434,10 +469,22 @@ def _status_of(exc: BaseException) -> str:
     return "error"
 
 
-def make_neuron(model: str) -> Any:
+def construct_neuron(model: str) -> Any:
+    """The zoo model with the benchmark's constants (``MODEL_KWARGS``)."""
     import symneuron as sn
 
-    neuron = sn.models.ZOO[model]()
+    ctor = sn.models.ZOO.get(model) or sn.models.STATEFUL[model]
+    return ctor(**MODEL_KWARGS.get(model, {}))
+
+
+def spikes_of(result: Any) -> Any:
+    """The spike sequence of ``simulate``/``simulate_reference``: ``(spikes, v_seq)`` for a
+    single-state neuron, ``(spikes, v_seq, states)`` for one with extra states."""
+    return result[0]
+
+
+def make_neuron(model: str) -> Any:
+    neuron = construct_neuron(model)
     if getattr(neuron.surrogate, "name", "") != f"Sigmoid(alpha={SURROGATE_ALPHA})":
         raise RuntimeError(
             f"{model}: default surrogate is {neuron.surrogate.name}, the peers use "
@@ -469,8 +516,13 @@ def sj_kwargs(model: str, neuron: Any) -> dict[str, Any]:
             theta_rh=float(p["theta_rh"]),
             v_rest=float(p["v_rest"]),
         )
+    elif model == "Izhikevich":
+        kw.update(
+            {name: float(p[name]) for name in ("tau", "v_c", "a0", "v_rest", "tau_w", "a", "b")},
+            w_rest=float(neuron.states["W"].init),
+        )
     elif model != "IF":
-        raise ValueError(model)
+        raise NotImplementedError(f"SpikingJelly has no {model} neuron")
     return kw
 
 
@@ -519,7 +571,7 @@ class Inputs:
             dtype=torch.float64,
             device=x.device,
         )
-        s, _ = self._simulate_reference(
+        out = self._simulate_reference(
             self.neuron,
             x.double(),
             v0,
@@ -527,7 +579,7 @@ class Inputs:
             store_v_seq=False,
             round_h_to=self.dtype if self.half else None,
         )
-        return s
+        return spikes_of(out)
 
     def ref_grad(self) -> Any:
         """dL/dX of L = sum(spikes) on the first ``grad_slice`` neurons (each is independent)."""
@@ -623,9 +675,11 @@ class SymneuronRunner(Runner):
         }
 
     def forward(self, x: Any) -> Any:
-        return self.sn.simulate(
-            self.neuron, x, params=self.params or None, backend=self.backend, store_v_seq=False
-        )[0]
+        return spikes_of(
+            self.sn.simulate(
+                self.neuron, x, params=self.params or None, backend=self.backend, store_v_seq=False
+            )
+        )
 
     def zero_grad(self) -> None:
         for p in self.params.values():
@@ -659,11 +713,16 @@ class _SigmoidSpike:
 
 
 def make_torch_loop(model: str, neuron: Any, spike_impl: str) -> Any:
-    """The plain PyTorch loop over t with the zoo model's constants."""
+    """The plain PyTorch loop over t with the zoo model's constants.
+
+    Stateful models carry their extra state through the loop as written in their
+    docstrings: charge H from (V, W), pre-spike update W̃ (Izhikevich from H; ALIF's
+    threshold b0 + β·Ã uses the updated Ã), spike, reset V, on-spike reset of W.
+    """
     import torch
 
     p = dict(neuron.params)
-    v_th = float(neuron.v_threshold)
+    v_th = None if model == "ALIF" else float(neuron.v_threshold)
     v_reset = neuron.v_reset
     target = 0.0 if v_reset is None else float(v_reset)
     spike_fn = _SigmoidSpike.get()
@@ -704,8 +763,46 @@ def make_torch_loop(model: str, neuron: Any, spike_impl: str) -> Any:
 
         def charge(v: Any, x: Any, k: Any) -> Any:
             return v + (x + v_rest - v + d_t * torch.exp((v - theta) / d_t)) / tau
-    else:
-        raise ValueError(model)
+    elif model not in ("Izhikevich", "ALIF"):
+        raise NotImplementedError(f"no torch loop for {model}")
+
+    if model in ("Izhikevich", "ALIF"):
+        if model == "Izhikevich":
+            tau, a0, v_c, v_rest, tau_w, a, b = (
+                float(p[n]) for n in ("tau", "a0", "v_c", "v_rest", "tau_w", "a", "b")
+            )
+            w_init = float(neuron.states["W"].init)
+
+            def step(v: Any, w: Any, x: Any) -> tuple[Any, Any, Any]:
+                h = v + (x + a0 * (v - v_rest) * (v - v_c) - w) / tau
+                return h, w + (a * (h - v_rest) - w) / tau_w, v_th
+
+            def on_spike(w_tilde: Any, s: Any) -> Any:
+                return w_tilde + b * s
+        else:  # ALIF: adaptive threshold b0 + beta * A
+            tau, rho, beta, b0 = (float(p[n]) for n in ("tau", "rho", "beta", "b0"))
+            w_init = float(neuron.states["A"].init)
+
+            def step(v: Any, w: Any, x: Any) -> tuple[Any, Any, Any]:
+                a_tilde = rho * w
+                return v + (x - v) / tau, a_tilde, b0 + beta * a_tilde
+
+            def on_spike(w_tilde: Any, s: Any) -> Any:
+                return w_tilde + (1.0 - rho) * s
+
+        def loop_stateful(x_seq: Any) -> Any:
+            v = torch.full_like(x_seq[0], target)
+            w = torch.full_like(x_seq[0], w_init)
+            spikes = []
+            for t in range(x_seq.shape[0]):
+                h, w_tilde, th = step(v, w, x_seq[t])
+                s = spike(h - th)
+                v = h - th * s if v_reset is None else h * (1.0 - s) + target * s
+                w = on_spike(w_tilde, s)
+                spikes.append(s)
+            return torch.stack(spikes)
+
+        return loop_stateful
 
     def loop(x_seq: Any, w: Any = None) -> Any:
         k = torch.sigmoid(w).to(x_seq.dtype) if w is not None else None
@@ -1118,7 +1215,7 @@ class WorkerState:
         try:
             from spikingjelly.activation_based import functional
 
-            name = {"IF": "if", "LIF": "lif", "PLIF": "plif", "QIF": "qif", "EIF": "eif"}[model]
+            name = SJ_IMPL_NAMES[model]
             return str(functional.neuron_implementation(name, self.device)["implementation"])
         except Exception as exc:  # noqa: BLE001
             return f"unknown ({type(exc).__name__}: {exc})"[:200]
@@ -1451,11 +1548,11 @@ def derive_main(model: str, result_file: str) -> int:
     out: dict[str, Any] = {"model": model}
     try:
         t0 = time.perf_counter()
-        import symneuron as sn
+        import symneuron  # noqa: F401  (import time is measured)
 
         out["import_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        neuron = sn.models.ZOO[model]()
+        neuron = construct_neuron(model)
         out["ctor_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         neuron.spec()
@@ -1469,7 +1566,7 @@ def derive_main(model: str, result_file: str) -> int:
             neuron.source("cuda", dtype)
         out["source_other_dtypes_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        sn.models.ZOO[model]().spec()
+        construct_neuron(model).spec()
         out["spec_again_s"] = time.perf_counter() - t0
         out["total_s"] = out["ctor_s"] + out["spec_s"] + out["source_s"]
     except Exception as exc:  # noqa: BLE001
@@ -1688,9 +1785,11 @@ def measure_first_calls(
     jobs: list[tuple[str, list[str]]] = []
     if "symneuron" in peers:
         jobs.append(("symneuron", models))
+    # SpikingJelly: LIF as the reference point, plus the stateful models it has
+    sj_models = ["LIF"] + [m for m in models if m in STATEFUL_MODELS and m in SJ_CLASSES]
     for sj in ("sj014", "sj200"):
         if sj in peers:
-            jobs.append((sj, ["LIF"]))
+            jobs.append((sj, sj_models))
     base = Path(tempfile.mkdtemp(prefix="snbench-cache-"))
     try:
         for impl, impl_models in jobs:
@@ -1906,6 +2005,12 @@ class Bench:
         remaining = self.args.time_budget_s - self.elapsed()
         by_worker: dict[str, list[str]] = {}
         for peer in peers:
+            why = peer_unsupported(peer, cfg["model"])
+            if why:
+                self.results["records"].append(
+                    {**cfg, "peer": peer, "status": "unsupported", "error": why}
+                )
+                continue
             if peer == "compile":
                 if cfg["T"] > self.args.compile_max_T:
                     self.skip(cfg, peer, f"T > --compile-max-T ({self.args.compile_max_T})")

@@ -15,6 +15,8 @@ import torch
 import symneuron as sn
 
 BYTES = {"infer": 8, "train": 24}
+#: constructor arguments, as in bench_neurons.py (Izhikevich with nonzero adaptation)
+MODEL_KWARGS = {"Izhikevich": {"a": 0.3, "b": 0.2}}
 
 
 def copy_bandwidth() -> float:
@@ -38,7 +40,8 @@ def step(neuron, x, mode):  # type: ignore[no-untyped-def]
         with torch.no_grad():
             sn.simulate(neuron, x, backend="cuda", store_v_seq=False)
     else:
-        s, _ = sn.simulate(neuron, x, backend="cuda", store_v_seq=False)
+        # (spikes, v) or, for a neuron with extra states, (spikes, v, states)
+        s = sn.simulate(neuron, x, backend="cuda", store_v_seq=False)[0]
         s.sum().backward()
 
 
@@ -73,11 +76,14 @@ def main() -> None:
     bw = copy_bandwidth()
     print(f"copy bandwidth {bw / 1e9:.0f} GB/s on {torch.cuda.get_device_name()}")
     print(
-        f"{'model':5} {'T':>4} {'N':>8} {'dtype':9} {'mode':5} {'gpu_us':>9} {'wall_us':>9} "
+        f"{'model':10} {'T':>4} {'N':>8} {'dtype':9} {'mode':5} {'gpu_us':>9} {'wall_us':>9} "
         f"{'gpu_floor':>9} {'wall_floor':>10}"
     )
     for name in args.models.split(","):
-        neuron = sn.models.ZOO[name]()
+        ctor = sn.models.ZOO.get(name) or sn.models.STATEFUL[name]
+        neuron = ctor(**MODEL_KWARGS.get(name, {}))
+        # each extra state adds a saved [T, N] tensor (written, then read): 8 B fp32 per state
+        extra = {"infer": 0, "train": 8 * len(neuron.states)}
         for dt_name in args.dtypes.split(","):
             dtype = getattr(torch, dt_name)
             size = torch.finfo(dtype).bits // 8
@@ -85,9 +91,9 @@ def main() -> None:
                 for n in map(int, args.N.split(",")):
                     for mode in ("infer", "train"):
                         gpu, wall = time_config(neuron, t_len, n, dtype, mode)
-                        floor = BYTES[mode] * size / 4 * t_len * n / bw
+                        floor = (BYTES[mode] + extra[mode]) * size / 4 * t_len * n / bw
                         print(
-                            f"{name:5} {t_len:4} {n:8} {dt_name:9} {mode:5} {gpu * 1e6:9.1f} "
+                            f"{name:10} {t_len:4} {n:8} {dt_name:9} {mode:5} {gpu * 1e6:9.1f} "
                             f"{wall * 1e6:9.1f} {floor / gpu:9.2f} {floor / wall:10.2f}"
                         )
 

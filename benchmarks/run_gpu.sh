@@ -7,6 +7,11 @@
 #   carry:   [".whl"]
 #   timeout_s: 600
 #
+# The stateful neurons (Izhikevich vs SJ's IzhikevichNode, a = 0.3, b = 0.2; ALIF has no SJ peer;
+# target: training wall >= 3x SJ 0.0.0.0.14 CuPy at T in {16, 64}, N = 2^20):
+#
+#   command: bash benchmarks/run_gpu.sh --models Izhikevich,ALIF --T 16,64 --N 1048576 --dtypes fp32,bf16 --peers symneuron,sj014,sj200
+#
 # .whl/ must hold (see benchmarks/NOTES.md, "Wheels"):
 #   spikingjelly-0.0.0.0.14-py3-none-any.whl, spikingjelly-2.0.0-py3-none-any.whl,
 #   loguru-0.7.3-py3-none-any.whl (SpikingJelly 2.0.0 imports it; the GPU image lacks it).
