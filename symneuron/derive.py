@@ -104,7 +104,6 @@ class KernelSpec:
     backward: tuple[Assign, ...]
     needs_v: bool
     needs_x: bool
-    soft_reset: bool
     v_start: float
     partials: dict[str, sp.Expr] = field(compare=False)
     states: tuple[str, ...] = ()
@@ -284,7 +283,6 @@ def derive(neuron: Neuron) -> KernelSpec:
         backward=backward,
         needs_v=V in used,
         needs_x=X in used,
-        soft_reset=neuron.soft_reset,
         v_start=neuron.v_reset if isinstance(neuron.v_reset, float) else 0.0,
         partials=found,
         states=tuple(neuron.states),

@@ -74,13 +74,14 @@ def _param_name(key: Any) -> str:
     raise TypeError(f"Parameter keys must be sympy Symbols or names (str), got {key!r}")
 
 
-def _finite_float(value: Any, what: str) -> float:
+def finite_float(value: Any, what: str) -> float:
+    """``value`` as a float; TypeError if it is not a real number, ValueError if not finite."""
     try:
         out = float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{what} must be a real number, got {value!r}") from None
     if not math.isfinite(out):
-        raise ValueError(f"{what} must be finite, got {out}; give a finite default.")
+        raise ValueError(f"{what} must be finite, got {out}.")
     return out
 
 
@@ -208,7 +209,7 @@ class Neuron:
                 raise ValueError(f"Parameter name {pname!r} is reserved; rename the parameter.")
             if pname in out:
                 raise ValueError(f"Parameter {pname!r} is given twice.")
-            out[pname] = _finite_float(value, f"Default of parameter {pname!r}")
+            out[pname] = finite_float(value, f"Default of parameter {pname!r}")
         return out
 
     def _validate_state_names(self, states: Mapping[Any, State]) -> dict[str, sp.Symbol]:
@@ -241,7 +242,7 @@ class Neuron:
                 on_spike=self._validate_expr(
                     on_spike, f"on_spike of state {wname!r}", names | {"S"}
                 ),
-                init=_finite_float(state.init, f"init of state {wname!r}"),
+                init=finite_float(state.init, f"init of state {wname!r}"),
             )
         return out
 
@@ -289,7 +290,7 @@ class Neuron:
         """A threshold or reset level: a finite number, or an expression in the params
         (and, for the threshold, the states' updated values)."""
         if not isinstance(value, sp.Basic) or value.is_number:
-            return _finite_float(value, what)
+            return finite_float(value, what)
         if not isinstance(value, sp.Expr):
             raise TypeError(f"{what} must be a number or a SymPy expression, got {value!r}")
         names = {s.name for s in value.free_symbols}

@@ -10,7 +10,7 @@ import sympy as sp
 import torch
 
 from .function import compute_dtype, register, run
-from .neuron import Neuron
+from .neuron import Neuron, finite_float
 from .reference import as_tensor, level_value, simulate_reference
 from .runtime import cpu, cuda
 
@@ -96,9 +96,7 @@ def _v_init(
     if v_init is None:
         return None
     if not isinstance(v_init, torch.Tensor):
-        value = float(v_init)
-        if not math.isfinite(value):
-            raise ValueError(f"v_init must be finite, got {value}")
+        value = finite_float(v_init, "v_init")
         v_init = torch.full((), value, dtype=x_seq.dtype, device=x_seq.device)
     _check_tensor("v_init", v_init, x_seq, shape)
     return v_init.to(x_seq.dtype).expand(shape)
@@ -120,9 +118,7 @@ def _param_values(
                     "Neuron(learnable=[...]) or pass value.detach()."
                 )
         else:
-            value = float(value)
-            if not math.isfinite(value):
-                raise ValueError(f"param {name!r} must be finite, got {value}")
+            value = finite_float(value, f"param {name!r}")
         values[name] = value
     return values
 
@@ -278,15 +274,8 @@ def _w_init(
         value = given.get(name, state.init)
         if not isinstance(value, torch.Tensor):
             value = torch.full(
-                (), _finite(value, f"state {name!r}"), dtype=x_seq.dtype, device=x_seq.device
+                (), finite_float(value, f"state {name!r}"), dtype=x_seq.dtype, device=x_seq.device
             )
         _check_tensor(f"state {name!r}", value, x_seq, shape)
         rows.append(value.to(x_seq.dtype).expand(shape))
     return torch.stack(rows)
-
-
-def _finite(value: Any, what: str) -> float:
-    out = float(value)
-    if not math.isfinite(out):
-        raise ValueError(f"{what} must be finite, got {out}")
-    return out

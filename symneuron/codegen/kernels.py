@@ -76,12 +76,28 @@ class Dialect:
     template: bool
 
 
+def _forward_base(spec: KernelSpec, store_h: bool, v_mode: str) -> str:
+    return f"{spec.name}_forward_{'h' if store_h else 'n'}_{v_mode}"
+
+
+def _backward_base(spec: KernelSpec, grad_v_mode: str) -> str:
+    return f"{spec.name}_backward_{grad_v_mode}"
+
+
+def _exported(base: str, lanes: int) -> str:
+    return f"{base}_k{lanes}"
+
+
+def _lane_counts(dtype: DTypeInfo) -> tuple[int, ...]:
+    return (1, dtype.lanes) if dtype.lanes > 1 else (1,)
+
+
 def forward_name(spec: KernelSpec, store_h: bool, v_mode: str, lanes: int) -> str:
-    return f"{spec.name}_forward_{'h' if store_h else 'n'}_{v_mode}_k{lanes}"
+    return _exported(_forward_base(spec, store_h, v_mode), lanes)
 
 
 def backward_name(spec: KernelSpec, grad_v_mode: str, lanes: int) -> str:
-    return f"{spec.name}_backward_{grad_v_mode}_k{lanes}"
+    return _exported(_backward_base(spec, grad_v_mode), lanes)
 
 
 def _indent(lines: list[str], depth: int = 1) -> list[str]:
@@ -435,7 +451,7 @@ def _function(
     ]
     text = "\n".join(_indent(inner))
     if not dialect.template:
-        return f"void {name}_k1(\n{_INDENT}{joined}) {{\n{text}\n}}\n"
+        return f"void {_exported(name, 1)}(\n{_INDENT}{joined}) {{\n{text}\n}}\n"
     call = ", ".join(_arg_names(args))
     out = [
         "template <int K>\n"
@@ -443,7 +459,7 @@ def _function(
     ]
     for k in lanes:
         out.append(
-            f'extern "C" __global__ void {name}_k{k}(\n{_INDENT}{joined}) {{\n'
+            f'extern "C" __global__ void {_exported(name, k)}(\n{_INDENT}{joined}) {{\n'
             f"{_INDENT}{name}<{k}>({call});\n}}\n"
         )
     return "\n".join(out)
@@ -451,7 +467,7 @@ def _function(
 
 def kernel_names(spec: KernelSpec, dtype: DTypeInfo) -> list[str]:
     """Every exported kernel of a source, in source order."""
-    lanes = (1, dtype.lanes) if dtype.lanes > 1 else (1,)
+    lanes = _lane_counts(dtype)
     names = [forward_name(spec, h, m, k) for h in (True, False) for m in V_MODES for k in lanes]
     return names + [backward_name(spec, m, k) for m in GRAD_V_MODES for k in lanes]
 
@@ -463,7 +479,7 @@ def render(spec: KernelSpec, dialect: Dialect, dtype: DTypeInfo, only: str | Non
     so a first call compiles only what it runs.
     """
     body = _Body(spec, dtype, dialect)
-    all_lanes = (1, dtype.lanes) if dtype.lanes > 1 else (1,)
+    all_lanes = _lane_counts(dtype)
     header = (
         f"// symneuron {dialect.name} kernels for {spec.name} ({dtype.name}), key {spec.key}\n"
         f"// H = {spec.charge[-1].expr}\n"
@@ -471,7 +487,7 @@ def render(spec: KernelSpec, dialect: Dialect, dtype: DTypeInfo, only: str | Non
     parts = [header, dialect.prelude.replace("{st}", dtype.storage)]
     for store_h in (True, False):
         for v_mode in V_MODES:
-            name = f"{spec.name}_forward_{'h' if store_h else 'n'}_{v_mode}"
+            name = _forward_base(spec, store_h, v_mode)
             lanes = _selected(name, all_lanes, only)
             if lanes:
                 parts.append(
@@ -480,7 +496,7 @@ def render(spec: KernelSpec, dialect: Dialect, dtype: DTypeInfo, only: str | Non
                     )
                 )
     for mode in GRAD_V_MODES:
-        name = f"{spec.name}_backward_{mode}"
+        name = _backward_base(spec, mode)
         lanes = _selected(name, all_lanes, only)
         if lanes:
             parts.append(_function(dialect, name, _backward_args(body), body.backward(mode), lanes))
@@ -492,4 +508,4 @@ def render(spec: KernelSpec, dialect: Dialect, dtype: DTypeInfo, only: str | Non
 def _selected(base: str, lanes: tuple[int, ...], only: str | None) -> tuple[int, ...]:
     if only is None:
         return lanes
-    return tuple(k for k in lanes if f"{base}_k{k}" == only)
+    return tuple(k for k in lanes if _exported(base, k) == only)
