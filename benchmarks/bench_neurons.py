@@ -1487,6 +1487,13 @@ def firstcall_main(impl: str, settings: dict[str, Any], models: list[str], resul
         if device.type == "cuda":
             torch.zeros(1, device=device)
             torch.cuda.synchronize()
+        # torch's own one-off costs (the autograd engine's device thread, the first
+        # reduction and fill kernels), paid by any first backward whatever the model
+        # (same for every implementation), so they are kept out of the per-model times
+        probe = torch.rand(8, 8, device=device, requires_grad=True)
+        (probe * 2.0).sum().backward()
+        sync_first = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        sync_first()
         out["cuda_init_s"] = time.perf_counter() - t0
 
         def sync() -> None:

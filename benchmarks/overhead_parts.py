@@ -60,14 +60,14 @@ def main() -> None:
 
     key = F.register(neuron)
     params = [torch.full((), 2.0, device="cuda").expand(2**14)]
-    _, _, h = F.forward_impl(key, "cuda", x0, None, params, True, "last")
+    _, _, h, _, wt = F.forward_impl(key, "cuda", x0, None, None, params, True, "last")
     g = torch.ones((), device="cuda").expand(4, 2**14)
 
     def backward_impl_direct() -> None:
-        F.backward_impl(key, "cuda", g, None, "none", h, x0, None, params)
+        F.backward_impl(key, "cuda", g, None, None, "none", h, wt, None, None, None, params)
 
     def forward_impl_direct() -> None:
-        F.forward_impl(key, "cuda", x0, None, params, True, "last")
+        F.forward_impl(key, "cuda", x0, None, None, params, True, "last")
 
     fns = [sym_train, sym_forward_grad, sym_infer, torch_mul_train, torch_mul_forward]
     fns += [torch_empty, python_fn_train, backward_impl_direct, forward_impl_direct]

@@ -8,7 +8,6 @@ disk keyed by the source hash, and launches a named kernel with a flat list of
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -16,24 +15,22 @@ import torch
 __all__ = ["Arg", "ptr", "i64", "i32", "cache_dir"]
 
 
-@dataclass(frozen=True)
-class Arg:
-    """One kernel argument: a device pointer (``ptr``), ``long long`` or ``int``."""
-
-    kind: str
-    value: int
+#: One kernel argument: (struct format character, value). "P" a device pointer,
+#: "q" a ``long long``, "i" an ``int``. A plain tuple, since launches build a dozen
+#: of them per call and tuple creation is the cheapest Python can do.
+Arg = tuple[str, int]
 
 
 def ptr(tensor: torch.Tensor | None) -> Arg:
-    return Arg("ptr", 0 if tensor is None else tensor.data_ptr())
+    return ("P", 0 if tensor is None else tensor.data_ptr())
 
 
 def i64(value: int) -> Arg:
-    return Arg("i64", int(value))
+    return ("q", int(value))
 
 
 def i32(value: int) -> Arg:
-    return Arg("i32", int(value))
+    return ("i", int(value))
 
 
 def cache_dir() -> Path:

@@ -18,7 +18,7 @@ from . import Arg, cache_dir
 __all__ = ["compiler", "available", "load", "launch"]
 
 _BASE_FLAGS = ("-O3", "-std=c99", "-shared", "-fPIC", "-fno-fast-math")
-_CTYPES = {"ptr": ctypes.c_void_p, "i64": ctypes.c_longlong, "i32": ctypes.c_int}
+_CTYPES = {"P": ctypes.c_void_p, "q": ctypes.c_longlong, "i": ctypes.c_int}
 _LIBRARIES: dict[str, ctypes.CDLL] = {}
 
 
@@ -80,7 +80,9 @@ def load(source: str) -> ctypes.CDLL:
 
 def launch(library: ctypes.CDLL, name: str, args: list[Arg], n: int) -> None:
     """Call kernel ``name`` with ``args`` (the neuron count ``n`` is among them)."""
-    fn = getattr(library, name)
-    fn.restype = None
-    fn.argtypes = [_CTYPES[a.kind] for a in args]
-    fn(*[a.value for a in args])
+    fn = getattr(library, name)  # ctypes caches the function object on the library
+    argtypes = tuple(_CTYPES[kind] for kind, _ in args)
+    if fn.argtypes != argtypes:
+        fn.restype = None
+        fn.argtypes = argtypes
+    fn(*[value for _, value in args])

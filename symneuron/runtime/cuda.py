@@ -56,9 +56,9 @@ def load(source: str, device: int) -> Any:
     return _MODULES[key]
 
 
-_FORMAT = {"ptr": "P", "i64": "q", "i32": "i"}
 # cuLaunchKernel "extra" keys: CU_LAUNCH_PARAM_END, _BUFFER_POINTER, _BUFFER_SIZE
 _PARAM_END, _PARAM_BUFFER, _PARAM_SIZE = 0, 1, 2
+_EXTRA = ctypes.c_void_p * 5
 
 
 def _function(module: Any, name: str) -> int:
@@ -80,10 +80,11 @@ def launch(module: Any, name: str, args: list[Arg], threads: int, device: int) -
     from cupy.cuda import driver
 
     fn = _function(module, name)
-    packed = struct.pack("@" + "".join(_FORMAT[a.kind] for a in args), *[a.value for a in args])
+    kinds, values = zip(*args, strict=True)
+    packed = struct.pack("@" + "".join(kinds), *values)
     buffer = ctypes.create_string_buffer(packed, len(packed))
     size = ctypes.c_size_t(len(packed))
-    extra = (ctypes.c_void_p * 5)(
+    extra = _EXTRA(
         _PARAM_BUFFER, ctypes.addressof(buffer), _PARAM_SIZE, ctypes.addressof(size), _PARAM_END
     )
     grid = (threads + BLOCK - 1) // BLOCK
