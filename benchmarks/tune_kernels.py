@@ -82,7 +82,10 @@ def sweep_block(models: list[str]) -> None:
         cuda_runtime.BLOCK = block
         for dtype in (torch.float32, torch.bfloat16):
             for model in models:
-                res = kernel_times(sn.models.ZOO[model](), dtype)
+                try:
+                    res = kernel_times(sn.models.ZOO[model](), dtype)
+                except Exception as exc:  # noqa: BLE001 - e.g. too many registers for the block
+                    res = f"launch failed: {exc}"
                 print(f"block={block:4} {str(dtype)[6:]:8} {model:5} {res}", flush=True)
     cuda_runtime.BLOCK = 256
 

@@ -82,6 +82,42 @@ def _module(neuron: Neuron, backend: str, tensor: torch.Tensor, kernel: str) -> 
     return module
 
 
+#: (neuron key, backend, dtype, device, variant, lanes) -> launch(args, threads)
+_LAUNCHERS: dict[tuple[Any, ...], Any] = {}
+
+
+def _launch(
+    key: str,
+    backend: str,
+    tensor: torch.Tensor,
+    variant: tuple[Any, ...],
+    lanes: int,
+    args: list[runtime.Arg],
+    threads: int,
+) -> None:
+    """Launch kernel ``variant`` (("forward", store_h, v_mode) or ("backward", grad_v_mode))
+    with ``lanes`` neurons per thread; the kernel is looked up once per process."""
+    lkey = (key, backend, tensor.dtype, tensor.device, variant, lanes)
+    launch = _LAUNCHERS.get(lkey)
+    if launch is None:
+        neuron = _NEURONS[key]
+        if variant[0] == "forward":
+            name = forward_name(neuron.spec(), variant[1], variant[2], lanes)
+        else:
+            name = backward_name(neuron.spec(), variant[1], lanes)
+        module = _module(neuron, backend, tensor, name)
+        if backend == "cuda":
+            from .runtime import cuda
+
+            launch = cuda.launcher(module, name, tensor.device.index or 0)
+        else:
+            from .runtime import cpu
+
+            launch = cpu.launcher(module, name)
+        _LAUNCHERS[lkey] = launch
+    launch(args, threads)
+
+
 def _lanes(backend: str, tensors: list[torch.Tensor | None], n: int) -> int:
     """Neurons per thread: the dtype's vector width when sizes and alignment allow."""
     if backend != "cuda":
@@ -94,30 +130,6 @@ def _lanes(backend: str, tensors: list[torch.Tensor | None], n: int) -> int:
     return lanes
 
 
-def _launch(
-    backend: str,
-    module: Any,
-    name: str,
-    args: list[runtime.Arg],
-    threads: int,
-    device: torch.device,
-) -> None:
-    if backend == "cuda":
-        from .runtime import cuda
-
-        cuda.launch(module, name, args, threads, device.index or 0)
-    else:
-        from .runtime import cpu
-
-        cpu.launch(module, name, args, threads)
-
-
-def _param_args(params: list[torch.Tensor]) -> tuple[list[runtime.Arg], list[runtime.Arg]]:
-    pointers = [runtime.ptr(p) for p in params]
-    strides = [runtime.i64(p.stride(0) if p.dim() else 0) for p in params]
-    return pointers, strides
-
-
 def _state_outputs(
     k: int, rows: int, n: int, t_len: int, store_h: bool, like: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -125,6 +137,43 @@ def _state_outputs(
     w_out = like.new_empty((k, rows, n))
     wt_seq = like.new_empty((k, t_len, n) if store_h and k else (0,))
     return w_out, wt_seq
+
+
+def _forward_launch(
+    key: str,
+    backend: str,
+    x_seq: torch.Tensor,
+    v_init: torch.Tensor | None,
+    w_init: torch.Tensor | None,
+    params: list[torch.Tensor] | tuple[torch.Tensor, ...],
+    store_h: bool,
+    v_mode: str,
+) -> tuple[torch.Tensor, torch.Tensor, Any, Any, Any]:
+    """The forward launch: (spike_seq, v_out, h_seq, w_out, wt_seq), with None for
+    H and W̃ when not stored and for the state outputs of a neuron without states."""
+    k = len(_NEURONS[key].states)
+    t_len, n = x_seq.shape
+    rows = t_len if v_mode == "seq" else 1
+    spike = torch.empty_like(x_seq)
+    v_out = x_seq.new_empty((rows, n))
+    h_seq = x_seq.new_empty((t_len, n)) if store_h else None
+    w_out = x_seq.new_empty((k, rows, n)) if k else None
+    wt_seq = x_seq.new_empty((k, t_len, n)) if k and store_h else None
+    if n == 0:
+        return spike, v_out, h_seq, w_out, wt_seq
+    ptr = runtime.ptr
+    args = [ptr(x_seq), ptr(v_init)]
+    if k:
+        args.append(ptr(w_init))
+    args += [ptr(p) for p in params]
+    args += [ptr(spike), ptr(h_seq), ptr(v_out)]
+    if k:
+        args += [ptr(wt_seq), ptr(w_out)]
+    args += [runtime.i64(p.stride(0) if p.dim() else 0) for p in params]
+    args += [runtime.i32(t_len), runtime.i64(n)]
+    lanes = _lanes(backend, [x_seq, spike, h_seq, v_out, w_out, wt_seq], n)
+    _launch(key, backend, x_seq, ("forward", store_h, v_mode), lanes, args, n // lanes)
+    return spike, v_out, h_seq, w_out, wt_seq
 
 
 def forward_impl(
@@ -143,34 +192,18 @@ def forward_impl(
     wt_seq [k, T, N] or empty). ``v_init=None`` / ``w_init=None`` start from the
     spec's ``v_start`` / ``state_init`` without a tensor.
     """
-    neuron = _NEURONS[key]
-    k = len(neuron.states)
-    t_len, n = x_seq.shape
-    rows = t_len if v_mode == "seq" else 1
-    spike = torch.empty_like(x_seq)
-    v_out = x_seq.new_empty((rows, n))
-    h_seq = x_seq.new_empty((t_len, n) if store_h else (0,))
-    w_out, wt_seq = _state_outputs(k, rows, n, t_len, store_h, x_seq)
-    if n == 0:
-        return spike, v_out, h_seq, w_out, wt_seq
-    pointers, strides = _param_args(params)
-    args = [
-        runtime.ptr(x_seq),
-        runtime.ptr(v_init),
-        *([runtime.ptr(w_init)] if k else []),
-        *pointers,
-        runtime.ptr(spike),
-        runtime.ptr(h_seq if store_h else None),
-        runtime.ptr(v_out),
-        *([runtime.ptr(wt_seq if store_h else None), runtime.ptr(w_out)] if k else []),
-        *strides,
-        runtime.i32(t_len),
-        runtime.i64(n),
-    ]
-    lanes = _lanes(backend, [x_seq, spike, h_seq, v_out, w_out, wt_seq], n)
-    name = forward_name(neuron.spec(), store_h, v_mode, lanes)
-    _launch(backend, _module(neuron, backend, x_seq, name), name, args, n // lanes, x_seq.device)
-    return spike, v_out, h_seq, w_out, wt_seq
+    spike, v_out, h_seq, w_out, wt_seq = _forward_launch(
+        key, backend, x_seq, v_init, w_init, params, store_h, v_mode
+    )
+    if w_out is None:
+        w_out = x_seq.new_empty((0, v_out.shape[0], x_seq.shape[1]))
+    return (
+        spike,
+        v_out,
+        x_seq.new_empty((0,)) if h_seq is None else h_seq,
+        w_out,
+        x_seq.new_empty((0,)) if wt_seq is None else wt_seq,
+    )
 
 
 @torch.library.custom_op("symneuron::forward", mutates_args=())
@@ -204,6 +237,60 @@ def _(key, backend, x_seq, v_init, w_init, params, store_h, v_mode):
     )
 
 
+def _backward_launch(
+    key: str,
+    backend: str,
+    grad_spike: torch.Tensor,
+    grad_v: torch.Tensor | None,
+    grad_w: torch.Tensor | None,
+    grad_v_mode: str,
+    h_seq: torch.Tensor,
+    wt_seq: torch.Tensor | None,
+    x_seq: torch.Tensor | None,
+    v_init: torch.Tensor | None,
+    w_init: torch.Tensor | None,
+    params: list[torch.Tensor] | tuple[torch.Tensor, ...],
+) -> tuple[torch.Tensor, Any, Any, Any]:
+    """The backward launch: (grad_x, grad_v_init, grad_w_init, grad_params [P, N]), with
+    None for the initial-state gradients of absent initial states and no learnable params."""
+    neuron = _NEURONS[key]
+    k = len(neuron.states)
+    t_len, n = h_seq.shape
+    grad_x = torch.empty_like(h_seq)
+    grad_v_init = None if v_init is None else h_seq.new_empty((n,))
+    grad_w_init = None if w_init is None else h_seq.new_empty((k, n))
+    learnable = len(neuron.learnable)
+    grad_params = (
+        h_seq.new_empty((learnable, n), dtype=accum_dtype(h_seq.dtype)) if learnable else None
+    )
+    if n == 0:
+        return grad_x, grad_v_init, grad_w_init, grad_params
+    spike_scalar = grad_spike.numel() > 1 and not any(grad_spike.stride())
+    ptr = runtime.ptr
+    args = [ptr(grad_spike), ptr(grad_v)]
+    if k:
+        args.append(ptr(grad_w))
+    args.append(ptr(h_seq))
+    if k:
+        args.append(ptr(wt_seq))
+    args += [ptr(x_seq), ptr(v_init)]
+    if k:
+        args.append(ptr(w_init))
+    args += [ptr(p) for p in params]
+    args += [ptr(grad_x), ptr(grad_v_init)]
+    if k:
+        args.append(ptr(grad_w_init))
+    if grad_params is not None:  # one row per learnable param, addressed without views
+        base, row = grad_params.data_ptr(), n * grad_params.element_size()
+        args += [("P", base + j * row) for j in range(learnable)]
+    args += [runtime.i64(p.stride(0) if p.dim() else 0) for p in params]
+    args += [runtime.i32(int(spike_scalar)), runtime.i32(t_len), runtime.i64(n)]
+    spike_tensor = None if spike_scalar else grad_spike
+    lanes = _lanes(backend, [h_seq, grad_x, x_seq, grad_v, grad_w, wt_seq, spike_tensor], n)
+    _launch(key, backend, h_seq, ("backward", grad_v_mode), lanes, args, n // lanes)
+    return grad_x, grad_v_init, grad_w_init, grad_params
+
+
 def backward_impl(
     key: str,
     backend: str,
@@ -224,42 +311,30 @@ def backward_impl(
     grad_params [P, N]). ``grad_v`` and ``grad_w`` are both given or both None
     (``grad_v_mode`` "none").
     """
-    neuron = _NEURONS[key]
-    k = len(neuron.states)
-    t_len, n = h_seq.shape
-    grad_x = torch.empty_like(h_seq)
-    grad_v_init = h_seq.new_empty((0,) if v_init is None else (n,))
-    grad_w_init = h_seq.new_empty((0,) if w_init is None else (k, n))
-    learnable = len(neuron.learnable)
-    grad_params = h_seq.new_empty((learnable, n), dtype=accum_dtype(h_seq.dtype))
-    if n == 0:
-        return grad_x, grad_v_init, grad_w_init, grad_params
-    pointers, strides = _param_args(params)
-    spike_scalar = grad_spike.numel() > 1 and all(st == 0 for st in grad_spike.stride())
-    args = [
-        runtime.ptr(grad_spike),
-        runtime.ptr(grad_v),
-        *([runtime.ptr(grad_w)] if k else []),
-        runtime.ptr(h_seq),
-        *([runtime.ptr(wt_seq)] if k else []),
-        runtime.ptr(x_seq),
-        runtime.ptr(v_init),
-        *([runtime.ptr(w_init)] if k else []),
-        *pointers,
-        runtime.ptr(grad_x),
-        runtime.ptr(None if v_init is None else grad_v_init),
-        *([runtime.ptr(None if w_init is None else grad_w_init)] if k else []),
-        *[runtime.ptr(grad_params[j]) for j in range(learnable)],
-        *strides,
-        runtime.i32(int(spike_scalar)),
-        runtime.i32(t_len),
-        runtime.i64(n),
-    ]
-    spike_tensor = None if spike_scalar else grad_spike
-    lanes = _lanes(backend, [h_seq, grad_x, x_seq, grad_v, grad_w, wt_seq, spike_tensor], n)
-    name = backward_name(neuron.spec(), grad_v_mode, lanes)
-    _launch(backend, _module(neuron, backend, h_seq, name), name, args, n // lanes, h_seq.device)
-    return grad_x, grad_v_init, grad_w_init, grad_params
+    grad_x, grad_v_init, grad_w_init, grad_params = _backward_launch(
+        key,
+        backend,
+        grad_spike,
+        grad_v,
+        grad_w,
+        grad_v_mode,
+        h_seq,
+        wt_seq if wt_seq.dim() == 3 else None,
+        x_seq,
+        v_init,
+        w_init,
+        params,
+    )
+    n = h_seq.shape[1]
+    empty = h_seq.new_empty((0,))
+    if grad_params is None:
+        grad_params = h_seq.new_empty((0, n), dtype=accum_dtype(h_seq.dtype))
+    return (
+        grad_x,
+        empty if grad_v_init is None else grad_v_init,
+        h_seq.new_empty((0,)) if grad_w_init is None else grad_w_init,
+        grad_params,
+    )
 
 
 @torch.library.custom_op("symneuron::backward", mutates_args=())
@@ -317,6 +392,10 @@ def _(
     return h_seq.new_empty(h_seq.shape), grad_v_init, grad_w_init, grad_params
 
 
+#: neuron key -> ((kernel row, param index) for each learnable param)
+_LEARNABLE: dict[str, tuple[tuple[int, int], ...]] = {}
+
+
 def _save(
     ctx: Any,
     key: str,
@@ -324,18 +403,31 @@ def _save(
     v_mode: str,
     inputs: tuple[torch.Tensor | None, ...],
     params: list[torch.Tensor] | tuple[torch.Tensor, ...],
-    saved: tuple[torch.Tensor, torch.Tensor],
+    saved: tuple[torch.Tensor | None, torch.Tensor | None],
+    outputs: bool,
 ) -> None:
     """Keep for backward: H and W̃ (extra states only), v_init, w_init, X only when a
-    partial needs it, and the params. ``inputs`` = (x_seq, v_init, w_init)."""
+    partial needs it, and the params. ``inputs`` = (x_seq, v_init, w_init); ``outputs``:
+    H and W̃ are outputs of the op (custom op), not intermediates (eager binding)."""
     x_seq, v_init, w_init = inputs
     h_seq, wt_seq = saved
     ctx.key, ctx.backend, ctx.v_mode = key, backend, v_mode
     ctx.n_params = len(params)
     needs_x = _NEURONS[key].spec().needs_x
     ctx.save_for_backward(h_seq, wt_seq, v_init, w_init, x_seq if needs_x else None, *params)
-    ctx.mark_non_differentiable(h_seq, wt_seq)
+    if outputs:
+        ctx.mark_non_differentiable(h_seq, wt_seq)
     ctx.set_materialize_grads(False)
+
+
+def _learnable(key: str) -> tuple[tuple[int, int], ...]:
+    rows = _LEARNABLE.get(key)
+    if rows is None:
+        spec = _NEURONS[key].spec()
+        rows = _LEARNABLE[key] = tuple(
+            (j, spec.params.index(name)) for j, name in enumerate(spec.learnable)
+        )
+    return rows
 
 
 def _gradients(
@@ -343,18 +435,18 @@ def _gradients(
 ) -> tuple[Any, Any, Any, list[Any]]:
     """(grad_x, grad_v_init, grad_w_init, grad per param) from the saved context."""
     h_seq, wt_seq, v_init, w_init, x_seq, *params = ctx.saved_tensors
-    if h_seq.dim() == 1:
+    if h_seq is None or h_seq.dim() == 1:
         raise RuntimeError(
             "symneuron: the forward ran without saving H (no input required grad at the "
             "time); run it again with grad enabled."
         )
     if grad_spike is None:
         grad_spike = torch.zeros_like(h_seq)
-    elif not all(st == 0 for st in grad_spike.stride()):
+    elif any(grad_spike.stride()):
         grad_spike = grad_spike.contiguous()
-    k = wt_seq.shape[0] if wt_seq.dim() == 3 else 0
     mode = "none" if grad_v is None and grad_w is None else ctx.v_mode
     if mode != "none":
+        k = len(_NEURONS[ctx.key].states)
         rows = h_seq.shape[0] if mode == "seq" else 1
         grad_v = h_seq.new_zeros((rows, h_seq.shape[1])) if grad_v is None else grad_v
         grad_w = h_seq.new_zeros((k, rows, h_seq.shape[1])) if grad_w is None else grad_w
@@ -373,10 +465,8 @@ def _gradients(
         w_init,
         params,
     )
-    spec = _NEURONS[ctx.key].spec()
     grads: list[torch.Tensor | None] = [None] * ctx.n_params
-    for j, name in enumerate(spec.learnable):
-        index = spec.params.index(name)
+    for j, index in _learnable(ctx.key):
         grads[index] = grad_p[j].to(params[index].dtype)
     return (
         grad_x,
@@ -388,7 +478,8 @@ def _gradients(
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
     key, backend, x_seq, v_init, w_init, params, _store_h, v_mode = inputs
-    _save(ctx, key, backend, v_mode, (x_seq, v_init, w_init), params, (output[2], output[4]))
+    saved = (output[2], output[4])
+    _save(ctx, key, backend, v_mode, (x_seq, v_init, w_init), params, saved, outputs=True)
 
 
 def _backward(
@@ -404,12 +495,14 @@ forward_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 class _EagerBinding(torch.autograd.Function):
-    """The same forward/backward implementations without the dispatcher's Python layers.
+    """The same forward/backward launches without the dispatcher's Python layers.
 
     Outside ``torch.compile`` a custom op pays tens of microseconds per call in
     Python (schema handling, pytree flattening, alias checks); this generic
-    binding, shared by every neuron, calls :func:`forward_impl` and
-    :func:`backward_impl` directly. Under compilation the custom ops are used.
+    binding, shared by every neuron, launches the kernels directly. Its outputs are
+    only (spike_seq, v_out) and, for a neuron with extra states, w_out: H and W̃ are
+    saved as intermediates, and no placeholder tensor is allocated. Under
+    compilation the custom ops are used.
     """
 
     @staticmethod
@@ -423,16 +516,17 @@ class _EagerBinding(torch.autograd.Function):
         v_mode: str,
         *params: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
-        out = forward_impl(key, backend, x_seq, v_init, w_init, list(params), True, v_mode)
-        _save(ctx, key, backend, v_mode, (x_seq, v_init, w_init), params, (out[2], out[4]))
-        return out
+        spike, v_out, h_seq, w_out, wt_seq = _forward_launch(
+            key, backend, x_seq, v_init, w_init, params, True, v_mode
+        )
+        inputs = (x_seq, v_init, w_init)
+        _save(ctx, key, backend, v_mode, inputs, params, (h_seq, wt_seq), outputs=False)
+        return (spike, v_out) if w_out is None else (spike, v_out, w_out)
 
     @staticmethod
-    def backward(
-        ctx: Any, grad_spike: Any, grad_v: Any, _grad_h: Any, grad_w: Any, _grad_wt: Any
-    ) -> tuple[Any, ...]:
+    def backward(ctx: Any, grad_spike: Any, grad_v: Any, grad_w: Any = None) -> tuple[Any, ...]:
         grad_x, grad_v_init, grad_w_init, grads = _gradients(
-            ctx, grad_spike, grad_v, grad_w, backward_impl
+            ctx, grad_spike, grad_v, grad_w, _backward_launch
         )
         return None, None, grad_x, grad_v_init, grad_w_init, None, *grads
 
@@ -446,10 +540,16 @@ def run(
     params: list[torch.Tensor],
     store_h: bool,
     v_mode: str,
-) -> tuple[torch.Tensor, ...]:
-    """Forward with autograd: the custom op when compiling, else the eager binding."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Forward with autograd: (spike_seq, v_out, w_out or None for a neuron without
+    extra states). The custom op when compiling, else the eager binding."""
     if torch.compiler.is_compiling():
-        return forward_op(key, backend, x_seq, v_init, w_init, params, store_h, v_mode)
+        out = forward_op(key, backend, x_seq, v_init, w_init, params, store_h, v_mode)
+        return out[0], out[1], out[3]
     if not store_h:
-        return forward_impl(key, backend, x_seq, v_init, w_init, params, False, v_mode)
-    return _EagerBinding.apply(key, backend, x_seq, v_init, w_init, v_mode, *params)
+        spike, v_out, _, w_out, _ = _forward_launch(
+            key, backend, x_seq, v_init, w_init, params, False, v_mode
+        )
+        return spike, v_out, w_out
+    out = _EagerBinding.apply(key, backend, x_seq, v_init, w_init, v_mode, *params)
+    return out[0], out[1], out[2] if len(out) > 2 else None

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import torch
 
 from . import Arg, cache_dir
 
-__all__ = ["compiler", "available", "load", "launch"]
+__all__ = ["compiler", "available", "load", "launcher"]
 
 _BASE_FLAGS = ("-O3", "-std=c99", "-shared", "-fPIC", "-fno-fast-math")
 _CTYPES = {"P": ctypes.c_void_p, "q": ctypes.c_longlong, "i": ctypes.c_int}
@@ -78,11 +79,15 @@ def load(source: str) -> ctypes.CDLL:
     return _LIBRARIES[key]
 
 
-def launch(library: ctypes.CDLL, name: str, args: list[Arg], n: int) -> None:
-    """Call kernel ``name`` with ``args`` (the neuron count ``n`` is among them)."""
-    fn = getattr(library, name)  # ctypes caches the function object on the library
-    argtypes = tuple(_CTYPES[kind] for kind, _ in args)
-    if fn.argtypes != argtypes:
-        fn.restype = None
-        fn.argtypes = argtypes
-    fn(*[value for _, value in args])
+def launcher(library: ctypes.CDLL, name: str) -> Callable[[list[Arg], int], None]:
+    """``launch(args, n)`` for kernel ``name`` (the neuron count ``n`` is among the args)."""
+    fn = getattr(library, name)
+    fn.restype = None
+
+    def launch(args: list[Arg], n: int) -> None:
+        argtypes = tuple(_CTYPES[kind] for kind, _ in args)
+        if fn.argtypes != argtypes:
+            fn.argtypes = argtypes
+        fn(*[value for _, value in args])
+
+    return launch

@@ -1,7 +1,8 @@
 """The cuda runtime: CuPy RawModule (NVRTC), launched on torch's current stream.
 
 CuPy caches compiled modules on disk (keyed by the source); this module keeps
-loaded functions in memory, so a launch costs one dictionary look-up.
+loaded modules in memory, and each kernel gets one launcher closure (see
+:func:`launcher`) that the binding caches.
 """
 
 from __future__ import annotations
@@ -9,17 +10,17 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from . import Arg
 
-__all__ = ["available", "load", "launch", "BLOCK"]
+__all__ = ["available", "load", "launcher", "BLOCK"]
 
 BLOCK = 256
 _MODULES: dict[tuple[str, int], Any] = {}
-_FUNCTIONS: dict[tuple[int, str], int] = {}
 
 
 def _cupy() -> Any:
@@ -61,36 +62,39 @@ _PARAM_END, _PARAM_BUFFER, _PARAM_SIZE = 0, 1, 2
 _EXTRA = ctypes.c_void_p * 5
 
 
-def _function(module: Any, name: str) -> int:
-    """The CUfunction handle of kernel ``name`` (looked up once)."""
-    fkey = (id(module), name)
-    handle = _FUNCTIONS.get(fkey)
-    if handle is None:
-        handle = _FUNCTIONS[fkey] = int(module.get_function(name).kernel.ptr)
-    return handle
+def launcher(module: Any, name: str, device: int) -> Callable[[list[Arg], int], None]:
+    """``launch(args, threads)`` for kernel ``name`` of ``module`` on ``device``.
 
-
-def launch(module: Any, name: str, args: list[Arg], threads: int, device: int) -> None:
-    """Launch kernel ``name`` with ``threads`` threads on torch's current stream.
-
-    The arguments are packed into one buffer (native C alignment, as the kernel
-    expects) and handed to ``cuLaunchKernel`` directly: no per-argument Python
-    conversion, no host synchronisation, and safe under CUDA graph capture.
+    Each launch packs the arguments into one buffer (native C alignment, as the
+    kernel expects) and hands it to ``cuLaunchKernel`` on torch's current stream:
+    no per-argument Python conversion, no host synchronisation, and safe under
+    CUDA graph capture.
     """
     from cupy.cuda import driver
 
-    fn = _function(module, name)
-    kinds, values = zip(*args, strict=True)
-    packed = struct.pack("@" + "".join(kinds), *values)
-    buffer = ctypes.create_string_buffer(packed, len(packed))
-    size = ctypes.c_size_t(len(packed))
-    extra = _EXTRA(
-        _PARAM_BUFFER, ctypes.addressof(buffer), _PARAM_SIZE, ctypes.addressof(size), _PARAM_END
-    )
-    grid = (threads + BLOCK - 1) // BLOCK
-    stream = torch._C._cuda_getCurrentRawStream(device)
-    if device != torch._C._cuda_getDevice():
-        with torch.cuda.device(device):
-            driver.launchKernel(fn, grid, 1, 1, BLOCK, 1, 1, 0, stream, 0, ctypes.addressof(extra))
-        return
-    driver.launchKernel(fn, grid, 1, 1, BLOCK, 1, 1, 0, stream, 0, ctypes.addressof(extra))
+    fn = int(module.get_function(name).kernel.ptr)
+    launch_kernel = driver.launchKernel
+    raw_stream = torch._C._cuda_getCurrentRawStream
+    current_device = torch._C._cuda_getDevice
+    pack = struct.pack
+    address = ctypes.addressof
+    formats: dict[tuple[str, ...], str] = {}
+
+    def launch(args: list[Arg], threads: int) -> None:
+        kinds, values = zip(*args, strict=True)
+        fmt = formats.get(kinds)
+        if fmt is None:
+            fmt = formats[kinds] = "@" + "".join(kinds)
+        packed = pack(fmt, *values)
+        buffer = ctypes.create_string_buffer(packed, len(packed))
+        size = ctypes.c_size_t(len(packed))
+        extra = _EXTRA(_PARAM_BUFFER, address(buffer), _PARAM_SIZE, address(size), _PARAM_END)
+        grid = (threads + BLOCK - 1) // BLOCK
+        stream = raw_stream(device)
+        if device != current_device():
+            with torch.cuda.device(device):
+                launch_kernel(fn, grid, 1, 1, BLOCK, 1, 1, 0, stream, 0, address(extra))
+            return
+        launch_kernel(fn, grid, 1, 1, BLOCK, 1, 1, 0, stream, 0, address(extra))
+
+    return launch
