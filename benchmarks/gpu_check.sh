@@ -19,6 +19,11 @@ export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 
+if [ "${1:-}" = "--overhead-only" ]; then  # host-overhead diagnostics alone
+    timeout -s TERM 90 python3 benchmarks/overhead_parts.py 2>&1 | tee "$OUT/overhead.log"
+    exit 0
+fi
+
 timeout -s TERM "${TEST_TIMEOUT:-280}" python3 -m pytest -q -rs tests/test_cuda.py \
     tests/test_regressions.py 2>&1 | tee "$OUT/cuda_tests.log" | tail -15
 echo "[gpu_check] tests done at $(elapsed) s"
@@ -26,7 +31,7 @@ echo "[gpu_check] tests done at $(elapsed) s"
 {
     timeout -s TERM "${TUNE_TIMEOUT:-100}" python3 benchmarks/tune_kernels.py \
         --sweep "${SWEEPS:-block,surrogate}" --models "${TUNE_MODELS:-LIF,QIF,PLIF,EIF}"
-    timeout -s TERM 40 python3 benchmarks/overhead_parts.py | head -12
+    timeout -s TERM 60 python3 benchmarks/overhead_parts.py
 } >"$OUT/tune.log" 2>&1
 cat "$OUT/tune.log"
 echo "[gpu_check] tune done at $(elapsed) s"
