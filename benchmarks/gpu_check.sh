@@ -3,7 +3,8 @@
 #
 #   1. the GPU tests: tests/test_cuda.py (every zoo model, stateful ones included, in fp64,
 #      fp32, fp16 and bf16 against the float64 reference) and tests/test_regressions.py;
-#   2. kernel-only sweeps (benchmarks/tune_kernels.py: block size, surrogate form);
+#   2. kernel-only sweeps (benchmarks/tune_kernels.py: block size, surrogate form; SWEEPS=none
+#      skips them);
 #   3. host overhead parts (benchmarks/overhead_parts.py);
 #   4. optionally the benchmark, with the arguments given after "--bench"
 #      (through run_gpu.sh; carry [".whl"] for the SpikingJelly peers).
@@ -28,12 +29,14 @@ timeout -s TERM "${TEST_TIMEOUT:-280}" python3 -m pytest -q -rs tests/test_cuda.
     tests/test_regressions.py 2>&1 | tee "$OUT/cuda_tests.log" | tail -15
 echo "[gpu_check] tests done at $(elapsed) s"
 
-{
-    timeout -s TERM "${TUNE_TIMEOUT:-100}" python3 benchmarks/tune_kernels.py \
-        --sweep "${SWEEPS:-block,surrogate}" --models "${TUNE_MODELS:-LIF,QIF,PLIF,EIF}"
-    timeout -s TERM 60 python3 benchmarks/overhead_parts.py
-} >"$OUT/tune.log" 2>&1
-cat "$OUT/tune.log"
+if [ "${SWEEPS:-}" != "none" ]; then
+    {
+        timeout -s TERM "${TUNE_TIMEOUT:-100}" python3 benchmarks/tune_kernels.py \
+            --sweep "${SWEEPS:-block,surrogate}" --models "${TUNE_MODELS:-LIF,QIF,PLIF,EIF}"
+        timeout -s TERM 60 python3 benchmarks/overhead_parts.py
+    } >"$OUT/tune.log" 2>&1
+    cat "$OUT/tune.log"
+fi
 echo "[gpu_check] tune done at $(elapsed) s"
 
 if [ "${1:-}" = "--bench" ]; then

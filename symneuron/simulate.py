@@ -235,19 +235,21 @@ def simulate(
         or (w0 is not None and w0.requires_grad)
         or any(p.requires_grad for p in kernel_params)
     )
+    flat = x_seq.dim() == 2  # already [T, N]: no reshape or view (each costs host time)
+    x_flat = x_seq.contiguous() if flat else x_seq.reshape(t_len, n).contiguous()
     v_flat = None if v0 is None else v0.reshape(n).contiguous()
     w_flat = None if w0 is None else w0.reshape(len(neuron.states), n).contiguous()
     spike, v_out, w_out = run(
         register(neuron),
         backend,
-        x_seq.reshape(t_len, n).contiguous(),
+        x_flat,
         v_flat,
         w_flat,
         kernel_params,
         store_h,
         "seq" if store_v_seq else "last",
     )
-    out = spike.view(x_seq.shape), v_out.view(-1, *shape)
+    out = (spike, v_out) if flat else (spike.view(x_seq.shape), v_out.view(-1, *shape))
     if w_out is None:
         return out
     return (*out, {w: w_out[i].view(-1, *shape) for i, w in enumerate(neuron.states)})
