@@ -229,6 +229,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="rotate among input copies totalling about this many MiB (L2 defeat)",
     )
     g.add_argument("--max-bufs", type=int, default=8)
+    g.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure each configuration this many times, peers taking turns in alternating "
+        "order; the median of the rounds is reported (robust ratios on a noisy host)",
+    )
     g.add_argument("--copy-gib", type=float, default=1.0)
     g = p.add_argument_group("budget")
     g.add_argument(
@@ -1760,6 +1767,31 @@ def run_oneshot(argv: list[str], env: dict[str, str], timeout: float) -> dict[st
             os.unlink(path)
 
 
+def merge_rounds(recs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record from a peer's rounds of one configuration: the median of the rounds'
+    medians (wall and GPU), the overall minima, the round values kept for inspection.
+    A round that failed leaves the others standing; all failed: the first failure."""
+    ok = [r for r in recs if r.get("status") == "ok"]
+    if not ok:
+        return recs[0]
+    out = dict(ok[0])
+    if len(recs) == 1:
+        return out
+    for key in ("wall_s", "gpu_s"):
+        out[key] = statistics.median(r[key] for r in ok)
+        out[f"rounds_{key}"] = [r[key] for r in ok]
+    for key in ("wall_min_s", "gpu_min_s"):
+        out[key] = min(r[key] for r in ok)
+    for key in ("reps_wall", "reps_gpu"):
+        out[key] = sum(r[key] for r in ok)
+    out["rounds"] = len(ok)
+    out["check"] = dict(ok[0].get("check") or {})
+    out["check"]["pass"] = all((r.get("check") or {}).get("pass", True) for r in ok)
+    if len(ok) < len(recs):
+        out["rounds_failed"] = [r.get("error") for r in recs if r.get("status") != "ok"]
+    return out
+
+
 def measure_derivation(args: argparse.Namespace, models: list[str]) -> dict[str, Any]:
     """One fresh process per model, run side by side (CPU only; the GPU is idle meanwhile)."""
     out: dict[str, Any] = {}
@@ -2031,31 +2063,39 @@ class Bench:
                     self.skip(cfg, peer, "less than 60 s of the time budget left")
                     continue
             by_worker.setdefault(PEER_WORKER[peer], []).append(peer)
-        for kind in ("main", "sj014", "sj200"):
-            wpeers = by_worker.get(kind)
-            if not wpeers:
-                continue
-            if kind != "main":
-                self.start_sj(kind)
-            w = self.worker(kind)
-            try:
-                reply = w.request(
-                    {"op": "bench", "cfg": cfg, "peers": wpeers}, self.args.request_timeout_s
-                )
-                if "records" in reply:
-                    for rec in reply["records"]:
-                        self.add(rec)
-                else:
-                    for peer in wpeers:
-                        self.add(
-                            {**cfg, "peer": peer, "status": "error", "error": reply.get("error")}
-                        )
-            except WorkerDied as exc:
-                self.event(f"{config_key(cfg)}: {exc}")
-                for peer in wpeers:
-                    self.add(
-                        {**cfg, "peer": peer, "status": "error", "error": f"worker: {exc}"[:1500]}
+        # --rounds R: the workers take turns R times, in alternating order, so that a slow
+        # phase of the host (seconds long on a VM) does not land on one peer only
+        order = [kind for kind in ("main", "sj014", "sj200") if by_worker.get(kind)]
+        per_peer: dict[str, list[dict[str, Any]]] = {}
+        for round_ in range(max(1, self.args.rounds)):
+            for kind in order if round_ % 2 == 0 else order[::-1]:
+                wpeers = by_worker[kind]
+                if kind != "main":
+                    self.start_sj(kind)
+                w = self.worker(kind)
+                try:
+                    reply = w.request(
+                        {"op": "bench", "cfg": cfg, "peers": wpeers}, self.args.request_timeout_s
                     )
+                    if "records" in reply:
+                        for rec in reply["records"]:
+                            per_peer.setdefault(rec["peer"], []).append(rec)
+                    else:
+                        for peer in wpeers:
+                            err = {
+                                **cfg,
+                                "peer": peer,
+                                "status": "error",
+                                "error": reply.get("error"),
+                            }
+                            per_peer.setdefault(peer, []).append(err)
+                except WorkerDied as exc:
+                    self.event(f"{config_key(cfg)}: {exc}")
+                    for peer in wpeers:
+                        err = {**cfg, "peer": peer, "status": "error", "error": f"worker: {exc}"}
+                        per_peer.setdefault(peer, []).append(err)
+        for recs in per_peer.values():
+            self.add(merge_rounds(recs))
 
     def add(self, rec: dict[str, Any]) -> None:
         if rec.get("peer") == "compile" and rec.get("first_call_s"):
