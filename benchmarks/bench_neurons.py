@@ -1565,6 +1565,16 @@ def derive_main(model: str, result_file: str) -> int:
         import symneuron  # noqa: F401  (import time is measured)
 
         out["import_s"] = time.perf_counter() - t0
+        # SymPy's one-off costs (its lazy imports on first use, e.g. sympy.tensor from
+        # Add.flatten, ~50 ms locally) land on whichever neuron a process derives first;
+        # they are measured on a throwaway neuron and reported apart from the model's time
+        import symneuron as sn
+
+        t0 = time.perf_counter()
+        warm = sn.Neuron(sn.V + (sn.X - sn.V) / 3, name="bench_warmup")
+        warm.spec()
+        warm.source("cuda", "float32")
+        out["sympy_first_use_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         neuron = construct_neuron(model)
         out["ctor_s"] = time.perf_counter() - t0

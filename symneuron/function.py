@@ -12,8 +12,14 @@ through its key in a process-wide registry, since op arguments must be plain typ
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import sympy as sp
 import torch
 
 from . import runtime
@@ -59,6 +65,49 @@ _MODULES: dict[tuple[str, str, torch.dtype, int, str], Any] = {}
 MIN_VECTOR_THREADS = 64 * 1024
 
 
+@functools.lru_cache(maxsize=1)
+def generator_version() -> str:
+    """Hash of symneuron's own sources and SymPy's version.
+
+    Either can change the generated code of an unchanged neuron definition, so the
+    on-disk cache of generated text (:func:`_generated`) is keyed by it as well.
+    """
+    digest = hashlib.sha256(sp.__version__.encode())
+    root = Path(__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _generated(parts: tuple[str, ...], suffix: str, make: Callable[[], str]) -> str:
+    """Text generated from a neuron, cached on disk under ``cache_dir()/generated``.
+
+    ``parts`` identify it (with :func:`generator_version`); ``make`` produces it on a
+    miss. A process that finds it skips SymPy altogether (derivation and printing),
+    which is what makes a first call with a warm cache fast. The cache is only an
+    optimisation: when the directory cannot be read or written, it is bypassed.
+    """
+    name = hashlib.sha256("\0".join((generator_version(), *parts)).encode()).hexdigest()[:32]
+    try:
+        path = runtime.cache_dir() / "generated" / f"{name}{suffix}"
+    except OSError:
+        return make()
+    try:
+        return path.read_text()
+    except OSError:
+        pass
+    text = make()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        partial.write_text(text)
+        os.replace(partial, path)
+    except OSError:
+        pass
+    return text
+
+
 def _module(neuron: Neuron, backend: str, tensor: torch.Tensor, kernel: str) -> Any:
     """The compiled module holding ``kernel`` for (neuron, backend, dtype, device).
 
@@ -69,7 +118,11 @@ def _module(neuron: Neuron, backend: str, tensor: torch.Tensor, kernel: str) -> 
     key = (neuron.key(), backend, tensor.dtype, device, kernel)
     module = _MODULES.get(key)
     if module is None:
-        source = render_source(neuron.spec(), backend, tensor.dtype, kernel)
+        source = _generated(
+            (neuron.key(), backend, dtype_name(tensor.dtype), kernel),
+            ".cu" if backend == "cuda" else ".c",
+            lambda: render_source(neuron.spec(), backend, tensor.dtype, kernel),
+        )
         if backend == "cuda":
             from .runtime import cuda
 
@@ -80,6 +133,19 @@ def _module(neuron: Neuron, backend: str, tensor: torch.Tensor, kernel: str) -> 
             module = cpu.load(source)
         _MODULES[key] = module
     return module
+
+
+_NEEDS_X: dict[str, bool] = {}
+
+
+def _needs_x(key: str) -> bool:
+    """Whether the backward reads X (then the forward saves it); cached like the sources."""
+    needs = _NEEDS_X.get(key)
+    if needs is None:
+        neuron = _NEURONS[key]
+        text = _generated((key, "needs_x"), ".txt", lambda: str(int(neuron.spec().needs_x)))
+        needs = _NEEDS_X[key] = text.strip() == "1"
+    return needs
 
 
 #: (neuron key, backend, dtype, device, variant, lanes) -> launch(args, threads)
@@ -102,9 +168,9 @@ def _launch(
     if launch is None:
         neuron = _NEURONS[key]
         if variant[0] == "forward":
-            name = forward_name(neuron.spec(), variant[1], variant[2], lanes)
+            name = forward_name(neuron.name, variant[1], variant[2], lanes)
         else:
-            name = backward_name(neuron.spec(), variant[1], lanes)
+            name = backward_name(neuron.name, variant[1], lanes)
         module = _module(neuron, backend, tensor, name)
         if backend == "cuda":
             from .runtime import cuda
@@ -413,7 +479,7 @@ def _save(
     h_seq, wt_seq = saved
     ctx.key, ctx.backend, ctx.v_mode = key, backend, v_mode
     ctx.n_params = len(params)
-    needs_x = _NEURONS[key].spec().needs_x
+    needs_x = _needs_x(key)
     ctx.save_for_backward(h_seq, wt_seq, v_init, w_init, x_seq if needs_x else None, *params)
     if outputs:
         ctx.mark_non_differentiable(h_seq, wt_seq)
@@ -422,10 +488,11 @@ def _save(
 
 def _learnable(key: str) -> tuple[tuple[int, int], ...]:
     rows = _LEARNABLE.get(key)
-    if rows is None:
-        spec = _NEURONS[key].spec()
+    if rows is None:  # the kernels' gradient rows follow neuron.learnable, params neuron.params
+        neuron = _NEURONS[key]
+        params = list(neuron.params)
         rows = _LEARNABLE[key] = tuple(
-            (j, spec.params.index(name)) for j, name in enumerate(spec.learnable)
+            (j, params.index(name)) for j, name in enumerate(neuron.learnable)
         )
     return rows
 

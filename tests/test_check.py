@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 import sympy as sp
@@ -72,7 +73,7 @@ def test_lif_learnable_tau_passes() -> None:
     assert "grad tau vs reference" in str(report)
 
 
-def test_wrong_charge_derivative_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wrong_charge_derivative_fails(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     true_partials = symneuron.derive.partials
 
     def off_by_one_percent(neuron: sn.Neuron) -> dict[str, sp.Expr]:
@@ -80,6 +81,8 @@ def test_wrong_charge_derivative_fails(monkeypatch: pytest.MonkeyPatch) -> None:
         return {**found, "dH/dV": found["dH/dV"] * sp.Float(1.01)}
 
     monkeypatch.setattr(symneuron.derive, "partials", off_by_one_percent)
+    # the patch is invisible to the definition's key: keep its sources out of the disk cache
+    monkeypatch.setenv("SYMNEURON_CACHE", str(tmp_path))
     neuron = sn.models.LIF(learnable=["tau"], name=fresh_name("WrongLIF"))
     report = sn.check(neuron, backend="cpu", T=6, shape=(3, 8), seed=7)
     assert not report.passed

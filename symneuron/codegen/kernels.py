@@ -76,12 +76,12 @@ class Dialect:
     template: bool
 
 
-def _forward_base(spec: KernelSpec, store_h: bool, v_mode: str) -> str:
-    return f"{spec.name}_forward_{'h' if store_h else 'n'}_{v_mode}"
+def _forward_base(name: str, store_h: bool, v_mode: str) -> str:
+    return f"{name}_forward_{'h' if store_h else 'n'}_{v_mode}"
 
 
-def _backward_base(spec: KernelSpec, grad_v_mode: str) -> str:
-    return f"{spec.name}_backward_{grad_v_mode}"
+def _backward_base(name: str, grad_v_mode: str) -> str:
+    return f"{name}_backward_{grad_v_mode}"
 
 
 def _exported(base: str, lanes: int) -> str:
@@ -92,12 +92,14 @@ def _lane_counts(dtype: DTypeInfo) -> tuple[int, ...]:
     return (1, dtype.lanes) if dtype.lanes > 1 else (1,)
 
 
-def forward_name(spec: KernelSpec, store_h: bool, v_mode: str, lanes: int) -> str:
-    return _exported(_forward_base(spec, store_h, v_mode), lanes)
+def forward_name(name: str, store_h: bool, v_mode: str, lanes: int) -> str:
+    """Exported name of a forward kernel of the neuron called ``name`` (``spec.name``)."""
+    return _exported(_forward_base(name, store_h, v_mode), lanes)
 
 
-def backward_name(spec: KernelSpec, grad_v_mode: str, lanes: int) -> str:
-    return _exported(_backward_base(spec, grad_v_mode), lanes)
+def backward_name(name: str, grad_v_mode: str, lanes: int) -> str:
+    """Exported name of a backward kernel of the neuron called ``name`` (``spec.name``)."""
+    return _exported(_backward_base(name, grad_v_mode), lanes)
 
 
 def _indent(lines: list[str], depth: int = 1) -> list[str]:
@@ -468,8 +470,9 @@ def _function(
 def kernel_names(spec: KernelSpec, dtype: DTypeInfo) -> list[str]:
     """Every exported kernel of a source, in source order."""
     lanes = _lane_counts(dtype)
-    names = [forward_name(spec, h, m, k) for h in (True, False) for m in V_MODES for k in lanes]
-    return names + [backward_name(spec, m, k) for m in GRAD_V_MODES for k in lanes]
+    name = spec.name
+    names = [forward_name(name, h, m, k) for h in (True, False) for m in V_MODES for k in lanes]
+    return names + [backward_name(name, m, k) for m in GRAD_V_MODES for k in lanes]
 
 
 def render(spec: KernelSpec, dialect: Dialect, dtype: DTypeInfo, only: str | None = None) -> str:
@@ -487,7 +490,7 @@ def render(spec: KernelSpec, dialect: Dialect, dtype: DTypeInfo, only: str | Non
     parts = [header, dialect.prelude.replace("{st}", dtype.storage)]
     for store_h in (True, False):
         for v_mode in V_MODES:
-            name = _forward_base(spec, store_h, v_mode)
+            name = _forward_base(spec.name, store_h, v_mode)
             lanes = _selected(name, all_lanes, only)
             if lanes:
                 parts.append(
@@ -496,7 +499,7 @@ def render(spec: KernelSpec, dialect: Dialect, dtype: DTypeInfo, only: str | Non
                     )
                 )
     for mode in GRAD_V_MODES:
-        name = _backward_base(spec, mode)
+        name = _backward_base(spec.name, mode)
         lanes = _selected(name, all_lanes, only)
         if lanes:
             parts.append(_function(dialect, name, _backward_args(body), body.backward(mode), lanes))
