@@ -348,7 +348,7 @@ def _backward_launch(
         args.append(ptr(grad_w_init))
     if grad_params is not None:  # one row per learnable param, addressed without views
         base, row = grad_params.data_ptr(), n * grad_params.element_size()
-        args += [("P", base + j * row) for j in range(learnable)]
+        args += [runtime.address(base + j * row) for j in range(learnable)]
     args += [runtime.i64(p.stride(0) if p.dim() else 0) for p in params]
     args += [runtime.i32(int(spike_scalar)), runtime.i32(t_len), runtime.i64(n)]
     spike_tensor = None if spike_scalar else grad_spike
@@ -391,13 +391,11 @@ def backward_impl(
         w_init,
         params,
     )
-    n = h_seq.shape[1]
-    empty = h_seq.new_empty((0,))
     if grad_params is None:
-        grad_params = h_seq.new_empty((0, n), dtype=accum_dtype(h_seq.dtype))
+        grad_params = h_seq.new_empty((0, h_seq.shape[1]), dtype=accum_dtype(h_seq.dtype))
     return (
         grad_x,
-        empty if grad_v_init is None else grad_v_init,
+        h_seq.new_empty((0,)) if grad_v_init is None else grad_v_init,
         h_seq.new_empty((0,)) if grad_w_init is None else grad_w_init,
         grad_params,
     )
@@ -502,7 +500,7 @@ def _gradients(
 ) -> tuple[Any, Any, Any, list[Any]]:
     """(grad_x, grad_v_init, grad_w_init, grad per param) from the saved context."""
     h_seq, wt_seq, v_init, w_init, x_seq, *params = ctx.saved_tensors
-    if h_seq is None or h_seq.dim() == 1:
+    if h_seq.dim() == 1:
         raise RuntimeError(
             "symneuron: the forward ran without saving H (no input required grad at the "
             "time); run it again with grad enabled."

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["Arg", "ptr", "i64", "i32", "cache_dir"]
+__all__ = ["Arg", "ptr", "address", "i64", "i32", "cache_dir"]
 
 
 #: One kernel argument: (struct format character, value). "P" a device pointer,
@@ -23,6 +23,11 @@ Arg = tuple[str, int]
 
 def ptr(tensor: torch.Tensor | None) -> Arg:
     return ("P", 0 if tensor is None else tensor.data_ptr())
+
+
+def address(value: int) -> Arg:
+    """A device pointer given as a raw address (e.g. one row of a tensor)."""
+    return ("P", int(value))
 
 
 def i64(value: int) -> Arg:
