@@ -868,6 +868,22 @@ def markdown(results: dict[str, Any], plot_name: str | None = None) -> str:
 # --------------------------------------------------------------------------------------
 
 
+def _series(
+    recs: list[dict[str, Any]], peer: str, mode: str, model: str, n: int, field: str
+) -> list[tuple[int, float]]:
+    """(T, field) points of one peer's fp32 records for the plot, sorted by T."""
+    return sorted(
+        (r["T"], r[field])
+        for r in recs
+        if r["peer"] == peer
+        and r["mode"] == mode
+        and r["model"] == model
+        and r["dtype"] == "fp32"
+        and r["N"] == n
+        and r.get(field) is not None
+    )
+
+
 def plot(results: dict[str, Any], path: str | Path) -> Path:
     import matplotlib
 
@@ -885,16 +901,7 @@ def plot(results: dict[str, Any], path: str | Path) -> Path:
     for ax, mode in zip(axes[:2], ("training", "inference"), strict=True):
         drawn = False
         for peer in PEERS:
-            pts = sorted(
-                (r["T"], r["floor_frac_gpu"])
-                for r in recs
-                if r["peer"] == peer
-                and r["mode"] == mode
-                and r["model"] == model
-                and r["dtype"] == "fp32"
-                and r["N"] == big
-                and r.get("floor_frac_gpu") is not None
-            )
+            pts = _series(recs, peer, mode, model, big, "floor_frac_gpu")
             if pts:
                 drawn = True
                 ax.plot(
@@ -904,16 +911,7 @@ def plot(results: dict[str, Any], path: str | Path) -> Path:
                     color=colors[peer],
                     label=PEER_LABEL[peer],
                 )
-                wpts = sorted(
-                    (r["T"], r["floor_frac_wall"])
-                    for r in recs
-                    if r["peer"] == peer
-                    and r["mode"] == mode
-                    and r["model"] == model
-                    and r["dtype"] == "fp32"
-                    and r["N"] == big
-                    and r.get("floor_frac_wall") is not None
-                )
+                wpts = _series(recs, peer, mode, model, big, "floor_frac_wall")
                 ax.plot(
                     [p[0] for p in wpts], [p[1] for p in wpts], "x:", color=colors[peer], alpha=0.6
                 )
