@@ -12,8 +12,9 @@ through time, and returns torch-ready functions and layers.
 
 from . import models, surrogate
 from .check import CheckReport, check
+from .definition import H, S, State, V, X
 from .layer import NeuronLayer
-from .neuron import H, Neuron, S, State, V, X
+from .neuron import Neuron
 from .simulate import simulate
 
 __all__ = [

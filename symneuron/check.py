@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 import sympy as sp
 import torch
 
-from .derive import partial_definitions
-from .neuron import H, Neuron, V, X
+from .definition import H, V, X
+from .derivation import partial_definitions
+from .neuron import Neuron
 from .reference import simulate_reference, torch_function
 from .simulate import resolve_backend, simulate
 from .surrogate import u as U

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import sympy as sp
 import torch
 from torch import nn
 
 from .neuron import Neuron
 from .simulate import BACKENDS, simulate
+from .validate import named
 
 __all__ = ["NeuronLayer"]
 
@@ -72,11 +72,7 @@ class NeuronLayer(nn.Module):
 
     def _register_params(self, params: Mapping[Any, float | torch.Tensor]) -> None:
         values: dict[str, float | torch.Tensor] = dict(self.neuron.params)
-        for key, value in params.items():
-            name = key.name if isinstance(key, sp.Symbol) else str(key)
-            if name not in values:
-                raise ValueError(f"Unknown parameter {name!r}; the neuron has {list(values)}")
-            values[name] = value
+        values.update(named(params, "parameter", self.neuron.params))
         for name, value in values.items():
             if isinstance(value, torch.Tensor) and value.is_floating_point():
                 tensor = value.detach().clone()

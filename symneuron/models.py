@@ -13,7 +13,8 @@ from typing import Any
 
 import sympy as sp
 
-from .neuron import H, Neuron, S, State, V, X
+from .definition import H, S, State, V, X
+from .neuron import Neuron
 
 __all__ = [
     "IF",
@@ -147,7 +148,7 @@ def EIF(
 ZOO = {"IF": IF, "LIF": LIF, "PLIF": PLIF, "QIF": QIF, "EIF": EIF, "ThresholdLIF": ThresholdLIF}
 
 
-# -- neurons with extra state variables (DESIGN.md §3) ------------------------------------
+# -- neurons with extra state variables ------------------------------------------------
 
 _W, _A, _I = sp.symbols("W A I", real=True)
 

@@ -17,7 +17,7 @@ import sympy as sp
 import torch
 from sympy.printing.pytorch import TorchPrinter
 
-from .neuron import H, Neuron, S, V, X
+from .definition import Definition, H, S, V, X
 from .surrogate import Surrogate
 from .surrogate import u as U
 
@@ -77,7 +77,7 @@ def _round_through(h: torch.Tensor, storage: torch.dtype | None) -> torch.Tensor
 
 
 def level_value(
-    neuron: Neuron, level: float | sp.Expr, theta: list[torch.Tensor], like: torch.Tensor
+    neuron: Definition, level: float | sp.Expr, theta: list[torch.Tensor], like: torch.Tensor
 ) -> float | torch.Tensor:
     """A threshold or reset level: the number, or its expression at the param values."""
     if not isinstance(level, sp.Expr):
@@ -87,7 +87,7 @@ def level_value(
 
 
 def simulate_reference(
-    neuron: Neuron,
+    neuron: Definition,
     x_seq: torch.Tensor,
     v_init: torch.Tensor,
     params: dict[str, float | torch.Tensor],

@@ -9,18 +9,16 @@ from typing import Any
 import sympy as sp
 import torch
 
-from .function import compute_dtype, register, run
-from .neuron import Neuron, finite_float
+from . import dtypes
+from .binding import EagerBinding, forward_op, program, register
+from .definition import Definition
 from .reference import as_tensor, level_value, simulate_reference
 from .runtime import cpu, cuda
+from .validate import finite_float, named
 
 __all__ = ["simulate", "resolve_backend", "BACKENDS"]
 
 BACKENDS = ("auto", "cuda", "cpu", "torch")
-_KERNEL_DTYPES = {
-    "cpu": (torch.float32, torch.float64),
-    "cuda": (torch.float32, torch.float64, torch.float16, torch.bfloat16),
-}
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
@@ -79,7 +77,7 @@ def _check_tensor(name: str, value: torch.Tensor, x_seq: torch.Tensor, shape: to
 
 
 def _default_v_init(
-    neuron: Neuron, x_seq: torch.Tensor, shape: torch.Size, values: dict[str, Any]
+    neuron: Definition, x_seq: torch.Tensor, shape: torch.Size, values: dict[str, Any]
 ) -> torch.Tensor:
     """V[0] = v_reset (0 under soft reset); a param-valued v_reset keeps its gradient."""
     if neuron.v_reset is None or isinstance(neuron.v_reset, float):
@@ -91,7 +89,7 @@ def _default_v_init(
 
 
 def _v_init(
-    neuron: Neuron, v_init: Any, x_seq: torch.Tensor, shape: torch.Size
+    neuron: Definition, v_init: Any, x_seq: torch.Tensor, shape: torch.Size
 ) -> torch.Tensor | None:
     """v_init broadcast to ``shape``; None stays None (kernels start from v_reset)."""
     if v_init is None:
@@ -104,13 +102,10 @@ def _v_init(
 
 
 def _param_values(
-    neuron: Neuron, params: Mapping[Any, Any] | None, x_seq: torch.Tensor, shape: torch.Size
+    neuron: Definition, params: Mapping[Any, Any] | None, x_seq: torch.Tensor, shape: torch.Size
 ) -> dict[str, float | torch.Tensor]:
     values: dict[str, float | torch.Tensor] = dict(neuron.params)
-    for key, value in (params or {}).items():
-        name = key.name if isinstance(key, sp.Symbol) else key
-        if name not in neuron.params:
-            raise ValueError(f"Unknown parameter {name!r}; the neuron has {list(neuron.params)}")
+    for name, value in named(params, "parameter", neuron.params).items():
         if isinstance(value, torch.Tensor):
             _check_tensor(f"param {name!r}", value, x_seq, shape)
             if value.requires_grad and name not in neuron.learnable:
@@ -143,10 +138,10 @@ def _scalar(value: float, dtype: torch.dtype, device: torch.device) -> torch.Ten
 
 
 def _kernel_param(
-    value: float | torch.Tensor, x_seq: torch.Tensor, shape: torch.Size
+    value: float | torch.Tensor, x_seq: torch.Tensor, shape: torch.Size, backend: str
 ) -> torch.Tensor:
     """A param as an [N] tensor in the compute dtype (stride 0 when scalar)."""
-    dtype = compute_dtype(x_seq.dtype)
+    dtype = dtypes.lookup(backend, x_seq.dtype).torch_compute
     n = math.prod(shape)
     if not isinstance(value, torch.Tensor):
         return _scalar(value, dtype, x_seq.device).expand(n)
@@ -157,7 +152,7 @@ def _kernel_param(
 
 
 def simulate(
-    neuron: Neuron,
+    neuron: Definition,
     x_seq: torch.Tensor,
     v_init: torch.Tensor | float | None = None,
     params: Mapping[Any, float | torch.Tensor] | None = None,
@@ -174,7 +169,7 @@ def simulate(
 
     Parameters
     ----------
-    neuron : Neuron
+    neuron : symneuron.Neuron
     x_seq : Tensor [T, *shape]
         Input per step. Floating point: float32/float64 (cpu), also float16 and
         bfloat16 (cuda).
@@ -201,16 +196,16 @@ def simulate(
     >>> import torch, symneuron as sn
     >>> spikes, v = sn.simulate(sn.models.LIF(), torch.rand(8, 32))
     """
-    if not isinstance(neuron, Neuron):
+    if not isinstance(neuron, Definition):
         raise TypeError(f"neuron must be a symneuron.Neuron, got {type(neuron).__name__}")
     x_seq = _check_x(x_seq)
     shape = x_seq.shape[1:]
     v0 = _v_init(neuron, v_init, x_seq, shape)
     values = _param_values(neuron, params, x_seq, shape)
     backend = resolve_backend(backend, x_seq.device)
-    if backend != "torch" and x_seq.dtype not in _KERNEL_DTYPES[backend]:
+    if backend != "torch" and dtypes.dtype_name(x_seq.dtype) not in dtypes.DTYPES[backend]:
         raise TypeError(
-            f"backend={backend!r} supports {[str(d) for d in _KERNEL_DTYPES[backend]]}, not "
+            f"backend={backend!r} supports {dtypes.supported(backend)}, not "
             f"{x_seq.dtype}; convert x_seq or use backend='torch'."
         )
     w0 = _w_init(neuron, states, x_seq, shape, full=backend == "torch")
@@ -228,7 +223,7 @@ def simulate(
     if v0 is None and isinstance(neuron.v_reset, sp.Expr):
         v0 = _default_v_init(neuron, x_seq, shape, values)
     t_len, n = x_seq.shape[0], math.prod(shape)
-    kernel_params = [_kernel_param(values[name], x_seq, shape) for name in neuron.params]
+    kernel_params = [_kernel_param(values[name], x_seq, shape, backend) for name in neuron.params]
     store_h = torch.is_grad_enabled() and (
         x_seq.requires_grad
         or (v0 is not None and v0.requires_grad)
@@ -239,16 +234,18 @@ def simulate(
     x_flat = x_seq.contiguous() if flat else x_seq.reshape(t_len, n).contiguous()
     v_flat = None if v0 is None else v0.reshape(n).contiguous()
     w_flat = None if w0 is None else w0.reshape(len(neuron.states), n).contiguous()
-    spike, v_out, w_out = run(
-        register(neuron),
-        backend,
-        x_flat,
-        v_flat,
-        w_flat,
-        kernel_params,
-        store_h,
-        "seq" if store_v_seq else "last",
-    )
+    v_mode = "seq" if store_v_seq else "last"
+    if torch.compiler.is_compiling():  # the custom op, which compilation traces through
+        key = register(neuron, backend)
+        out = forward_op(key, backend, x_flat, v_flat, w_flat, kernel_params, store_h, v_mode)
+        spike, v_out, w_out = out[0], out[1], out[3]
+    elif store_h:  # the eager binding: no dispatcher layers (see symneuron.binding)
+        prog = program(neuron, backend)
+        out = EagerBinding.apply(prog, x_flat, v_flat, w_flat, v_mode, *kernel_params)
+        spike, v_out, w_out = out[0], out[1], out[2] if len(out) > 2 else None
+    else:  # inference: the kernels alone
+        run = program(neuron, backend).forward(x_flat, v_flat, w_flat, kernel_params, False, v_mode)
+        spike, v_out, w_out = run[0], run[1], run[3]
     out = (spike, v_out) if flat else (spike.view(x_seq.shape), v_out.view(-1, *shape))
     if w_out is None:
         return out
@@ -256,7 +253,7 @@ def simulate(
 
 
 def _w_init(
-    neuron: Neuron,
+    neuron: Definition,
     states: Mapping[Any, Any] | None,
     x_seq: torch.Tensor,
     shape: torch.Size,
@@ -264,12 +261,7 @@ def _w_init(
 ) -> torch.Tensor | None:
     """Initial extra states as one [k, *shape] tensor; None when none is given (the
     kernels then start from each State.init) unless ``full``."""
-    given: dict[str, Any] = {}
-    for key, value in (states or {}).items():
-        name = key.name if isinstance(key, sp.Symbol) else key
-        if name not in neuron.states:
-            raise ValueError(f"Unknown state {name!r}; the neuron has {list(neuron.states)}")
-        given[name] = value
+    given = named(states, "state", neuron.states)
     if not neuron.states or (not given and not full):
         return None
     rows = []

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import symneuron as sn
-from symneuron import function as F
+from symneuron.runtime import cache
 from symneuron.runtime import cpu
 
 pytestmark = pytest.mark.skipif(not cpu.available(), reason="needs a C compiler")
@@ -24,9 +24,10 @@ SCRIPT = textwrap.dedent(
     """
     import os, torch, symneuron as sn
     if os.environ.get("WARM") == "1":
-        def no_derivation(self):
+        import symneuron.derivation
+        def no_derivation(neuron):
             raise AssertionError("derived although the cache was warm")
-        sn.Neuron.spec = no_derivation
+        symneuron.derivation.derive = no_derivation
     torch.manual_seed(3)
     x = (torch.rand(6, 4, 5, dtype=torch.float64) * 1.5).requires_grad_()
     tau = torch.tensor(2.5, dtype=torch.float64, requires_grad=True)
@@ -76,17 +77,17 @@ def test_generated_text_is_keyed_by_definition_and_generator(
         return lambda: made.append(text) or text
 
     monkeypatch.setenv("SYMNEURON_CACHE", str(tmp_path))
-    assert F._generated(("a", "b"), ".c", make("one")) == "one"
-    assert F._generated(("a", "b"), ".c", make("two")) == "one"  # cached
-    assert F._generated(("a", "c"), ".c", make("three")) == "three"  # other key
+    assert cache.generated(("a", "b"), ".c", make("one")) == "one"
+    assert cache.generated(("a", "b"), ".c", make("two")) == "one"  # cached
+    assert cache.generated(("a", "c"), ".c", make("three")) == "three"  # other key
     assert made == ["one", "three"]
-    F.generator_version.cache_clear()
-    version = F.generator_version()
-    assert len(version) == 16 and version == F.generator_version()
+    cache.generator_version.cache_clear()
+    version = cache.generator_version()
+    assert len(version) == 16 and version == cache.generator_version()
 
 
 def test_unwritable_cache_is_bypassed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("SYMNEURON_CACHE", str(blocker / "cache"))
-    assert F._generated(("x",), ".c", lambda: "made") == "made"
+    assert cache.generated(("x",), ".c", lambda: "made") == "made"

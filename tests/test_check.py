@@ -10,7 +10,7 @@ import sympy as sp
 import torch
 
 import symneuron as sn
-import symneuron.derive
+import symneuron.derivation
 from symneuron.check import CheckResult
 
 _fresh = itertools.count()
@@ -74,13 +74,13 @@ def test_lif_learnable_tau_passes() -> None:
 
 
 def test_wrong_charge_derivative_fails(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    true_partials = symneuron.derive.partials
+    true_partials = symneuron.derivation.partials
 
     def off_by_one_percent(neuron: sn.Neuron) -> dict[str, sp.Expr]:
         found = true_partials(neuron)
         return {**found, "dH/dV": found["dH/dV"] * sp.Float(1.01)}
 
-    monkeypatch.setattr(symneuron.derive, "partials", off_by_one_percent)
+    monkeypatch.setattr(symneuron.derivation, "partials", off_by_one_percent)
     # the patch is invisible to the definition's key: keep its sources out of the disk cache
     monkeypatch.setenv("SYMNEURON_CACHE", str(tmp_path))
     neuron = sn.models.LIF(learnable=["tau"], name=fresh_name("WrongLIF"))

@@ -209,7 +209,7 @@ def test_izhikevich_matches_spikingjelly(reset: str) -> None:
 
 @pytest.mark.parametrize("v_mode", ["seq", "last"])
 def test_opcheck_stateful_ops(v_mode: str) -> None:
-    from symneuron import function as F
+    from symneuron import binding as F
 
     neuron = _neuron("AdEx", "hard", False)
     gen = torch.Generator().manual_seed(torch.randint(0, 2**31, ()).item())
@@ -220,7 +220,7 @@ def test_opcheck_stateful_ops(v_mode: str) -> None:
     for name, p in zip(neuron.params, params, strict=True):
         p.requires_grad_(name in neuron.learnable)
     args = (
-        F.register(neuron),
+        F.register(neuron, "cpu"),
         "cpu",
         x.requires_grad_(),
         v0.requires_grad_(),

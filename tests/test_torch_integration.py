@@ -10,7 +10,7 @@ from torch import nn
 from torch.autograd.gradcheck import GradcheckError
 
 import symneuron as sn
-import symneuron.function as F
+import symneuron.binding as F
 
 
 def op_args(
@@ -24,7 +24,7 @@ def op_args(
         v_init.requires_grad_(True)
         for name, p in zip(neuron.params, params, strict=True):
             p.requires_grad_(name in neuron.learnable)
-    return (F.register(neuron), "cpu", x_seq, v_init, None, params, store_h, v_mode)
+    return (F.register(neuron, "cpu"), "cpu", x_seq, v_init, None, params, store_h, v_mode)
 
 
 @pytest.mark.parametrize("v_mode", ["seq", "last"])

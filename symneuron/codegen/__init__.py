@@ -1,29 +1,26 @@
-"""Code generation: KernelSpec -> kernel source text."""
+"""The code-generation stage: KernelSpec -> kernel source text.
+
+* :mod:`~symneuron.codegen.signature`: kernel names, variants and arguments (the
+  calling convention, once);
+* :mod:`~symneuron.codegen.steps`: the forward and backward time loops, printed
+  from the spec's expressions with :mod:`~symneuron.codegen.printer`;
+* :mod:`~symneuron.codegen.skeleton`: the source file around them;
+* :mod:`~symneuron.codegen.dialects`: CUDA and C as data.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..derive import KernelSpec
-from .c import C_DTYPES, C
-from .cuda import CUDA, CUDA_DTYPES
-from .kernels import Dialect, DTypeInfo, render
+from .. import dtypes
+from ..derivation import KernelSpec
+from .dialects import DIALECTS
+from .skeleton import render
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["render_source", "dtype_name", "DIALECTS"]
-
-#: backend -> (dialect, supported dtypes)
-DIALECTS: dict[str, tuple[Dialect, dict[str, DTypeInfo]]] = {
-    "cuda": (CUDA, CUDA_DTYPES),
-    "cpu": (C, C_DTYPES),
-}
-
-
-def dtype_name(dtype: torch.dtype | str | Any) -> str:
-    """``torch.float32`` or ``"float32"`` -> ``"float32"``."""
-    return str(dtype).removeprefix("torch.")
+__all__ = ["render_source"]
 
 
 def render_source(
@@ -37,11 +34,4 @@ def render_source(
         raise ValueError(
             f"No generated source for backend {backend!r}; use one of {sorted(DIALECTS)}"
         )
-    dialect, dtypes = DIALECTS[backend]
-    name = dtype_name(dtype)
-    if name not in dtypes:
-        raise TypeError(
-            f"The {backend} backend supports dtypes {sorted(dtypes)}, not {name}; "
-            "convert the input or pick another backend."
-        )
-    return render(spec, dialect, dtypes[name], only=kernel)
+    return render(spec, DIALECTS[backend], dtypes.lookup(backend, dtype), only=kernel)

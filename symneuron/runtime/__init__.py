@@ -1,46 +1,23 @@
-"""Runtimes: generated source -> compiled kernels -> launches on torch tensors.
+"""The runtime stage: generated source -> compiled kernels -> launches on torch tensors.
 
-Each runtime compiles one source per (spec, dtype), caches it in memory and on
-disk keyed by the source hash, and launches a named kernel with a flat list of
-:class:`Arg` values packed here, the same for every backend.
+* :mod:`~symneuron.runtime.kernels`: a neuron's kernels on one backend
+  (:class:`~symneuron.runtime.kernels.Program`): each variant rendered, compiled
+  and looked up on first use, its arguments packed by name from the signature in
+  :mod:`symneuron.codegen.signature`, launched; the table of backends.
+* :mod:`~symneuron.runtime.cpu`, :mod:`~symneuron.runtime.cuda`: compile, load and
+  launch for each backend (the system C compiler and ctypes; NVRTC through CuPy
+  and ``cuLaunchKernel``); :mod:`~symneuron.runtime.nvrtc` compiles CUDA to PTX
+  without a GPU (used by the tests).
+* :mod:`~symneuron.runtime.cache`: where everything is stored and how it is keyed.
+* :mod:`~symneuron.runtime.settings`: launch tuning knobs (threads per block, lanes).
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+from . import settings
 
-import torch
+__all__ = ["Packed", "settings"]
 
-__all__ = ["Arg", "ptr", "address", "i64", "i32", "cache_dir"]
-
-
-#: One kernel argument: (struct format character, value). "P" a device pointer,
-#: "q" a ``long long``, "i" an ``int``. A plain tuple, since launches build a dozen
-#: of them per call and tuple creation is the cheapest Python can do.
-Arg = tuple[str, int]
-
-
-def ptr(tensor: torch.Tensor | None) -> Arg:
-    return ("P", 0 if tensor is None else tensor.data_ptr())
-
-
-def address(value: int) -> Arg:
-    """A device pointer given as a raw address (e.g. one row of a tensor)."""
-    return ("P", int(value))
-
-
-def i64(value: int) -> Arg:
-    return ("q", int(value))
-
-
-def i32(value: int) -> Arg:
-    return ("i", int(value))
-
-
-def cache_dir() -> Path:
-    """On-disk kernel cache: ``$SYMNEURON_CACHE`` or ``~/.cache/symneuron``."""
-    root = os.environ.get("SYMNEURON_CACHE") or Path.home() / ".cache" / "symneuron"
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+#: One packed kernel argument: (struct format character, value). "P" a device pointer,
+#: "q" a ``long long``, "i" an ``int``. A plain tuple: launches build a dozen per call.
+Packed = tuple[str, int]

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from . import Arg, cache_dir
+from . import Packed
+from .cache import cache_dir
 
 __all__ = ["compiler", "available", "load", "launcher"]
 
@@ -68,8 +69,9 @@ def _build(source: str, target: Path) -> None:
         os.replace(out, target)
 
 
-def load(source: str) -> ctypes.CDLL:
-    """Compile ``source`` (cached in memory and on disk by its hash) and load it."""
+def load(source: str, device: int = -1) -> ctypes.CDLL:
+    """Compile ``source`` (cached in memory and on disk by its hash) and load it.
+    ``device`` is unused (the signature is shared with the cuda runtime)."""
     key = hashlib.sha256((source + repr(_flags())).encode()).hexdigest()[:24]
     if key not in _LIBRARIES:
         target = cache_dir() / f"cpu-{key}.so"
@@ -79,12 +81,15 @@ def load(source: str) -> ctypes.CDLL:
     return _LIBRARIES[key]
 
 
-def launcher(library: ctypes.CDLL, name: str) -> Callable[[list[Arg], int], None]:
+Launch = Callable[[list[Packed], int], None]
+
+
+def launcher(library: ctypes.CDLL, name: str, device: int = -1) -> Launch:
     """``launch(args, n)`` for kernel ``name`` (the neuron count ``n`` is among the args)."""
     fn = getattr(library, name)
     fn.restype = None
 
-    def launch(args: list[Arg], n: int) -> None:
+    def launch(args: list[Packed], n: int) -> None:
         argtypes = tuple(_CTYPES[kind] for kind, _ in args)
         if fn.argtypes != argtypes:
             fn.argtypes = argtypes

@@ -15,11 +15,10 @@ from typing import Any
 
 import torch
 
-from . import Arg
+from . import Packed, settings
 
-__all__ = ["available", "load", "launcher", "BLOCK"]
+__all__ = ["available", "load", "launcher"]
 
-BLOCK = 256
 _MODULES: dict[tuple[str, int], Any] = {}
 
 
@@ -62,7 +61,7 @@ _PARAM_END, _PARAM_BUFFER, _PARAM_SIZE = 0, 1, 2
 _EXTRA = ctypes.c_void_p * 5
 
 
-def launcher(module: Any, name: str, device: int) -> Callable[[list[Arg], int], None]:
+def launcher(module: Any, name: str, device: int) -> Callable[[list[Packed], int], None]:
     """``launch(args, threads)`` for kernel ``name`` of ``module`` on ``device``.
 
     Each launch packs the arguments into one buffer (native C alignment, as the
@@ -80,7 +79,7 @@ def launcher(module: Any, name: str, device: int) -> Callable[[list[Arg], int], 
     address = ctypes.addressof
     formats: dict[tuple[str, ...], str] = {}
 
-    def launch(args: list[Arg], threads: int) -> None:
+    def launch(args: list[Packed], threads: int) -> None:
         kinds, values = zip(*args, strict=True)
         fmt = formats.get(kinds)
         if fmt is None:
@@ -89,12 +88,13 @@ def launcher(module: Any, name: str, device: int) -> Callable[[list[Arg], int], 
         buffer = ctypes.create_string_buffer(packed, len(packed))
         size = ctypes.c_size_t(len(packed))
         extra = _EXTRA(_PARAM_BUFFER, address(buffer), _PARAM_SIZE, address(size), _PARAM_END)
-        grid = (threads + BLOCK - 1) // BLOCK
+        block = settings.cuda_block
+        grid = (threads + block - 1) // block
         stream = raw_stream(device)
         if device != current_device():
             with torch.cuda.device(device):
-                launch_kernel(fn, grid, 1, 1, BLOCK, 1, 1, 0, stream, 0, address(extra))
+                launch_kernel(fn, grid, 1, 1, block, 1, 1, 0, stream, 0, address(extra))
             return
-        launch_kernel(fn, grid, 1, 1, BLOCK, 1, 1, 0, stream, 0, address(extra))
+        launch_kernel(fn, grid, 1, 1, block, 1, 1, 0, stream, 0, address(extra))
 
     return launch

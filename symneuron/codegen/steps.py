@@ -1,119 +1,44 @@
-"""KernelSpec -> kernel source: one skeleton, step bodies printed from the spec.
+"""The step bodies: one neuron's forward and backward time loops, printed from its spec.
 
-Both dialects (CUDA and C) share this skeleton; a :class:`Dialect` supplies only
-the scaffolding (qualifiers, the loop over neurons, vector types, helpers) and
-a :class:`DTypeInfo` the storage/compute types and their conversions.
-
-A thread owns ``K`` adjacent neurons ("lanes"): at each step it loads and
-stores ``K`` values as one vector (16 bytes on CUDA), then runs the step body
-once per lane from registers. The C dialect uses ``K = 1``. Each source holds
-every variant of the forward and backward kernels for one dtype:
-
-    <name>_forward_<h|n>_<seq|last>_k<K>   store H for backward or not; V every step or last
-    <name>_backward_<none|seq|last>_k<K>   which gradient of V autograd supplies
+A thread owns ``K`` adjacent neurons ("lanes"): at each step it loads and stores
+``K`` values as one vector (16 bytes on CUDA), then runs the step body once per
+lane from registers. The forward runs t = 0..T−1 and stores S (and H, W̃ for the
+backward, V every step or the last); the backward runs t = T−1..0, recomputing
+V[t−1] (and W[t−1]) from the stored H[t−1] and W̃[t−1] when its partials need
+them, and carries dL/dV (and dL/dW) from step to step. Both dialects (CUDA and C)
+print these same bodies; :mod:`~symneuron.codegen.skeleton` wraps them into
+kernels.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import sympy as sp
 
-from ..derive import GRAD_S, GRAD_V, Assign, H, KernelSpec, grad_symbol
+from ..derivation import Assign, K, KernelSpec, grad_symbol
+from ..dtypes import DType
+from .dialects import Dialect
 from .printer import KernelPrinter
 
-__all__ = [
-    "Dialect",
-    "DTypeInfo",
-    "render",
-    "forward_name",
-    "backward_name",
-    "V_MODES",
-    "GRAD_V_MODES",
-]
+__all__ = ["StepPrinter", "T_UNROLL", "INDENT", "indent"]
 
 #: Unroll factor of the loop over t: lets the compiler issue later steps' loads early.
 T_UNROLL = "(K == 1 ? 8 : 4)"
-V_MODES = ("seq", "last")
-GRAD_V_MODES = ("none", "seq", "last")
-_INDENT = "    "
+INDENT = "    "
 
 
-@dataclass(frozen=True)
-class DTypeInfo:
-    """How one torch dtype is stored, computed and accumulated in a dialect."""
-
-    name: str
-    storage: str
-    compute: str
-    accum: str
-    load: str = "{}"
-    store: str = "{}"
-    lanes: int = 1
-
-    def rounded(self, value: str) -> str:
-        """``value`` rounded to the storage type and back (identity for float/double)."""
-        if self.load == "{}" and self.store == "{}":
-            return value
-        return self.load.format(self.store.format(value))
-
-
-@dataclass(frozen=True)
-class Dialect:
-    """Scaffolding of one target language around the shared step bodies.
-
-    ``vector`` names the K-lane vector type of a storage type (``{st}``);
-    ``template`` says whether the lane count K is a C++ template parameter
-    (several exported kernels) or fixed at 1 by the prelude.
-    """
-
-    name: str
-    prelude: str
-    restrict: str
-    vector: str
-    loop_open: str
-    loop_close: str
-    template: bool
-
-
-def _forward_base(name: str, store_h: bool, v_mode: str) -> str:
-    return f"{name}_forward_{'h' if store_h else 'n'}_{v_mode}"
-
-
-def _backward_base(name: str, grad_v_mode: str) -> str:
-    return f"{name}_backward_{grad_v_mode}"
-
-
-def _exported(base: str, lanes: int) -> str:
-    return f"{base}_k{lanes}"
-
-
-def _lane_counts(dtype: DTypeInfo) -> tuple[int, ...]:
-    return (1, dtype.lanes) if dtype.lanes > 1 else (1,)
-
-
-def forward_name(name: str, store_h: bool, v_mode: str, lanes: int) -> str:
-    """Exported name of a forward kernel of the neuron called ``name`` (``spec.name``)."""
-    return _exported(_forward_base(name, store_h, v_mode), lanes)
-
-
-def backward_name(name: str, grad_v_mode: str, lanes: int) -> str:
-    """Exported name of a backward kernel of the neuron called ``name`` (``spec.name``)."""
-    return _exported(_backward_base(name, grad_v_mode), lanes)
-
-
-def _indent(lines: list[str], depth: int = 1) -> list[str]:
-    return [_INDENT * depth + line if line else line for line in lines]
+def indent(lines: list[str], depth: int = 1) -> list[str]:
+    return [INDENT * depth + line if line else line for line in lines]
 
 
 def _lane_loop(lines: list[str]) -> list[str]:
-    return ["#pragma unroll", "for (int j = 0; j < K; ++j) {", *_indent(lines), "}"]
+    return ["#pragma unroll", "for (int j = 0; j < K; ++j) {", *indent(lines), "}"]
 
 
-class _Body:
-    """Prints the step bodies of one spec for one dtype and dialect."""
+class StepPrinter:
+    """Prints the bodies of one spec's kernels for one dtype and dialect: the lane
+    set-up, the time loop with one step per iteration, and the final stores."""
 
-    def __init__(self, spec: KernelSpec, dtype: DTypeInfo, dialect: Dialect) -> None:
+    def __init__(self, spec: KernelSpec, dtype: DType, dialect: Dialect) -> None:
         self.spec = spec
         self.dt = dtype
         self.dialect = dialect
@@ -132,7 +57,7 @@ class _Body:
     def lines(
         self, assigns: tuple[Assign, ...], declare_last: bool = True, h: str = "h"
     ) -> list[str]:
-        subs = {H: sp.Symbol(h, real=True)}
+        subs = {K.h: sp.Symbol(h, real=True)}
         out = []
         for i, line in enumerate(assigns):
             target = str(line.target)
@@ -146,7 +71,7 @@ class _Body:
     ) -> list[str]:
         """A CSE block with several targets: temporaries declared ``const``; each target
         declared (rounded to storage if ``rounded``) or, if ``mutable``, assigned."""
-        subs = {H: sp.Symbol(h, real=True)}
+        subs = {K.h: sp.Symbol(h, real=True)}
         names = {line.target for line in assigns[-self.k :]} if self.k else set()
         out = []
         for line in assigns:
@@ -249,7 +174,7 @@ class _Body:
             *self.lane_state(),
             f"#pragma unroll {T_UNROLL}",
             "for (int t = 0; t < T; ++t) {",
-            *_indent(step),
+            *indent(step),
             "}",
             *(_lane_loop(last) if v_mode == "last" else []),
         ]
@@ -270,29 +195,29 @@ class _Body:
             f"{ct} V;",
             *[f"{ct} w{i};" for i in states],
             "if (t > 0) {",
-            *_indent(inner),
+            *indent(inner),
             "} else {",
-            f"{_INDENT}V = V_l[j];",
-            *[f"{_INDENT}w{i} = w{i}_l[j];" for i in states],
+            f"{INDENT}V = V_l[j];",
+            *[f"{INDENT}w{i} = w{i}_l[j];" for i in states],
             "}",
         ]
 
-    def grad_v_in(self, mode: str) -> str:
+    def grad_in(self, target: str, carry: str, seq: str, last: str, mode: str) -> str:
+        """``target`` = the gradient carried from step t+1 plus, by ``mode``, this step's
+        from the loss (``seq``: a vector lane, ``last``: read at t = T − 1 only)."""
         extra = {
             "none": "",
-            "seq": f" + {self.load('gv_v.v[j]')}",
-            "last": f" + (t == T - 1 ? {self.load('grad_v_seq[i0 + j]')} : 0)",
+            "seq": f" + {self.load(seq)}",
+            "last": f" + (t == T - 1 ? {self.load(last)} : 0)",
         }[mode]
-        return f"const {self.dt.compute} {GRAD_V} = carry_l[j]{extra};"
+        return f"const {self.dt.compute} {target} = {carry}{extra};"
+
+    def grad_v_in(self, mode: str) -> str:
+        return self.grad_in(str(K.grad_v), "carry_l[j]", "gv_v.v[j]", "grad_v_seq[i0 + j]", mode)
 
     def grad_w_in(self, mode: str, i: int) -> str:
-        last = self.load(f"grad_w_seq[(long long){i} * N + i0 + j]")
-        extra = {
-            "none": "",
-            "seq": f" + {self.load(f'gw{i}_v.v[j]')}",
-            "last": f" + (t == T - 1 ? {last} : 0)",
-        }[mode]
-        return f"const {self.dt.compute} grad_w{i} = carry_w{i}_l[j]{extra};"
+        last = f"grad_w_seq[(long long){i} * N + i0 + j]"
+        return self.grad_in(f"grad_w{i}", f"carry_w{i}_l[j]", f"gw{i}_v.v[j]", last, mode)
 
     def carries(self) -> bool:
         """Whether H (and W̃) of step t-1 are loaded each step and carried to the next."""
@@ -313,8 +238,8 @@ class _Body:
         if spec.needs_x:
             out.append(self.load_vec("x_v", "x_seq"))
         out += [f"{vec} gs_v;", "if (grad_spike_scalar) {"]
-        out += _indent(_lane_loop(["gs_v.v[j] = gs_scalar;"]))
-        out += ["} else {", f"{_INDENT}gs_v = *(const {vec}*)(grad_spike + k);", "}"]
+        out += indent(_lane_loop(["gs_v.v[j] = gs_scalar;"]))
+        out += ["} else {", f"{INDENT}gs_v = *(const {vec}*)(grad_spike + k);", "}"]
         if grad_v_mode == "seq":
             out.append(self.load_vec("gv_v", "grad_v_seq"))
             for i in range(self.k):
@@ -334,7 +259,7 @@ class _Body:
             *([self.v_th_line()] if spec.threshold_per_step else []),
             *self.fire("h"),
             *self.lines(spec.surrogate),
-            f"const {ct} {GRAD_S} = {self.load('gs_v.v[j]')};",
+            f"const {ct} {K.grad_s} = {self.load('gs_v.v[j]')};",
             self.grad_v_in(grad_v_mode),
             *[self.grad_w_in(grad_v_mode, i) for i in states],
             *self.lines(spec.backward),
@@ -378,137 +303,7 @@ class _Body:
             *(first_h if self.carries() else []),
             f"#pragma unroll {T_UNROLL}",
             "for (int t = T - 1; t >= 0; --t) {",
-            *_indent(step),
+            *indent(step),
             "}",
             *_lane_loop(final),
         ]
-
-
-def _params(body: _Body) -> list[tuple[str, str, bool]]:
-    return [(body.dt.compute, f"{c}_ptr", True) for c in body.pnames.values()]
-
-
-def _strides(body: _Body) -> list[str]:
-    return [f"long long {c}_stride" for c in body.pnames.values()]
-
-
-def _forward_args(body: _Body) -> list[str]:
-    st = body.dt.storage
-    states = [(st, "w_init", True)] if body.k else []
-    state_out = [(st, "wt_seq", False), (st, "w_out", False)] if body.k else []
-    tensors = [
-        (st, "x_seq", True),
-        (st, "v_init", True),
-        *states,
-        *_params(body),
-        (st, "spike_seq", False),
-        (st, "h_seq", False),
-        (st, "v_seq", False),
-        *state_out,
-    ]
-    return _pointer_args(body, tensors) + [*_strides(body), "int T", "long long N"]
-
-
-def _backward_args(body: _Body) -> list[str]:
-    st, at = body.dt.storage, body.dt.accum
-    learn = [(at, f"grad_{body.pnames[n]}_ptr", False) for n in body.spec.learnable]
-    k = body.k
-    tensors = [
-        (st, "grad_spike", True),
-        (st, "grad_v_seq", True),
-        *([(st, "grad_w_seq", True)] if k else []),
-        (st, "h_seq", True),
-        *([(st, "wt_seq", True)] if k else []),
-        (st, "x_seq", True),
-        (st, "v_init", True),
-        *([(st, "w_init", True)] if k else []),
-        *_params(body),
-        (st, "grad_x_seq", False),
-        (st, "grad_v_init", False),
-        *([(st, "grad_w_init", False)] if k else []),
-        *learn,
-    ]
-    extra = [*_strides(body), "int grad_spike_scalar", "int T", "long long N"]
-    return _pointer_args(body, tensors) + extra
-
-
-def _pointer_args(body: _Body, tensors: list[tuple[str, str, bool]]) -> list[str]:
-    r = body.dialect.restrict
-    return [f"{'const ' if const else ''}{ctype}* {r} {n}" for ctype, n, const in tensors]
-
-
-def _arg_names(args: list[str]) -> list[str]:
-    return [a.split()[-1] for a in args]
-
-
-def _function(
-    dialect: Dialect, name: str, args: list[str], lines: list[str], lanes: tuple[int, ...]
-) -> str:
-    """The body as exported kernels, one per lane count (a template on CUDA)."""
-    joined = f",\n{_INDENT}".join(args)
-    inner = [
-        *dialect.loop_open.splitlines(),
-        *_indent(lines, 1 if dialect.loop_close else 0),
-        *dialect.loop_close.splitlines(),
-    ]
-    text = "\n".join(_indent(inner))
-    if not dialect.template:
-        return f"void {_exported(name, 1)}(\n{_INDENT}{joined}) {{\n{text}\n}}\n"
-    call = ", ".join(_arg_names(args))
-    out = [
-        "template <int K>\n"
-        f"__device__ __forceinline__ void {name}(\n{_INDENT}{joined}) {{\n{text}\n}}\n"
-    ]
-    for k in lanes:
-        out.append(
-            f'extern "C" __global__ void {_exported(name, k)}(\n{_INDENT}{joined}) {{\n'
-            f"{_INDENT}{name}<{k}>({call});\n}}\n"
-        )
-    return "\n".join(out)
-
-
-def kernel_names(spec: KernelSpec, dtype: DTypeInfo) -> list[str]:
-    """Every exported kernel of a source, in source order."""
-    lanes = _lane_counts(dtype)
-    name = spec.name
-    names = [forward_name(name, h, m, k) for h in (True, False) for m in V_MODES for k in lanes]
-    return names + [backward_name(name, m, k) for m in GRAD_V_MODES for k in lanes]
-
-
-def render(spec: KernelSpec, dialect: Dialect, dtype: DTypeInfo, only: str | None = None) -> str:
-    """The source file: prelude, then every forward and backward variant.
-
-    With ``only`` (an exported kernel name), the source holds just that kernel,
-    so a first call compiles only what it runs.
-    """
-    body = _Body(spec, dtype, dialect)
-    all_lanes = _lane_counts(dtype)
-    header = (
-        f"// symneuron {dialect.name} kernels for {spec.name} ({dtype.name}), key {spec.key}\n"
-        f"// H = {spec.charge[-1].expr}\n"
-    )
-    parts = [header, dialect.prelude.replace("{st}", dtype.storage)]
-    for store_h in (True, False):
-        for v_mode in V_MODES:
-            name = _forward_base(spec.name, store_h, v_mode)
-            lanes = _selected(name, all_lanes, only)
-            if lanes:
-                parts.append(
-                    _function(
-                        dialect, name, _forward_args(body), body.forward(store_h, v_mode), lanes
-                    )
-                )
-    for mode in GRAD_V_MODES:
-        name = _backward_base(spec.name, mode)
-        lanes = _selected(name, all_lanes, only)
-        if lanes:
-            parts.append(_function(dialect, name, _backward_args(body), body.backward(mode), lanes))
-    if len(parts) == 2:
-        raise ValueError(f"No kernel named {only!r}; kernels are {kernel_names(spec, dtype)}")
-    return "\n".join(parts)
-
-
-def _selected(base: str, lanes: tuple[int, ...], only: str | None) -> tuple[int, ...]:
-    if only is None:
-        return lanes
-    return tuple(k for k in lanes if _exported(base, k) == only)

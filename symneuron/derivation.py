@@ -1,4 +1,4 @@
-"""Derivation: Neuron -> KernelSpec.
+"""The derivation stage: Definition -> KernelSpec.
 
 The step map of a neuron is a small graph of named nodes evaluated in order:
 
@@ -9,8 +9,9 @@ The step map of a neuron is a small graph of named nodes evaluated in order:
 
 The backward step is the transposed Jacobian of this map, built here by reverse
 accumulation over the nodes with SymPy partials, with SG standing in for the
-step function's derivative. Extra state variables (DESIGN.md §3) are more nodes
-in the same graph; the single-state neuron is the k = 0 case.
+step function's derivative. Extra state variables are more nodes in the same
+graph (docs/architecture.md, "Multi-state neurons"); the single-state neuron is
+the k = 0 case.
 
 The result is plain data: named expressions after common-subexpression
 elimination and the inputs each step needs. Nothing here prints code.
@@ -20,24 +21,28 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import sympy as sp
 
-from .neuron import H as H_PUBLIC
-from .neuron import Neuron, V, X, check_expression
-from .neuron import S as S_PUBLIC
-from .surrogate import u as U_SYMBOL
+from .definition import Definition, H, S, V, X
+from .surrogate import u as U_SURROGATE
+from .validate import check_expression
 
-__all__ = ["KernelSpec", "Assign", "derive", "H", "S", "SG", "GRAD_S", "GRAD_V"]
+__all__ = ["KernelSpec", "Assign", "K", "derive", "partials", "partial_definitions"]
 
-H = sp.Symbol("h", real=True)
-S = sp.Symbol("s", real=True)
-SG = sp.Symbol("sg", real=True)
-U = sp.Symbol("u", real=True)
-VTH = sp.Symbol("v_th", real=True)
-V_NEW = sp.Symbol("v_new", real=True)
-GRAD_S = sp.Symbol("grad_s", real=True)
-GRAD_V = sp.Symbol("grad_v", real=True)
+
+class K:
+    """The step map's own symbols, named as in the generated kernels.
+
+    ``K.h`` is this step's H inside a kernel, as :data:`symneuron.H` is in a user's
+    equations; the two are distinct symbols (``h`` and ``H``), so a user's
+    expression is renamed to these before derivation.
+    """
+
+    h, s, sg, u, v_th, v_new, grad_s, grad_v = sp.symbols(
+        "h s sg u v_th v_new grad_s grad_v", real=True
+    )
 
 
 @dataclass(frozen=True)
@@ -137,7 +142,7 @@ def _cse(targets: list[tuple[sp.Symbol, sp.Expr]], prefix: str) -> tuple[Assign,
     return tuple(lines)
 
 
-def partial_definitions(neuron: Neuron) -> dict[str, tuple[sp.Expr, sp.Symbol]]:
+def partial_definitions(neuron: Definition) -> dict[str, tuple[sp.Expr, sp.Symbol]]:
     """Each reported partial as (function, variable), keyed ``'dH/dV'``, ``'dW~/dH'``, ...
 
     The charge's partials with respect to V, X, every state and every learnable
@@ -150,13 +155,14 @@ def partial_definitions(neuron: Neuron) -> dict[str, tuple[sp.Expr, sp.Symbol]]:
     for wname, state in neuron.states.items():
         update = state.update
         assert update is not None
-        for z in [V, X, H_PUBLIC, *states, *learn]:
+        for z in [V, X, H, *states, *learn]:
             if update.has(z):
                 out[f"d{wname}~/d{z}"] = (update, z)
     return out
 
 
-def partials(neuron: Neuron) -> dict[str, sp.Expr]:
+@lru_cache(maxsize=256)
+def partials(neuron: Definition) -> dict[str, sp.Expr]:
     """The derived partials (see :func:`partial_definitions`), keyed by readable names."""
     out = {key: sp.diff(f, z) for key, (f, z) in partial_definitions(neuron).items()}
     for key, expr in out.items():
@@ -178,10 +184,10 @@ def grad_w_seed(i: int) -> sp.Symbol:
     return sp.Symbol(f"grad_w{i}", real=True)
 
 
-def step_nodes(neuron: Neuron, rename: dict[sp.Symbol, sp.Symbol]) -> list[Node]:
+def step_nodes(neuron: Definition, rename: dict[sp.Symbol, sp.Symbol]) -> list[Node]:
     """The forward step map as nodes in evaluation order, params renamed by ``rename``.
 
-    Order: H, W̃_i, V_th, S, V_new, W_i new (DESIGN.md §3); k = 0 leaves H, V_th, S, V_new.
+    Order: H, W̃_i, V_th, S, V_new, W_i new; k = 0 leaves H, V_th, S, V_new.
     """
     prev, tilde, new = state_symbols(len(neuron.states))
     publics = list(neuron.state_symbols.values())
@@ -190,24 +196,24 @@ def step_nodes(neuron: Neuron, rename: dict[sp.Symbol, sp.Symbol]) -> list[Node]
     charge = neuron.charge.xreplace(as_prev)
     v_th = sp.sympify(neuron.v_threshold).xreplace(as_tilde)
     if neuron.v_reset is None:
-        v_new = H - VTH * S
+        v_new = K.h - K.v_th * K.s
     else:
-        v_new = H * (1 - S) + sp.sympify(neuron.v_reset).xreplace(rename) * S
+        v_new = K.h * (1 - K.s) + sp.sympify(neuron.v_reset).xreplace(rename) * K.s
     states = list(neuron.states.values())
     updates = [
-        Node(wt, sp.sympify(st.update).xreplace({**as_prev, H_PUBLIC: H}))
+        Node(wt, sp.sympify(st.update).xreplace({**as_prev, H: K.h}))
         for wt, st in zip(tilde, states, strict=True)
     ]
     resets = [
-        Node(wn, sp.sympify(st.on_spike).xreplace({**as_tilde, S_PUBLIC: S}), is_reset=True)
+        Node(wn, sp.sympify(st.on_spike).xreplace({**as_tilde, S: K.s}), is_reset=True)
         for wn, st in zip(new, states, strict=True)
     ]
     return [
-        Node(H, charge),
+        Node(K.h, charge),
         *updates,
-        Node(VTH, v_th),
-        Node(S, H - VTH, spike=True),
-        Node(V_NEW, v_new, is_reset=True),
+        Node(K.v_th, v_th),
+        Node(K.s, K.h - K.v_th, spike=True),
+        Node(K.v_new, v_new, is_reset=True),
         *resets,
     ]
 
@@ -231,10 +237,10 @@ def transpose(
             continue
         for dep in sorted(node.expr.free_symbols, key=str):
             if node.spike:
-                d = SG * sp.diff(node.expr, dep)
-            elif node.symbol == H:
+                d = K.sg * sp.diff(node.expr, dep)
+            elif node.symbol == K.h:
                 d = charge_partials.get(dep, sp.diff(node.expr, dep))
-            elif node.is_reset and dep == S and detach_reset:
+            elif node.is_reset and dep == K.s and detach_reset:
                 continue
             else:
                 d = sp.diff(node.expr, dep)
@@ -242,9 +248,10 @@ def transpose(
     return adjoint
 
 
-def derive(neuron: Neuron) -> KernelSpec:
+@lru_cache(maxsize=256)
+def derive(neuron: Definition) -> KernelSpec:
     """Differentiate ``neuron``'s step map and return its :class:`KernelSpec`."""
-    found = partials(neuron)
+    found = dict(partials(neuron))
     k = len(neuron.states)
     prev, tilde, new = state_symbols(k)
     cnames = {n: c_identifier(n, i) for i, n in enumerate(neuron.params)}
@@ -258,7 +265,7 @@ def derive(neuron: Neuron) -> KernelSpec:
     }
     nodes = step_nodes(neuron, rename)
     charge, threshold = nodes[0].expr, nodes[1 + k].expr
-    seeds = {S: GRAD_S, V_NEW: GRAD_V, **{wn: grad_w_seed(i) for i, wn in enumerate(new)}}
+    seeds = {K.s: K.grad_s, K.v_new: K.grad_v, **{wn: grad_w_seed(i) for i, wn in enumerate(new)}}
     adjoint = transpose(nodes, seeds, charge_partials, neuron.detach_reset)
     inputs = ["V", *neuron.states, "X", *neuron.learnable]
     grad_names = {"V": "V", "X": "X", **cnames, **{w: f"W{i}" for i, w in enumerate(neuron.states)}}
@@ -267,7 +274,7 @@ def derive(neuron: Neuron) -> KernelSpec:
     ]
     backward = _cse(targets, "b")
     used = set().union(*(line.expr.free_symbols for line in backward))
-    sg = neuron.surrogate.derivative().subs(U_SYMBOL, U)
+    sg = neuron.surrogate.derivative().subs(U_SURROGATE, K.u)
     update_nodes, reset_nodes = nodes[1 : 1 + k], nodes[-k:] if k else []
     return KernelSpec(
         name=neuron.name,
@@ -276,9 +283,9 @@ def derive(neuron: Neuron) -> KernelSpec:
         learnable=neuron.learnable,
         param_symbols={n: rename[neuron.symbols[n]] for n in neuron.params},
         param_cnames=cnames,
-        charge=_cse([(H, charge)], "c"),
+        charge=_cse([(K.h, charge)], "c"),
         threshold=threshold,
-        surrogate=_cse([(SG, sg)], "g"),
+        surrogate=_cse([(K.sg, sg)], "g"),
         reset=_cse([(V, nodes[3 + k].expr)], "r"),
         backward=backward,
         needs_v=V in used,

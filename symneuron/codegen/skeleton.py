@@ -1,0 +1,116 @@
+"""The source file: prelude, then each kernel variant wrapped around its step body.
+
+:func:`render` prints one neuron's kernels for one dialect and dtype: every
+forward and backward variant (:mod:`~symneuron.codegen.signature`), each as a
+function whose parameter list is printed from the signature and whose body comes
+from :class:`~symneuron.codegen.steps.StepPrinter`. On CUDA a variant is a
+template over the lane count K with one exported ``extern "C"`` kernel per K.
+"""
+
+from __future__ import annotations
+
+from ..derivation import KernelSpec
+from ..dtypes import DType
+from .dialects import Dialect
+from .signature import (
+    GRAD_V_MODES,
+    V_MODES,
+    Arg,
+    backward_args,
+    backward_base,
+    backward_name,
+    exported,
+    forward_args,
+    forward_base,
+    forward_name,
+    lane_counts,
+)
+from .steps import INDENT, StepPrinter, indent
+
+__all__ = ["render", "kernel_names"]
+
+
+def _declaration(arg: Arg, dtype: DType, dialect: Dialect) -> str:
+    """``const float* __restrict__ x_seq``, ``long long N``, ..."""
+    if not arg.pointer:
+        return f"{arg.role} {arg.name}"
+    ctype = {"storage": dtype.storage, "compute": dtype.compute, "accum": dtype.accum}[arg.role]
+    return f"{'const ' if arg.const else ''}{ctype}* {dialect.restrict} {arg.name}"
+
+
+def _function(
+    dialect: Dialect, name: str, args: list[str], lines: list[str], lanes: tuple[int, ...]
+) -> str:
+    """The body as exported kernels, one per lane count (a template on CUDA)."""
+    joined = f",\n{INDENT}".join(args)
+    inner = [
+        *dialect.loop_open.splitlines(),
+        *indent(lines, 1 if dialect.loop_close else 0),
+        *dialect.loop_close.splitlines(),
+    ]
+    text = "\n".join(indent(inner))
+    if not dialect.template:
+        return f"void {exported(name, 1)}(\n{INDENT}{joined}) {{\n{text}\n}}\n"
+    call = ", ".join(a.split()[-1] for a in args)
+    out = [
+        "template <int K>\n"
+        f"__device__ __forceinline__ void {name}(\n{INDENT}{joined}) {{\n{text}\n}}\n"
+    ]
+    for k in lanes:
+        out.append(
+            f'extern "C" __global__ void {exported(name, k)}(\n{INDENT}{joined}) {{\n'
+            f"{INDENT}{name}<{k}>({call});\n}}\n"
+        )
+    return "\n".join(out)
+
+
+def kernel_names(spec: KernelSpec, dtype: DType) -> list[str]:
+    """Every exported kernel of a source, in source order."""
+    lanes = lane_counts(dtype.lanes)
+    name = spec.name
+    names = [forward_name(name, h, m, k) for h in (True, False) for m in V_MODES for k in lanes]
+    return names + [backward_name(name, m, k) for m in GRAD_V_MODES for k in lanes]
+
+
+def render(spec: KernelSpec, dialect: Dialect, dtype: DType, only: str | None = None) -> str:
+    """The source file: prelude, then every forward and backward variant.
+
+    With ``only`` (an exported kernel name), the source holds just that kernel,
+    so a first call compiles only what it runs.
+    """
+    body = StepPrinter(spec, dtype, dialect)
+    all_lanes = lane_counts(dtype.lanes)
+    cnames = tuple(spec.param_cnames[n] for n in spec.params)
+    learn = tuple(spec.param_cnames[n] for n in spec.learnable)
+    k = len(spec.states)
+
+    def declare(args: tuple[Arg, ...]) -> list[str]:
+        return [_declaration(a, dtype, dialect) for a in args]
+
+    header = (
+        f"// symneuron {dialect.name} kernels for {spec.name} ({dtype.name}), key {spec.key}\n"
+        f"// H = {spec.charge[-1].expr}\n"
+    )
+    parts = [header, dialect.prelude.replace("{st}", dtype.storage)]
+    for store_h in (True, False):
+        for v_mode in V_MODES:
+            name = forward_base(spec.name, store_h, v_mode)
+            lanes = _selected(name, all_lanes, only)
+            if lanes:
+                args = declare(forward_args(cnames, k))
+                parts.append(_function(dialect, name, args, body.forward(store_h, v_mode), lanes))
+    for mode in GRAD_V_MODES:
+        name = backward_base(spec.name, mode)
+        lanes = _selected(name, all_lanes, only)
+        if lanes:
+            args = declare(backward_args(cnames, learn, k))
+            parts.append(_function(dialect, name, args, body.backward(mode), lanes))
+    if len(parts) == 2:
+        raise ValueError(f"No kernel named {only!r}; kernels are {kernel_names(spec, dtype)}")
+    return "\n".join(parts)
+
+
+def _selected(base: str, lanes: tuple[int, ...], only: str | None) -> tuple[int, ...]:
+    if only is None:
+        return lanes
+    return tuple(k for k in lanes if exported(base, k) == only)

@@ -1,0 +1,360 @@
+"""The definition stage: a neuron as validated, immutable SymPy expressions.
+
+:class:`Definition` holds what a user wrote (charge, params, learnable params,
+threshold, reset, surrogate, extra states) after checking it, and nothing
+derived from it: this module imports no later stage. All validation happens at
+construction, so derivation, code generation and compilation can trust their
+input; a definition cannot be changed afterwards (build a new one with
+:meth:`Definition.replace`), so its :meth:`~Definition.key`, which names its
+kernels and cache entries, cannot go stale. :class:`symneuron.Neuron` is this
+class plus its derived views (partials, kernel spec, generated source).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import sympy as sp
+
+from . import surrogate as _surrogate
+from .validate import check_expression, finite_float, named, param_name
+
+__all__ = ["V", "X", "H", "S", "State", "Definition"]
+
+#: State before charging, V[t-1].
+V = sp.Symbol("V", real=True)
+#: Input of this step, X[t].
+X = sp.Symbol("X", real=True)
+#: This step's charged potential H[t] (usable in a state's pre-spike update).
+H = sp.Symbol("H", real=True)
+#: This step's spike S[t] (usable in a state's on-spike reset).
+S = sp.Symbol("S", real=True)
+
+
+@dataclass(frozen=True)
+class State:
+    """An extra state variable W of a neuron (see docs/user_guide.md, "Extra states").
+
+    Parameters
+    ----------
+    update : sympy.Expr, optional
+        The pre-spike update W̃ = g(V, W..., X, H; θ), written with the state
+        symbols (their values before this step), :data:`V`, :data:`X`, :data:`H`
+        and params. ``None`` keeps W̃ = W.
+    on_spike : sympy.Expr, optional
+        The reset W[t] = r(W̃..., S; θ), written with the state symbols (here
+        meaning their updated values W̃), :data:`S` and params, e.g. ``W + b*S``.
+        ``None`` keeps W[t] = W̃.
+    init : float
+        W[0] when no initial value is given.
+
+    Examples
+    --------
+    >>> import sympy as sp, symneuron as sn
+    >>> a = sp.Symbol("a")
+    >>> adaptation = sn.State(update=0.9 * a, on_spike=a + 0.1 * sn.S)
+    """
+
+    update: sp.Expr | None = None
+    on_spike: sp.Expr | None = None
+    init: float = 0.0
+
+
+_RESERVED = {"V", "X", "H", "S", "u"}
+
+
+def _level_key(level: float | sp.Expr | None) -> str:
+    return sp.srepr(level) if isinstance(level, sp.Expr) else repr(level)
+
+
+class Definition:
+    """A spiking neuron defined by its charge function H = f(V, X; θ).
+
+    Users build :class:`symneuron.Neuron`, which is this class plus its derived
+    views; the parameters are documented there. Instances are immutable.
+    """
+
+    def __init__(
+        self,
+        charge: sp.Expr,
+        *,
+        params: Mapping[Any, float] | None = None,
+        learnable: Iterable[Any] = (),
+        v_threshold: float | sp.Expr = 1.0,
+        v_reset: float | sp.Expr | None = 0.0,
+        surrogate: _surrogate.Surrogate | None = None,
+        detach_reset: bool = False,
+        name: str | None = None,
+        states: Mapping[Any, State] | None = None,
+    ) -> None:
+        given = dict(
+            charge=charge, params=params, learnable=learnable, v_threshold=v_threshold,
+            v_reset=v_reset, surrogate=surrogate, detach_reset=detach_reset, name=name,
+            states=states,
+        )  # fmt: skip
+        params_ = self._validate_params(params)
+        set_ = object.__setattr__
+        set_(self, "params", MappingProxyType(params_))
+        set_(self, "symbols", MappingProxyType({n: sp.Symbol(n, real=True) for n in params_}))
+        set_(self, "state_symbols", MappingProxyType(self._validate_state_names(states)))
+        set_(self, "charge", self._validate_charge(charge))
+        set_(
+            self,
+            "v_threshold",
+            self._validate_level(v_threshold, "v_threshold", set(self.state_symbols)),
+        )
+        set_(self, "v_reset", None if v_reset is None else self._validate_level(v_reset, "v_reset"))
+        set_(self, "states", MappingProxyType(self._validate_states(states)))
+        set_(self, "learnable", self._validate_learnable(learnable))
+        if surrogate is None:
+            surrogate = _surrogate.Sigmoid(alpha=4.0)
+        if not isinstance(surrogate, _surrogate.Surrogate):
+            raise TypeError(
+                f"surrogate must be a symneuron.surrogate.Surrogate, got {type(surrogate).__name__}"
+            )
+        set_(self, "surrogate", surrogate)
+        if not isinstance(detach_reset, bool):
+            raise TypeError(f"detach_reset must be a bool, got {detach_reset!r}")
+        set_(self, "detach_reset", detach_reset)
+        set_(self, "name", name or "Neuron")
+        if not self.name.isidentifier():
+            raise ValueError(
+                f"name must be an identifier (used in kernel names), got {self.name!r}"
+            )
+        set_(self, "_given", given)
+        set_(self, "_key", self._hash())
+
+    params: Mapping[str, float]
+    """Each parameter's name -> default value."""
+    symbols: Mapping[str, sp.Symbol]
+    """Each parameter's name -> its symbol in the expressions."""
+    state_symbols: Mapping[str, sp.Symbol]
+    """Each extra state's name -> its symbol."""
+    charge: sp.Expr
+    v_threshold: float | sp.Expr
+    v_reset: float | sp.Expr | None
+    states: Mapping[str, State]
+    """Each extra state's name -> its validated :class:`State`."""
+    learnable: tuple[str, ...]
+    surrogate: _surrogate.Surrogate
+    detach_reset: bool
+    name: str
+    _given: dict[str, Any]
+    _key: str
+
+    # -- immutability -----------------------------------------------------
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(
+            f"A neuron is immutable (its key names its compiled kernels); build a changed "
+            f"copy with neuron.replace({name}=...)."
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("A neuron is immutable; build a changed copy with neuron.replace().")
+
+    def replace(self, **changes: Any) -> Definition:
+        """A new neuron of the same class with some constructor arguments changed.
+
+        >>> import symneuron as sn
+        >>> soft = sn.models.LIF().replace(v_reset=None)
+        """
+        unknown = sorted(set(changes) - set(self._given))
+        if unknown:
+            raise TypeError(f"replace() got unknown arguments {unknown}; use {sorted(self._given)}")
+        return type(self)(**{**self._given, **changes})
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self._given))
+
+    def __copy__(self) -> Definition:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Definition:
+        return self
+
+    # -- validation -------------------------------------------------------
+    @staticmethod
+    def _validate_params(params: Mapping[Any, float] | None) -> dict[str, float]:
+        out = named(params, "parameter", hint=" (the default)")
+        for pname, value in out.items():
+            if pname in _RESERVED:
+                raise ValueError(f"Parameter name {pname!r} is reserved; rename the parameter.")
+            out[pname] = finite_float(value, f"Default of parameter {pname!r}")
+        return out
+
+    def _validate_state_names(self, states: Mapping[Any, State] | None) -> dict[str, sp.Symbol]:
+        out: dict[str, sp.Symbol] = {}
+        for wname, state in named(states, "state", hint=" (an sn.State)").items():
+            if wname in _RESERVED or wname in self.params:
+                raise ValueError(
+                    f"State name {wname!r} is reserved, a parameter's or given twice; rename it."
+                )
+            if not isinstance(state, State):
+                raise TypeError(f"states[{wname!r}] must be a symneuron.State, got {state!r}")
+            out[wname] = sp.Symbol(wname, real=True)
+        return out
+
+    def _validate_states(self, states: Mapping[Any, State] | None) -> dict[str, State]:
+        out: dict[str, State] = {}
+        names = set(self.state_symbols)
+        for wname, state in named(states, "state").items():
+            symbol = self.state_symbols[wname]
+            update = symbol if state.update is None else state.update
+            on_spike = symbol if state.on_spike is None else state.on_spike
+            out[wname] = State(
+                update=self._validate_expr(
+                    update, f"update of state {wname!r}", names | {"V", "X", "H"}
+                ),
+                on_spike=self._validate_expr(
+                    on_spike, f"on_spike of state {wname!r}", names | {"S"}
+                ),
+                init=finite_float(state.init, f"init of state {wname!r}"),
+            )
+        return out
+
+    def _validate_expr(self, expr: Any, what: str, allowed: set[str]) -> sp.Expr:
+        """``expr`` in the params and the ``allowed`` names, canonical symbols, checked."""
+        if isinstance(expr, (int, float)):
+            expr = sp.Float(expr)
+        if isinstance(expr, str) or not isinstance(expr, sp.Expr):
+            raise TypeError(f"The {what} must be a SymPy expression, got {type(expr).__name__}")
+        names = {s.name for s in expr.free_symbols}
+        unknown = sorted(names - set(self.params) - allowed)
+        if unknown:
+            raise ValueError(
+                f"The {what} uses unknown symbols {unknown}; it may use the params and "
+                f"{sorted(allowed)}."
+            )
+        out = expr.xreplace({s: self._canonical(s.name) for s in expr.free_symbols})
+        check_expression(out, what)
+        return out
+
+    def _validate_charge(self, charge: Any) -> sp.Expr:
+        if isinstance(charge, str) or not isinstance(charge, sp.Expr):
+            raise TypeError(f"charge must be a SymPy expression, got {type(charge).__name__}")
+        names = {s.name for s in charge.free_symbols}
+        unknown = sorted(names - set(self.params) - {"V", "X"} - set(self.state_symbols))
+        if unknown:
+            raise ValueError(
+                f"The charge uses unknown symbols {unknown}; give each a default in "
+                f"params={{...}} or replace it by a number."
+            )
+        for needed in ("V", "X"):
+            if needed not in names:
+                raise ValueError(
+                    f"The charge does not depend on {needed}; H = f(V, X, params) must use "
+                    "both the previous state V and the input X."
+                )
+        canon = {s: self._canonical(s.name) for s in charge.free_symbols}
+        expr = charge.xreplace(canon)
+        check_expression(expr, "charge")
+        return expr
+
+    def _validate_level(
+        self, value: Any, what: str, states: set[str] | None = None
+    ) -> float | sp.Expr:
+        """A threshold or reset level: a finite number, or an expression in the params
+        (and, for the threshold, the states' updated values)."""
+        if not isinstance(value, sp.Basic) or value.is_number:
+            return finite_float(value, what)
+        if not isinstance(value, sp.Expr):
+            raise TypeError(f"{what} must be a number or a SymPy expression, got {value!r}")
+        names = {s.name for s in value.free_symbols}
+        unknown = sorted(names - set(self.params) - (states or set()))
+        if unknown:
+            raise ValueError(
+                f"{what} uses {unknown}, which are not params; a threshold or reset level may "
+                "use only parameters (give each a default in params={...})"
+                + (" and the states" if states else "")
+                + "."
+            )
+        expr = value.xreplace({s: self._canonical(s.name) for s in value.free_symbols})
+        check_expression(expr, what)
+        return expr
+
+    def _canonical(self, name: str) -> sp.Symbol:
+        fixed = {"V": V, "X": X, "H": H, "S": S}
+        return fixed.get(name) or self.state_symbols.get(name) or self.symbols[name]
+
+    def _validate_learnable(self, learnable: Iterable[Any]) -> tuple[str, ...]:
+        if isinstance(learnable, (str, sp.Symbol)):
+            learnable = [learnable]
+        out: list[str] = []
+        used = {s.name for s in self.charge.free_symbols}
+        for level in (self.v_threshold, self.v_reset):
+            if isinstance(level, sp.Expr):
+                used |= {s.name for s in level.free_symbols}
+        for state in self.states.values():
+            for expr in (state.update, state.on_spike):
+                used |= {s.name for s in expr.free_symbols}  # type: ignore[union-attr]
+        for key in learnable:
+            pname = param_name(key)
+            if pname not in self.params:
+                raise ValueError(
+                    f"Learnable parameter {pname!r} is not in params; add it with a default."
+                )
+            if pname not in used:
+                raise ValueError(
+                    f"Learnable parameter {pname!r} does not appear in the charge (or the "
+                    "threshold or reset), so it would never get a gradient; remove it from "
+                    "learnable."
+                )
+            if pname not in out:
+                out.append(pname)
+        return tuple(out)
+
+    # -- identity -----------------------------------------------------------
+    @property
+    def soft_reset(self) -> bool:
+        return self.v_reset is None
+
+    def key(self) -> str:
+        """A stable hash of the definition (used to name and cache kernels)."""
+        return self._key
+
+    def _hash(self) -> str:
+        states = [
+            (n, sp.srepr(s.update), sp.srepr(s.on_spike), s.init) for n, s in self.states.items()
+        ]
+        text = repr(
+            (
+                sp.srepr(self.charge),
+                sorted(self.params.items()),
+                self.learnable,
+                _level_key(self.v_threshold),
+                _level_key(self.v_reset),
+                sp.srepr(self.surrogate.derivative()),
+                self.detach_reset,
+                self.name,
+                *([states] if states else []),
+            )
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Definition) and other.key() == self.key()
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __repr__(self) -> str:
+        reset = "soft" if self.soft_reset else f"hard(v_reset={self.v_reset})"
+        return (
+            f"{type(self).__name__}({self.name}: H = {self.charge}, params={self.params}, "
+            f"learnable={list(self.learnable)}, v_threshold={self.v_threshold}, {reset}, "
+            f"surrogate={self.surrogate.name}, detach_reset={self.detach_reset}"
+            + "".join(
+                f", {n}: ~{s.update}, on spike {s.on_spike}, init {s.init}"
+                for n, s in self.states.items()
+            )
+            + ")"
+        )
+
+
+def _rebuild(cls: type[Definition], given: dict[str, Any]) -> Definition:
+    """Unpickle: construct again from the arguments (validation included)."""
+    return cls(**given)

@@ -1,0 +1,255 @@
+"""A neuron's kernels on one backend: compiled on first use, launched by name.
+
+:func:`program` returns the :class:`Program` of a (definition, backend) pair,
+one per process. A program renders, compiles and looks up each kernel variant
+the first time it runs (so a first call compiles only what it uses), packs each
+launch's arguments from the one signature in :mod:`symneuron.codegen.signature`
+by name, and launches on the backend of the :data:`BACKENDS` table. It needs no
+derivation when the cache (:mod:`symneuron.runtime.cache`) already holds the
+generated sources: names, parameter order and state count come from the
+definition itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any, NamedTuple
+
+import torch
+
+from .. import derivation, dtypes
+from ..codegen import render_source
+from ..codegen.signature import Arg, backward_args, backward_name, forward_args, forward_name
+from ..definition import Definition
+from . import Packed, cache, cpu, cuda, settings
+
+__all__ = ["Backend", "BACKENDS", "Program", "program", "lookup"]
+
+
+class Backend(NamedTuple):
+    """How one backend compiles, loads and launches (see :mod:`~symneuron.runtime.cpu`
+    and :mod:`~symneuron.runtime.cuda`)."""
+
+    runtime: ModuleType
+    suffix: str  # of generated source files in the cache
+    vector: bool  # several neurons per thread when sizes allow
+
+
+#: backend name -> :class:`Backend`
+BACKENDS: dict[str, Backend] = {
+    "cpu": Backend(cpu, ".c", vector=False),
+    "cuda": Backend(cuda, ".cu", vector=True),
+}
+
+Launch = Callable[[list[Packed], int], None]
+
+
+def _pointer(value: Any) -> int:
+    """A pointer argument: a tensor's address, a raw address, or NULL for None."""
+    if value is None:
+        return 0
+    return value if isinstance(value, int) else value.data_ptr()
+
+
+class Program:
+    """The kernels of ``neuron`` on ``backend``.
+
+    :meth:`forward` and :meth:`backward` allocate the outputs and launch one
+    variant each; the autograd binding (:mod:`symneuron.binding`) calls them.
+    """
+
+    def __init__(self, neuron: Definition, backend: str) -> None:
+        self.neuron = neuron
+        self.backend = backend
+        self.impl = BACKENDS[backend]
+        self.key = neuron.key()
+        self.name = neuron.name
+        self.k = len(neuron.states)
+        params = list(neuron.params)
+        cnames = tuple(derivation.c_identifier(n, i) for i, n in enumerate(params))
+        learn = tuple(cnames[params.index(n)] for n in neuron.learnable)
+        self.n_learnable = len(learn)
+        #: (gradient row, param index) for each learnable param
+        self.learnable_rows = tuple(
+            (j, params.index(name)) for j, name in enumerate(neuron.learnable)
+        )
+        self._forward_args = forward_args(cnames, self.k)
+        self._backward_args = backward_args(cnames, learn, self.k)
+        self._param_names = [f"{c}_ptr" for c in cnames]
+        self._stride_names = [f"{c}_stride" for c in cnames]
+        self._grad_names = [f"grad_{c}_ptr" for c in learn]
+        self._launchers: dict[tuple[Any, ...], Launch] = {}
+        self._needs_x: bool | None = None
+
+    @property
+    def needs_x(self) -> bool:
+        """Whether the backward reads X (then the forward's caller keeps it)."""
+        if self._needs_x is None:
+
+            def make() -> str:
+                return str(int(derivation.derive(self.neuron).needs_x))
+
+            self._needs_x = cache.generated((self.key, "needs_x"), ".txt", make).strip() == "1"
+        return self._needs_x
+
+    # -- compile and launch -------------------------------------------------
+    def _launcher(self, name: str, tensor: torch.Tensor) -> Launch:
+        """Render, compile and look up kernel ``name`` for ``tensor``'s dtype and device."""
+        device = (tensor.device.index or 0) if tensor.is_cuda else -1
+        dtype = dtypes.dtype_name(tensor.dtype)
+
+        def make() -> str:
+            return render_source(derivation.derive(self.neuron), self.backend, dtype, name)
+
+        source = cache.generated((self.key, self.backend, dtype, name), self.impl.suffix, make)
+        module = self.impl.runtime.load(source, device)
+        return self.impl.runtime.launcher(module, name, device)
+
+    def _lanes(self, tensors: Sequence[torch.Tensor | None], n: int) -> int:
+        """Neurons per thread: the dtype's vector width when sizes and alignment allow."""
+        if not self.impl.vector:
+            return 1
+        lanes = dtypes.lookup(self.backend, tensors[0].dtype).lanes  # type: ignore[union-attr]
+        if settings.max_lanes is not None:
+            lanes = max(1, min(lanes, settings.max_lanes))
+        if lanes == 1 or n % lanes or n < lanes * settings.min_vector_threads:
+            return 1
+        if any(t is not None and t.numel() > 1 and t.data_ptr() % 16 for t in tensors):
+            return 1
+        return lanes
+
+    def _launch(
+        self,
+        variant: tuple[Any, ...],
+        signature: tuple[Arg, ...],
+        values: dict[str, Any],
+        tensors: Sequence[torch.Tensor | None],
+    ) -> None:
+        """Pack ``values`` in ``signature`` order and launch ``variant``:
+        ``("forward", store_h, v_mode)`` or ``("backward", grad_v_mode)``."""
+        first = tensors[0]
+        assert first is not None
+        n = values["N"]
+        lanes = self._lanes(tensors, n)
+        lkey = (first.dtype, first.device, variant, lanes)
+        launch = self._launchers.get(lkey)
+        if launch is None:
+            if variant[0] == "forward":
+                name = forward_name(self.name, variant[1], variant[2], lanes)
+            else:
+                name = backward_name(self.name, variant[1], lanes)
+            launch = self._launchers[lkey] = self._launcher(name, first)
+        args = [
+            (a.pack, _pointer(values[a.name]) if a.pointer else values[a.name]) for a in signature
+        ]
+        launch(args, n // lanes)
+
+    def _param_values(self, values: dict[str, Any], params: Sequence[torch.Tensor]) -> None:
+        values.update(zip(self._param_names, params, strict=True))
+        strides = [p.stride(0) if p.dim() else 0 for p in params]
+        values.update(zip(self._stride_names, strides, strict=True))
+
+    # -- the two passes -----------------------------------------------------
+    def forward(
+        self,
+        x_seq: torch.Tensor,
+        v_init: torch.Tensor | None,
+        w_init: torch.Tensor | None,
+        params: Sequence[torch.Tensor],
+        store_h: bool,
+        v_mode: str,
+    ) -> tuple[torch.Tensor, torch.Tensor, Any, Any, Any]:
+        """Forward over ``x_seq`` [T, N]: (spike_seq, v_out [T or 1, N], h_seq [T, N],
+        w_out [k, T or 1, N], wt_seq [k, T, N]), with None for H and W̃ when not stored
+        and for the state outputs of a neuron without extra states. ``params`` are [N]
+        tensors (stride 0 for a scalar) in the compute dtype; ``v_init=None`` /
+        ``w_init=None`` start from v_reset / each state's init without a tensor."""
+        k = self.k
+        t_len, n = x_seq.shape
+        rows = t_len if v_mode == "seq" else 1
+        spike = torch.empty_like(x_seq)
+        v_out = x_seq.new_empty((rows, n))
+        h_seq = x_seq.new_empty((t_len, n)) if store_h else None
+        w_out = x_seq.new_empty((k, rows, n)) if k else None
+        wt_seq = x_seq.new_empty((k, t_len, n)) if k and store_h else None
+        if n == 0:
+            return spike, v_out, h_seq, w_out, wt_seq
+        values = {
+            "x_seq": x_seq, "v_init": v_init, "w_init": w_init, "spike_seq": spike,
+            "h_seq": h_seq, "v_seq": v_out, "wt_seq": wt_seq, "w_out": w_out,
+            "T": t_len, "N": n,
+        }  # fmt: skip
+        self._param_values(values, params)
+        tensors = [x_seq, spike, h_seq, v_out, w_out, wt_seq]
+        self._launch(("forward", store_h, v_mode), self._forward_args, values, tensors)
+        return spike, v_out, h_seq, w_out, wt_seq
+
+    def backward(
+        self,
+        grad_spike: torch.Tensor,
+        grad_v: torch.Tensor | None,
+        grad_w: torch.Tensor | None,
+        grad_v_mode: str,
+        h_seq: torch.Tensor,
+        wt_seq: torch.Tensor | None,
+        x_seq: torch.Tensor | None,
+        v_init: torch.Tensor | None,
+        w_init: torch.Tensor | None,
+        params: Sequence[torch.Tensor],
+    ) -> tuple[torch.Tensor, Any, Any, Any]:
+        """Backward through time: (grad_x [T, N], grad_v_init [N], grad_w_init [k, N],
+        grad_params [P, N] in the accumulator dtype), with None for the initial-state
+        gradients of absent initial states and when no param is learnable. ``grad_v``
+        and ``grad_w`` are given in ``grad_v_mode`` "seq" or "last", None in "none"; a
+        ``grad_spike`` with all strides 0 is read as one scalar."""
+        k, learnable = self.k, self.n_learnable
+        t_len, n = h_seq.shape
+        grad_x = torch.empty_like(h_seq)
+        grad_v_init = None if v_init is None else h_seq.new_empty((n,))
+        grad_w_init = None if w_init is None else h_seq.new_empty((k, n))
+        accum = dtypes.lookup(self.backend, h_seq.dtype).torch_accum
+        grad_params = h_seq.new_empty((learnable, n), dtype=accum) if learnable else None
+        if n == 0:
+            return grad_x, grad_v_init, grad_w_init, grad_params
+        spike_scalar = grad_spike.numel() > 1 and not any(grad_spike.stride())
+        values = {
+            "grad_spike": grad_spike, "grad_v_seq": grad_v, "grad_w_seq": grad_w,
+            "h_seq": h_seq, "wt_seq": wt_seq, "x_seq": x_seq, "v_init": v_init,
+            "w_init": w_init, "grad_x_seq": grad_x, "grad_v_init": grad_v_init,
+            "grad_w_init": grad_w_init, "grad_spike_scalar": int(spike_scalar),
+            "T": t_len, "N": n,
+        }  # fmt: skip
+        self._param_values(values, params)
+        if grad_params is not None:  # one row per learnable param, addressed without views
+            base, row = grad_params.data_ptr(), n * grad_params.element_size()
+            values.update((name, base + j * row) for j, name in enumerate(self._grad_names))
+        spike_tensor = None if spike_scalar else grad_spike
+        tensors = [h_seq, grad_x, x_seq, grad_v, grad_w, wt_seq, spike_tensor]
+        self._launch(("backward", grad_v_mode), self._backward_args, values, tensors)
+        return grad_x, grad_v_init, grad_w_init, grad_params
+
+
+_PROGRAMS: dict[tuple[str, str], Program] = {}
+
+
+def program(neuron: Definition, backend: str) -> Program:
+    """The process's :class:`Program` of ``neuron`` on ``backend`` (created on first use)."""
+    pkey = (neuron.key(), backend)
+    found = _PROGRAMS.get(pkey)
+    if found is None:
+        if backend not in BACKENDS:
+            raise ValueError(f"No kernels for backend {backend!r}; use one of {sorted(BACKENDS)}")
+        found = _PROGRAMS[pkey] = Program(neuron, backend)
+    return found
+
+
+def lookup(key: str, backend: str) -> Program:
+    """The program created by :func:`program` for the neuron whose key is ``key``."""
+    try:
+        return _PROGRAMS[(key, backend)]
+    except KeyError:
+        raise RuntimeError(
+            f"symneuron: no kernels registered for neuron key {key!r} on {backend!r}; "
+            "call symneuron.binding.register(neuron, backend) first."
+        ) from None

@@ -1,0 +1,133 @@
+"""The definition stage: immutable neurons, a key that cannot go stale, and the layering
+of the pipeline (each stage imports only the stages below it)."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import pickle
+from pathlib import Path
+
+import pytest
+import sympy as sp
+import torch
+
+import symneuron as sn
+
+PACKAGE = Path(sn.__file__).parent
+
+#: The pipeline, bottom first: a module may import only modules of its own or a lower rank.
+STAGES: dict[str, int] = {
+    "validate": 0,
+    "dtypes": 0,
+    "surrogate": 0,
+    "definition": 1,
+    "derivation": 2,
+    "reference": 2,
+    "codegen": 3,
+    "neuron": 4,
+    "runtime": 4,
+    "binding": 5,
+    "models": 5,
+    "simulate": 6,
+    "layer": 7,
+    "check": 7,
+}
+
+
+def _stage(module: str) -> str:
+    """``symneuron.codegen.steps`` -> ``codegen``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _imports(path: Path) -> set[str]:
+    """Absolute names of the symneuron modules ``path`` imports (anywhere in the file)."""
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    package = list(rel.parts[:-1]) if rel.name != "__init__" else list(rel.parts[:-1])
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            if target.startswith("symneuron"):
+                if node.module is None or target == "symneuron":
+                    out |= {f"{target}.{alias.name}" for alias in node.names}
+                else:
+                    out.add(target)
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("symneuron")}
+    return out
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or p.parent != PACKAGE),
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_each_stage_imports_only_lower_stages(path: Path) -> None:
+    own = _stage(".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts))
+    assert own in STAGES, f"{path.name}: place the new module in STAGES"
+    for target in _imports(path):
+        other = _stage(target)
+        assert STAGES[other] <= STAGES[own], f"{own} (rank {STAGES[own]}) imports {target}"
+
+
+def test_package_modules_stay_small() -> None:
+    sizes = {p.relative_to(PACKAGE): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    assert max(sizes.values()) <= 400, sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
+
+
+def test_neuron_is_immutable_and_replace_gives_a_new_key() -> None:
+    lif = sn.models.LIF()
+    with pytest.raises(AttributeError, match=r"immutable.*replace\(v_reset=...\)"):
+        lif.v_reset = None  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        lif.params["tau"] = 3.0  # type: ignore[index]
+    soft = lif.replace(v_reset=None)
+    assert isinstance(soft, sn.Neuron) and soft.v_reset is None and lif.v_reset == 0.0
+    assert soft.key() != lif.key()
+    assert lif.replace() == lif and lif.replace().key() == lif.key()
+    with pytest.raises(TypeError, match="unknown arguments"):
+        lif.replace(vreset=None)
+
+
+def test_replaced_neuron_runs_its_own_kernels() -> None:
+    """The stale-key bug: a changed reset must not be served the old kernel."""
+    x = torch.full((6, 5), 0.9, dtype=torch.float64)
+    hard = sn.models.IF()
+    soft = hard.replace(v_reset=None)
+    _, v_hard = sn.simulate(hard, x, backend="cpu")
+    _, v_soft = sn.simulate(soft, x, backend="cpu")
+    _, v_ref = sn.simulate(soft, x, backend="torch")
+    torch.testing.assert_close(v_soft, v_ref)
+    assert not torch.equal(v_hard, v_soft)
+
+
+def test_pickle_and_copies_keep_the_definition() -> None:
+    a = sp.Symbol("a")
+    neuron = sn.Neuron(sn.V + a * sn.X, params={a: 0.5}, learnable=[a], name="Scaled")
+    again = pickle.loads(pickle.dumps(neuron))
+    assert type(again) is type(neuron) and again.key() == neuron.key() and again == neuron
+    assert copy.deepcopy(neuron) is neuron and copy.copy(neuron) is neuron
+    layer = sn.NeuronLayer(sn.models.PLIF())
+    assert copy.deepcopy(layer).neuron is layer.neuron
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "match"),
+    [
+        ([("tau", 3.0)], TypeError, "params must be a mapping"),
+        ({1: 3.0}, TypeError, "keys must be sympy Symbols or names"),
+        ({"taus": 3.0}, ValueError, r"Unknown parameter 'taus'; the neuron has \['tau'\]"),
+    ],
+)
+def test_params_are_normalised_the_same_everywhere(bad: object, error: type, match: str) -> None:
+    x = torch.rand(3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(error, match=match):
+        sn.simulate(sn.models.LIF(), x, params=bad, backend="torch")  # type: ignore[arg-type]
+    with pytest.raises(error, match=match):
+        sn.NeuronLayer(sn.models.LIF(), params=bad)  # type: ignore[arg-type]
