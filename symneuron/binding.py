@@ -9,7 +9,7 @@ Two bindings over the same :class:`~symneuron.runtime.kernels.Program`:
   ``torch.library`` custom ops (fake implementations and an autograd formula, so
   compilation traces through them and ``torch.library.opcheck`` passes). Op
   arguments must be plain types, so they name the program by the neuron's key and
-  the backend (:func:`register`).
+  the backend (:func:`symneuron.runtime.kernels.lookup` finds it).
 
 Both save the same tensors and compute gradients with the same helper.
 """
@@ -27,9 +27,11 @@ from .runtime.kernels import Program, lookup, program
 __all__ = ["register", "program", "forward_op", "backward_op", "EagerBinding"]
 
 
-@torch.compiler.assume_constant_result
 def register(neuron: Definition, backend: str) -> str:
-    """Make ``neuron``'s program on ``backend`` reachable from the ops; returns its key."""
+    """Create ``neuron``'s program on ``backend`` now; returns the key the ops take.
+
+    Not needed before calling the ops (they find a live neuron by its key); useful to
+    compile nothing lazily inside a traced region."""
     return program(neuron, backend).key
 
 

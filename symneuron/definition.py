@@ -13,6 +13,7 @@ class plus its derived views (partials, kernel spec, generated source).
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -23,7 +24,7 @@ import sympy as sp
 from . import surrogate as _surrogate
 from .validate import check_expression, finite_float, named, param_name
 
-__all__ = ["V", "X", "H", "S", "State", "Definition"]
+__all__ = ["V", "X", "H", "S", "State", "Definition", "find"]
 
 #: State before charging, V[t-1].
 V = sp.Symbol("V", real=True)
@@ -127,6 +128,7 @@ class Definition:
             )
         set_(self, "_given", given)
         set_(self, "_key", self._hash())
+        _LIVE.setdefault(self._key, self)
 
     params: Mapping[str, float]
     """Each parameter's name -> default value."""
@@ -353,6 +355,16 @@ class Definition:
             )
             + ")"
         )
+
+
+#: Every live definition by key (weakly): custom ops, whose arguments must be plain
+#: types, name a neuron by its key and find it here.
+_LIVE: weakref.WeakValueDictionary[str, Definition] = weakref.WeakValueDictionary()
+
+
+def find(key: str) -> Definition | None:
+    """The live definition whose :meth:`Definition.key` is ``key``, if any."""
+    return _LIVE.get(key)
 
 
 def _rebuild(cls: type[Definition], given: dict[str, Any]) -> Definition:

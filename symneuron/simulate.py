@@ -10,7 +10,7 @@ import sympy as sp
 import torch
 
 from . import dtypes
-from .binding import EagerBinding, forward_op, program, register
+from .binding import EagerBinding, forward_op, program
 from .definition import Definition
 from .reference import as_tensor, level_value, simulate_reference
 from .runtime import cpu, cuda
@@ -236,7 +236,7 @@ def simulate(
     w_flat = None if w0 is None else w0.reshape(len(neuron.states), n).contiguous()
     v_mode = "seq" if store_v_seq else "last"
     if torch.compiler.is_compiling():  # the custom op, which compilation traces through
-        key = register(neuron, backend)
+        key = neuron.key()  # a plain string: the op finds the live neuron by it
         out = forward_op(key, backend, x_flat, v_flat, w_flat, kernel_params, store_h, v_mode)
         spike, v_out, w_out = out[0], out[1], out[3]
     elif store_h:  # the eager binding: no dispatcher layers (see symneuron.binding)

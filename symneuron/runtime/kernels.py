@@ -21,7 +21,7 @@ import torch
 from .. import derivation, dtypes
 from ..codegen import render_source
 from ..codegen.signature import Arg, backward_args, backward_name, forward_args, forward_name
-from ..definition import Definition
+from ..definition import Definition, find
 from . import Packed, cache, cpu, cuda, settings
 
 __all__ = ["Backend", "BACKENDS", "Program", "program", "lookup"]
@@ -245,11 +245,15 @@ def program(neuron: Definition, backend: str) -> Program:
 
 
 def lookup(key: str, backend: str) -> Program:
-    """The program created by :func:`program` for the neuron whose key is ``key``."""
-    try:
-        return _PROGRAMS[(key, backend)]
-    except KeyError:
+    """The program of the live neuron whose key is ``key`` (how the custom ops, which
+    take only plain arguments, find their kernels)."""
+    found = _PROGRAMS.get((key, backend))
+    if found is not None:
+        return found
+    neuron = find(key)
+    if neuron is None:
         raise RuntimeError(
-            f"symneuron: no kernels registered for neuron key {key!r} on {backend!r}; "
-            "call symneuron.binding.register(neuron, backend) first."
-        ) from None
+            f"symneuron: no live neuron has key {key!r}; keep the neuron (or its layer) "
+            "alive while its ops run."
+        )
+    return program(neuron, backend)
