@@ -15,6 +15,7 @@ from .check import CheckReport, check
 from .definition import H, S, State, V, X
 from .layer import NeuronLayer
 from .neuron import Neuron
+from .ode import ODEState
 from .simulate import simulate
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "H",
     "S",
     "State",
+    "ODEState",
     "Neuron",
     "NeuronLayer",
     "simulate",

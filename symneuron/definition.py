@@ -110,6 +110,13 @@ class Definition:
         )
         set_(self, "v_reset", None if v_reset is None else self._validate_level(v_reset, "v_reset"))
         set_(self, "states", MappingProxyType(self._validate_states(states)))
+        updates = [st.update for st in self.states.values() if st.update is not None]
+        uses_x = [self.charge.has(X), *(u.has(X) for u in updates)]
+        if not any(uses_x):
+            raise ValueError(
+                "The neuron does not depend on the input X: use X in the charge or in a "
+                "state's update (e.g. a synaptic current I with update 0.9*I + X)."
+            )
         set_(self, "learnable", self._validate_learnable(learnable))
         if surrogate is None:
             surrogate = _surrogate.Sigmoid(alpha=4.0)
@@ -245,12 +252,11 @@ class Definition:
                 f"The charge uses unknown symbols {unknown}; give each a default in "
                 f"params={{...}} or replace it by a number."
             )
-        for needed in ("V", "X"):
-            if needed not in names:
-                raise ValueError(
-                    f"The charge does not depend on {needed}; H = f(V, X, params) must use "
-                    "both the previous state V and the input X."
-                )
+        if "V" not in names:
+            raise ValueError(
+                "The charge does not depend on V; H = f(V, X, params) must use the previous "
+                "state V."
+            )
         canon = {s: self._canonical(s.name) for s in charge.free_symbols}
         expr = charge.xreplace(canon)
         check_expression(expr, "charge")

@@ -10,11 +10,12 @@ and code-generation stages and delegates to them; nothing below imports it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import sympy as sp
 
-from . import derivation
+from . import derivation, ode
 from .codegen import render_source
 from .definition import Definition
 
@@ -66,6 +67,36 @@ class Neuron(Definition):
     def __init__(self, charge: sp.Expr, **kw: Any) -> None:
         super().__init__(charge, **kw)
         derivation.partials(self)  # derived and checked now: a bad derivative fails here
+
+    @classmethod
+    def from_ode(
+        cls,
+        dv: sp.Expr,
+        *,
+        dt: float,
+        method: str = "exp_euler",
+        states: Mapping[Any, ode.ODEState] | None = None,
+        params: Mapping[Any, float] | None = None,
+        **kw: Any,
+    ) -> Neuron:
+        """A neuron given as differential equations, discretised symbolically.
+
+        ``dv`` is dV/dt = F(V, W..., X; θ); ``states`` map each extra state to an
+        :class:`~symneuron.ODEState` (dW/dt, on-spike rule, initial value); ``dt``
+        the time step; ``method`` one of ``"euler"``, ``"exp_euler"``, ``"rk2"``
+        (midpoint) and ``"rk4"`` (Brian2's definitions: :mod:`symneuron.ode`). X is
+        held constant over a step. The other keyword arguments (``learnable``,
+        ``v_threshold``, ``v_reset``, ``surrogate``, ``detach_reset``, ``name``) are
+        :class:`Neuron`'s; the charge is V's value after the step.
+
+        >>> import sympy as sp, symneuron as sn
+        >>> tau = sp.Symbol("tau")
+        >>> lif = sn.Neuron.from_ode((sn.X - sn.V) / tau, dt=1.0, params={tau: 2.0})
+        >>> lif.charge
+        X + (V - X)*exp(-1.0/tau)
+        """
+        charge, steps = ode.discretise(dv, dt=dt, method=method, states=states, params=params)
+        return cls(charge, params=params, states=steps or None, **kw)
 
     def derivatives(self) -> dict[str, sp.Expr]:
         """The derived partials, keyed ``'dH/dV'``, ``'dH/dX'``, ``'dH/d<θ>'`` (and, for

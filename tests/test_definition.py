@@ -23,6 +23,7 @@ STAGES: dict[str, int] = {
     "surrogate": 0,
     "definition": 1,
     "derivation": 2,
+    "ode": 2,
     "reference": 2,
     "codegen": 3,
     "neuron": 4,
