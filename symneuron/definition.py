@@ -65,7 +65,7 @@ class State:
     init: float = 0.0
 
 
-_RESERVED = {"V", "X", "H", "S", "u"}
+_RESERVED = {"V", "X", "H", "S"}
 
 
 def _level_key(level: float | sp.Expr | None) -> str:
