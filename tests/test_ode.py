@@ -177,3 +177,20 @@ def test_unknown_symbol_in_an_ode() -> None:
         sn.Neuron.from_ode((X - V) / sp.Symbol("q"), dt=1.0)
     with pytest.raises(ValueError, match=r"dW/dt uses unknown symbols \['H'\]"):
         sn.Neuron.from_ode(X - V, dt=1.0, states={W: sn.ODEState(sn.H - W)})
+
+
+def test_ode_models_cuda_sources_compile_with_nvrtc() -> None:
+    """Every CUDA variant of each Brian2-checked ODE model compiles (no GPU needed)."""
+    import os
+
+    from test_brian2 import CASES, _neuron
+
+    nvrtc = pytest.importorskip("symneuron.runtime.nvrtc")
+    if not nvrtc.nvrtc_available():
+        if os.environ.get("CI"):
+            pytest.fail("CI must compile every CUDA variant: install 'symneuron[dev]' (NVRTC)")
+        pytest.skip("NVRTC not installed (pip install 'symneuron[cuda]')")
+    for name, method in CASES:
+        for dtype in ("float32", "float16"):
+            ptx = nvrtc.compile_to_ptx(_neuron(name, method).source("cuda", dtype))
+            assert ptx.count(".entry") == 14, f"{name} {method} {dtype}"
