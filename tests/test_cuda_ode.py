@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_brian2 import CASES, _inputs, _neuron
 
 import symneuron as sn
-from test_brian2 import CASES, _inputs, _neuron
 
 pytestmark = pytest.mark.cuda
 

@@ -179,6 +179,7 @@ def test_unknown_symbol_in_an_ode() -> None:
         sn.Neuron.from_ode(X - V, dt=1.0, states={W: sn.ODEState(sn.H - W)})
 
 
+@pytest.mark.slow
 def test_ode_models_cuda_sources_compile_with_nvrtc() -> None:
     """Every CUDA variant of each Brian2-checked ODE model compiles (no GPU needed)."""
     import os
