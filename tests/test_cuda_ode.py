@@ -20,7 +20,8 @@ def test_cuda_ode_float64_matches_cpu(name: str, method: str) -> None:
     gpu = sn.simulate(neuron, x.cuda(), v_init=v0.cuda(), backend="cuda")
     assert torch.equal(gpu[0].cpu(), cpu[0]), "spike trains differ"
     assert float(cpu[0].sum()) > 0
-    torch.testing.assert_close(gpu[1].cpu(), cpu[1], rtol=1e-12, atol=1e-12)
+    # 1e-10 as against Brian2: the GPU contracts a*b + c into FMAs, the C build may not
+    torch.testing.assert_close(gpu[1].cpu(), cpu[1], rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
