@@ -13,7 +13,15 @@ from typing import Any
 import pytest
 import sympy as sp
 import torch
-from conftest import assert_fires_sometimes, assert_matches, compare, rel_err, seed_of
+from conftest import (
+    BASIC_SURROGATES,
+    SURROGATES,
+    assert_fires_sometimes,
+    assert_matches,
+    compare,
+    rel_err,
+    seed_of,
+)
 
 import symneuron as sn
 
@@ -31,11 +39,6 @@ MODELS: dict[str, Callable[..., sn.Neuron]] = {
 }
 assert set(sn.models.ZOO) <= {name.split("-")[0] for name in MODELS}, "a zoo model is untested"
 
-SURROGATES = {
-    "Sigmoid": sn.surrogate.Sigmoid,
-    "ATan": sn.surrogate.ATan,
-    "PiecewiseQuadratic": sn.surrogate.PiecewiseQuadratic,
-}
 RESETS = {"hard": {}, "soft": {"v_reset": None}}
 
 
@@ -45,7 +48,7 @@ def build(
     return MODELS[model](**RESETS[reset], detach_reset=detach, surrogate=surrogate(), **kw)
 
 
-@pytest.mark.parametrize("surrogate", list(SURROGATES))
+@pytest.mark.parametrize("surrogate", BASIC_SURROGATES)
 @pytest.mark.parametrize("detach", [False, True], ids=["attached", "detached"])
 @pytest.mark.parametrize("reset", list(RESETS))
 @pytest.mark.parametrize("model", list(MODELS))

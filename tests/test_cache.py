@@ -12,8 +12,7 @@ import pytest
 import torch
 
 import symneuron as sn
-from symneuron.runtime import cache
-from symneuron.runtime import cpu
+from symneuron.runtime import cache, cpu
 
 pytestmark = pytest.mark.skipif(not cpu.available(), reason="needs a C compiler")
 
@@ -56,6 +55,7 @@ def _run(tmp_path: Path, warm: bool) -> list[torch.Tensor]:
     return torch.load(out)
 
 
+@pytest.mark.slow  # two fresh Python processes, each compiling or loading four kernels
 def test_warm_cache_skips_derivation_and_gives_the_same_results(tmp_path: Path) -> None:
     cold = _run(tmp_path, warm=False)
     generated = sorted(p.suffix for p in (tmp_path / "cache" / "generated").iterdir())

@@ -49,7 +49,12 @@ def test_printer_golden_strings(compute: str, expr: sp.Expr, expected: str) -> N
     assert KernelPrinter(compute).doprint(expr) == expected
 
 
-def _variants() -> list[tuple[str, dict[str, object]]]:
+#: The one variant the quick run (``-m "not slow"``) compiles: each takes seconds.
+QUICK_VARIANT = "LIF-hard-attached"
+
+
+def _variants() -> list[pytest.param]:
+    """Every model x reset x detach_reset, all but ``QUICK_VARIANT`` marked ``slow``."""
     out = []
     for name in [*sn.models.ZOO, *sn.models.STATEFUL]:
         for reset in ("hard", "soft"):
@@ -57,7 +62,9 @@ def _variants() -> list[tuple[str, dict[str, object]]]:
                 kw: dict[str, object] = {"detach_reset": detach}
                 if reset == "soft":
                     kw["v_reset"] = None
-                out.append((name, kw))
+                label = f"{name}-{reset}-{'detached' if detach else 'attached'}"
+                marks = [] if label == QUICK_VARIANT else [pytest.mark.slow]
+                out.append(pytest.param(name, kw, marks=marks, id=label))
     return out
 
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import assert_fires_sometimes, assert_matches, compare, generator, rel_err, seed_of
+from conftest import (
+    assert_fires_sometimes,
+    assert_matches,
+    compare,
+    generator,
+    rel_err,
+    run_with_grads,
+    seed_of,
+)
 
 import symneuron as sn
 
@@ -95,18 +103,17 @@ def test_layer_with_per_channel_w(dtype: torch.dtype) -> None:
     (layer(x_seq) * r.to(dtype)).sum().backward()
     assert layer.w.grad is not None and layer.w.grad.shape == (C, 1)
 
-    w_ref = layer.w.detach().double().clone().requires_grad_(True)
-    v0 = torch.zeros(C, F, dtype=torch.float64)  # the layer's v starts at v_reset = 0
-    spikes, _ = sn.reference.simulate_reference(layer.neuron, x_seq.double(), v0, {"w": w_ref})
-    assert_fires_sometimes(spikes)
-    (grad_w,) = torch.autograd.grad((spikes * r).sum(), [w_ref])
+    # the reference from v_init=None starts, like the layer, at v_reset = 0
+    ref = run_with_grads(layer.neuron, x_seq.double(), None, {"w": layer.w.double()}, [r])
+    assert_fires_sometimes(ref.spikes)
+    grad_w = ref.grads["w"]
     assert float(grad_w.abs().max()) > 0
     tol = 1e-9 if dtype == torch.float64 else 1e-4
     assert rel_err(layer.w.grad, grad_w) <= tol
 
 
 def test_layer_fixed_tensor_param_is_a_buffer() -> None:
-    v_c = torch.full((3, 1), 0.7) + 0.1 * torch.randn(3, 1)
+    v_c = torch.full((3, 1), 0.7) + 0.1 * torch.randn(3, 1, generator=generator(seed_of("v_c")))
     layer = sn.NeuronLayer(sn.models.QIF(), params={"v_c": v_c})
     buffers = dict(layer.named_buffers())
     assert buffers["v_c"].shape == (3, 1)

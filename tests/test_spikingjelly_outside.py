@@ -16,13 +16,13 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 import torch
+from conftest import Run, generator, linear_loss, run_with_grads, seed_of
 
 if os.environ.get("CI"):
     import spikingjelly  # noqa: F401  (CI installs it: this check must run there, not skip)
@@ -55,32 +55,24 @@ class ModelCase:
     sj_only: dict[str, Any] = field(default_factory=dict)
 
 
+def _leaky(
+    sj_class: str, sn_factory: str, tau: dict[str, float], **kw: Any
+) -> dict[str, ModelCase]:
+    """A leaky model with and without ``decay_input``; without it, the input is not
+    divided by tau and a smaller drive fires as often."""
+    drive = {True: (1.5, 1.2), False: (0.45, 0.6)}
+    return {
+        f"{sn_factory}-{'' if decay else 'no_'}decay_input": ModelCase(
+            sj_class, sn_factory, {**tau, "decay_input": decay}, *drive[decay], -0.2, **kw
+        )
+        for decay in (True, False)
+    }
+
+
 MODELS: dict[str, ModelCase] = {
     "IF": ModelCase("IFNode", "IF", {}, 0.35, 0.6, -0.2),
-    "LIF-decay_input": ModelCase(
-        "LIFNode", "LIF", {"tau": 3.0, "decay_input": True}, 1.5, 1.2, -0.2
-    ),
-    "LIF-no_decay_input": ModelCase(
-        "LIFNode", "LIF", {"tau": 3.0, "decay_input": False}, 0.45, 0.6, -0.2
-    ),
-    "PLIF-decay_input": ModelCase(
-        "ParametricLIFNode",
-        "PLIF",
-        {"init_tau": 3.0, "decay_input": True},
-        1.5,
-        1.2,
-        -0.2,
-        learnable_w=True,
-    ),
-    "PLIF-no_decay_input": ModelCase(
-        "ParametricLIFNode",
-        "PLIF",
-        {"init_tau": 3.0, "decay_input": False},
-        0.45,
-        0.6,
-        -0.2,
-        learnable_w=True,
-    ),
+    **_leaky("LIFNode", "LIF", {"tau": 3.0}),
+    **_leaky("ParametricLIFNode", "PLIF", {"init_tau": 3.0}, learnable_w=True),
     "QIF": ModelCase(
         "QIFNode",
         "QIF",
@@ -99,15 +91,17 @@ MODELS: dict[str, ModelCase] = {
     ),
 }
 
-# (class name, constructor kwargs); names and kwargs are the same on both sides.
-CORE_SURROGATES: list[tuple[str, dict[str, float]]] = [
+#: (class name, constructor kwargs); names and kwargs are the same on both sides.
+SurrogateCase = tuple[str, dict[str, float]]
+
+CORE_SURROGATES: list[SurrogateCase] = [
     ("Sigmoid", {"alpha": 4.0}),
     ("ATan", {"alpha": 2.0}),
     ("PiecewiseQuadratic", {"alpha": 1.0}),
 ]
 # QPseudoSpike uses alpha=3: at alpha=2 its gradient equals SoftSign(alpha=2).
 # SuperSpike uses alpha=1, where SJ's alpha/(|x|+1)^2 and 1/(beta|x|+1)^2 agree.
-EXTRA_SURROGATES: list[tuple[str, dict[str, float]]] = [
+EXTRA_SURROGATES: list[SurrogateCase] = [
     ("Sigmoid", {"alpha": 2.5}),
     ("ATan", {"alpha": 3.0}),
     ("PiecewiseQuadratic", {"alpha": 0.7}),
@@ -134,7 +128,7 @@ BACKENDS = [
 ]
 
 
-def _surrogate_id(case: tuple[str, dict[str, float]]) -> str:
+def _surrogate_id(case: SurrogateCase) -> str:
     name, kwargs = case
     return name + "(" + ",".join(f"{k}={v}" for k, v in kwargs.items()) + ")"
 
@@ -156,11 +150,6 @@ def _require_surrogate(name: str) -> None:
         pytest.skip("this SpikingJelly's PiecewiseLeakyReLU backward is not the primitive's slope")
 
 
-def _generator(*key: object) -> torch.Generator:
-    """A fresh, reproducible stream per test case."""
-    return torch.Generator().manual_seed(zlib.crc32(repr(key).encode()))
-
-
 def _reset_kwargs(model: ModelCase, hard: bool) -> dict[str, Any]:
     return {
         "v_threshold": V_THRESHOLD,
@@ -169,7 +158,7 @@ def _reset_kwargs(model: ModelCase, hard: bool) -> dict[str, Any]:
 
 
 def _build_sj(
-    model: ModelCase, hard: bool, detach: bool, surrogate: tuple[str, dict[str, float]]
+    model: ModelCase, hard: bool, detach: bool, surrogate: SurrogateCase
 ) -> torch.nn.Module:
     name, sg_kwargs = surrogate
     node_class: Callable[..., torch.nn.Module] = getattr(sj_neuron, model.sj_class)
@@ -184,9 +173,7 @@ def _build_sj(
     return node.to(DTYPE)
 
 
-def _build_sn(
-    model: ModelCase, hard: bool, detach: bool, surrogate: tuple[str, dict[str, float]]
-) -> Any:
+def _build_sn(model: ModelCase, hard: bool, detach: bool, surrogate: SurrogateCase) -> Any:
     name, sg_kwargs = surrogate
     factory = getattr(sn.models, model.sn_factory)
     return factory(
@@ -206,6 +193,10 @@ class Drive:
     r_spike: torch.Tensor
     r_v: torch.Tensor
 
+    @property
+    def weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.r_spike, self.r_v
+
 
 def _drive(model: ModelCase, gen: torch.Generator) -> Drive:
     def randn(*shape: int) -> torch.Tensor:
@@ -216,23 +207,9 @@ def _drive(model: ModelCase, gen: torch.Generator) -> Drive:
     return Drive(x_seq, v_init, randn(T, *SHAPE), randn(T, *SHAPE))
 
 
-def _loss(spike_seq: torch.Tensor, v_seq: torch.Tensor, drive: Drive) -> torch.Tensor:
-    return (spike_seq * drive.r_spike).sum() + (v_seq * drive.r_v).sum()
-
-
-@dataclass
-class Result:
-    spike_seq: torch.Tensor
-    v_seq: torch.Tensor
-    grads: dict[str, torch.Tensor]
-
-
-def _leaf(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().clone().requires_grad_(True)
-
-
-def _run_sj(node: torch.nn.Module, drive: Drive, learnable_w: bool) -> Result:
-    x_seq, v_init = _leaf(drive.x_seq), _leaf(drive.v_init)
+def _run_sj(node: torch.nn.Module, drive: Drive, learnable_w: bool) -> Run:
+    x_seq = drive.x_seq.detach().clone().requires_grad_(True)
+    v_init = drive.v_init.detach().clone().requires_grad_(True)
     node.v = v_init
     spike_seq = node(x_seq)
     v_seq = node.v_seq
@@ -240,27 +217,20 @@ def _run_sj(node: torch.nn.Module, drive: Drive, learnable_w: bool) -> Result:
     inputs = {"x_seq": x_seq, "v_init": v_init}
     if learnable_w:
         inputs["w"] = node.w
-    grads = torch.autograd.grad(_loss(spike_seq, v_seq, drive), list(inputs.values()))
-    return Result(spike_seq.detach(), v_seq.detach(), dict(zip(inputs, grads, strict=True)))
+    loss = linear_loss([spike_seq, v_seq], drive.weights)
+    grads = torch.autograd.grad(loss, list(inputs.values()))
+    return Run(spike_seq.detach(), v_seq.detach(), dict(zip(inputs, grads, strict=True)))
 
 
-def _run_sn(neuron: Any, drive: Drive, backend: str, w_value: float | None) -> Result:
-    x_seq, v_init = _leaf(drive.x_seq), _leaf(drive.v_init)
-    inputs = {"x_seq": x_seq, "v_init": v_init}
-    params = None
-    if w_value is not None:
-        inputs["w"] = torch.tensor(w_value, dtype=DTYPE, requires_grad=True)
-        params = {"w": inputs["w"]}
-    spike_seq, v_seq = sn.simulate(
-        neuron, x_seq, v_init=v_init, params=params, backend=backend, store_v_seq=True
-    )
-    assert v_seq is not None and v_seq.shape == x_seq.shape
-    grads = torch.autograd.grad(_loss(spike_seq, v_seq, drive), list(inputs.values()))
-    return Result(spike_seq.detach(), v_seq.detach(), dict(zip(inputs, grads, strict=True)))
+def _run_sn(neuron: Any, drive: Drive, backend: str, w_value: float | None) -> Run:
+    params = None if w_value is None else {"w": torch.tensor(w_value, dtype=DTYPE)}
+    got = run_with_grads(neuron, drive.x_seq, drive.v_init, params, drive.weights, backend=backend)
+    assert got.v_seq.shape == drive.x_seq.shape
+    return got
 
 
-def _assert_not_vacuous(reference: Result) -> None:
-    fraction = reference.spike_seq.mean().item()
+def _assert_not_vacuous(reference: Run) -> None:
+    fraction = reference.spikes.mean().item()
     assert MIN_SPIKE_FRACTION <= fraction <= MAX_SPIKE_FRACTION, (
         f"spike fraction {fraction:.3f} outside "
         f"[{MIN_SPIKE_FRACTION}, {MAX_SPIKE_FRACTION}]: the drive needs retuning"
@@ -271,8 +241,8 @@ def _assert_not_vacuous(reference: Result) -> None:
         assert grad.abs().max() > 0, f"gradient w.r.t. {name} is identically zero"
 
 
-def _assert_match(got: Result, want: Result) -> None:
-    assert torch.equal(got.spike_seq.to(DTYPE), want.spike_seq), "spikes differ"
+def _assert_match(got: Run, want: Run) -> None:
+    assert torch.equal(got.spikes.to(DTYPE), want.spikes), "spikes differ"
     torch.testing.assert_close(got.v_seq.to(DTYPE), want.v_seq, **TOL)
     assert got.grads.keys() == want.grads.keys()
     for name in want.grads:
@@ -288,12 +258,13 @@ def _compare(
     model_name: str,
     reset: str,
     detach: bool,
-    surrogate: tuple[str, dict[str, float]],
+    surrogate: SurrogateCase,
     backend: str,
 ) -> None:
     _require_surrogate(surrogate[0])
     model, hard = MODELS[model_name], RESETS[reset]
-    drive = _drive(model, _generator(model_name, reset, detach, _surrogate_id(surrogate)))
+    seed = seed_of(model_name, reset, detach, _surrogate_id(surrogate))
+    drive = _drive(model, generator(seed))
     sj_node = _build_sj(model, hard, detach, surrogate)
     want = _run_sj(sj_node, drive, model.learnable_w)
     _assert_not_vacuous(want)
@@ -302,32 +273,39 @@ def _compare(
     _assert_match(got, want)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("surrogate", CORE_SURROGATES, ids=_surrogate_id)
-@pytest.mark.parametrize("detach", [False, True], ids=["attached", "detach_reset"])
-@pytest.mark.parametrize("reset", list(RESETS))
-@pytest.mark.parametrize("model_name", list(MODELS))
+Test = Callable[..., None]
+
+
+def _sweep(models: list[str], surrogates: list[SurrogateCase]) -> Callable[[Test], Test]:
+    """Run a comparison over model x reset x detach_reset x surrogate x backend (``slow``:
+    hundreds of cases, each building a SpikingJelly node)."""
+    marks = [
+        pytest.mark.slow,
+        pytest.mark.parametrize("backend", BACKENDS),
+        pytest.mark.parametrize("surrogate", surrogates, ids=_surrogate_id),
+        pytest.mark.parametrize("detach", [False, True], ids=["attached", "detach_reset"]),
+        pytest.mark.parametrize("reset", list(RESETS)),
+        pytest.mark.parametrize("model_name", models),
+    ]
+
+    def apply(test: Test) -> Test:
+        for mark in reversed(marks):  # as if stacked in this order above ``test``
+            test = mark(test)
+        return test
+
+    return apply
+
+
+@_sweep(list(MODELS), CORE_SURROGATES)
 def test_zoo_matches_spikingjelly(
-    model_name: str,
-    reset: str,
-    detach: bool,
-    surrogate: tuple[str, dict[str, float]],
-    backend: str,
+    model_name: str, reset: str, detach: bool, surrogate: SurrogateCase, backend: str
 ) -> None:
     _compare(model_name, reset, detach, surrogate, backend)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("surrogate", EXTRA_SURROGATES, ids=_surrogate_id)
-@pytest.mark.parametrize("detach", [False, True], ids=["attached", "detach_reset"])
-@pytest.mark.parametrize("reset", list(RESETS))
-@pytest.mark.parametrize("model_name", EXTRA_SURROGATE_MODELS)
+@_sweep(EXTRA_SURROGATE_MODELS, EXTRA_SURROGATES)
 def test_more_surrogates_match_spikingjelly(
-    model_name: str,
-    reset: str,
-    detach: bool,
-    surrogate: tuple[str, dict[str, float]],
-    backend: str,
+    model_name: str, reset: str, detach: bool, surrogate: SurrogateCase, backend: str
 ) -> None:
     _compare(model_name, reset, detach, surrogate, backend)
 
@@ -365,7 +343,7 @@ def test_default_constants_match_spikingjelly(sj_class: str, backend: str) -> No
     ).to(DTYPE)
     sn_factory = getattr(sn.models, SN_DEFAULT_FACTORIES[sj_class])
     neuron = sn_factory(surrogate=sn.surrogate.ATan(alpha=2.0))
-    gen = _generator("defaults", sj_class)
+    gen = generator(seed_of("defaults", sj_class))
     drive = Drive(
         0.6 + 1.0 * torch.randn(T, *SHAPE, generator=gen, dtype=DTYPE),
         -0.1 + 0.6 * torch.rand(*SHAPE, generator=gen, dtype=DTYPE),
@@ -384,7 +362,7 @@ def test_threshold_tie_spikes(reset: str, backend: str) -> None:
     """Theta(0) = 1: H exactly equal to V_th fires, as in SJ's ``x >= 0``."""
     model, hard = MODELS["IF"], RESETS[reset]
     surrogate = ("ATan", {"alpha": 2.0})
-    gen = _generator("tie", reset)
+    gen = generator(seed_of("tie", reset))
     x_seq = model.x_mean + model.x_std * torch.randn(T, *SHAPE, generator=gen, dtype=DTYPE)
     x_seq[0] = V_THRESHOLD
     drive = Drive(
@@ -394,6 +372,6 @@ def test_threshold_tie_spikes(reset: str, backend: str) -> None:
         torch.randn(T, *SHAPE, generator=gen, dtype=DTYPE),
     )
     want = _run_sj(_build_sj(model, hard, False, surrogate), drive, learnable_w=False)
-    assert bool((want.spike_seq[0] == 1).all())
+    assert bool((want.spikes[0] == 1).all())
     got = _run_sn(_build_sn(model, hard, False, surrogate), drive, backend, w_value=None)
     _assert_match(got, want)

@@ -2,7 +2,7 @@
 and Izhikevich against SpikingJelly's own torch IzhikevichNode.
 
 Each model runs with constants that make its extra state matter (nonzero adaptation),
-on fresh random inputs that fire some but not all of the time.
+on seeded random inputs that fire some but not all of the time.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import sympy as sp
 import torch
+from conftest import generator, run_with_grads, seed_of
 
 import symneuron as sn
-from symneuron.reference import simulate_reference
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="cpu backend needs cc")
 
@@ -49,58 +49,32 @@ def _neuron(name: str, reset: str, detach: bool) -> sn.Neuron:
     return sn.models.STATEFUL[name](**kw)
 
 
-def _run(
-    neuron: sn.Neuron,
-    backend: str,
-    inputs: dict[str, torch.Tensor],
-    weights: list[torch.Tensor],
-    store: bool = True,
-) -> tuple[list[torch.Tensor], list]:
-    leaves = {k: v.detach().clone().requires_grad_(True) for k, v in inputs.items()}
-    params = {n: leaves[n] for n in neuron.learnable}
-    states = {n: leaves[f"w:{n}"] for n in neuron.states}
-    if backend == "reference":
-        s, v, w = simulate_reference(
-            neuron,
-            leaves["x"],
-            leaves["v0"],
-            {**neuron.params, **params},
-            w_init=states,
-            store_v_seq=store,
-        )
-    else:
-        s, v, w = sn.simulate(
-            neuron,
-            leaves["x"],
-            leaves["v0"],
-            params,
-            backend=backend,
-            states=states,
-            store_v_seq=store,
-        )
-    outs = [s, v, *w.values()]
-    loss = sum((o * r[: o.shape[0]]).sum() for o, r in zip(outs, weights, strict=False))
-    grads = torch.autograd.grad(loss, list(leaves.values()))
-    return [o.detach() for o in outs], list(grads)
-
-
 def _inputs(
     neuron: sn.Neuron,
     name: str,
-    dtype: torch.dtype,
     gen: torch.Generator,
     shape: tuple[int, ...] = (3, 9),
     t_len: int = 12,
-) -> dict[str, torch.Tensor]:
+) -> dict[str, Any]:
+    """Arguments of ``run_with_grads`` (float64): x_seq, v_init, params and states."""
+
     def rand(*size: int) -> torch.Tensor:
         return torch.rand(size, generator=gen, dtype=torch.float64)
 
-    inputs = {"x": X_SCALE[name] * rand(t_len, *shape), "v0": 0.5 * rand(*shape) - 0.1}
-    for w, state in neuron.states.items():
-        inputs[f"w:{w}"] = state.init + 0.2 * rand(*shape) - 0.1
-    for p in neuron.learnable:
-        inputs[p] = torch.tensor(neuron.params[p], dtype=torch.float64) * (1 + 0.05 * rand())
-    return {k: v.to(dtype) for k, v in inputs.items()}
+    x_seq, v_init = X_SCALE[name] * rand(t_len, *shape), 0.5 * rand(*shape) - 0.1
+    states = {w: state.init + 0.2 * rand(*shape) - 0.1 for w, state in neuron.states.items()}
+    params = {
+        p: torch.tensor(neuron.params[p], dtype=torch.float64) * (1 + 0.05 * rand())
+        for p in neuron.learnable
+    }
+    return {"x_seq": x_seq, "v_init": v_init, "params": params, "states": states}
+
+
+def _cast(inputs: dict[str, Any], dtype: torch.dtype) -> dict[str, Any]:
+    return {
+        k: {n: t.to(dtype) for n, t in v.items()} if isinstance(v, dict) else v.to(dtype)
+        for k, v in inputs.items()
+    }
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
@@ -111,30 +85,32 @@ def test_stateful_cpu_matches_reference(
     name: str, reset: str, detach: bool, dtype: torch.dtype
 ) -> None:
     neuron = _neuron(name, reset, detach)
-    gen = torch.Generator().manual_seed(torch.randint(0, 2**31, ()).item())
-    inputs = _inputs(neuron, name, dtype, gen)
+    gen = generator(seed_of("stateful", name, reset, detach, dtype))
+    inputs = _cast(_inputs(neuron, name, gen), dtype)
     weights = [torch.randn(12, 3, 9, generator=gen, dtype=torch.float64) for _ in range(3)]
-    ref_out, ref_grads = _run(
-        neuron, "reference", {k: v.double() for k, v in inputs.items()}, weights
-    )
-    out, grads = _run(neuron, "cpu", inputs, [w.to(dtype) for w in weights])
-    spikes = ref_out[0]
-    assert 0.02 < float(spikes.mean()) < 0.98, "degenerate input"
-    assert torch.equal(out[0].double(), spikes)
+    ref = run_with_grads(neuron, weights=weights, **_cast(inputs, torch.float64))
+    got = run_with_grads(neuron, weights=weights, backend="cpu", **inputs)
+    assert 0.02 < float(ref.spikes.mean()) < 0.98, "degenerate input"
+    assert torch.equal(got.spikes.double(), ref.spikes)
     atol, rtol = (1e-10, 1e-9) if dtype == torch.float64 else (1e-4, 1e-4)
-    for got, ref in zip(out[1:], ref_out[1:], strict=True):
-        torch.testing.assert_close(got.double(), ref, rtol=0, atol=atol)
-    for key, got, ref in zip(inputs, grads, ref_grads, strict=True):
-        scale = ref.abs().max().clamp_min(1.0)
-        err = float((got.double() - ref).abs().max() / scale)
+    assert got.states.keys() == ref.states.keys() == neuron.states.keys()
+    for out in ["v_seq", *ref.states]:
+        got_seq = got.v_seq if out == "v_seq" else got.states[out]
+        ref_seq = ref.v_seq if out == "v_seq" else ref.states[out]
+        torch.testing.assert_close(got_seq.double(), ref_seq, rtol=0, atol=atol)
+    assert got.grads.keys() == ref.grads.keys()
+    for key, ref_grad in ref.grads.items():
+        scale = ref_grad.abs().max().clamp_min(1.0)
+        err = float((got.grads[key].double() - ref_grad).abs().max() / scale)
         assert err <= rtol, f"grad {key}: relative error {err:.2e}"
-    state_grads = [g for k, g in zip(inputs, ref_grads, strict=True) if k.startswith("w:")]
+    state_grads = [g for k, g in ref.grads.items() if k.startswith("w:")]
+    assert state_grads, "no initial state was a leaf"
     assert all(g.abs().sum() > 0 for g in state_grads), "a state's initial value got no gradient"
 
 
 def test_store_last_returns_final_states() -> None:
     neuron = _neuron("Izhikevich", "hard", False)
-    x = 1.2 * torch.rand(10, 4, 5, dtype=torch.float64)
+    x = 1.2 * torch.rand(10, 4, 5, generator=generator(seed_of("last")), dtype=torch.float64)
     s_full, v_full, w_full = sn.simulate(neuron, x, backend="cpu")
     s_last, v_last, w_last = sn.simulate(neuron, x, backend="cpu", store_v_seq=False)
     assert torch.equal(s_full, s_last) and torch.equal(v_full[-1:], v_last)
@@ -143,7 +119,7 @@ def test_store_last_returns_final_states() -> None:
 
 def test_layer_keeps_and_resets_states() -> None:
     neuron = _neuron("ALIF", "soft", False)
-    x = 2.4 * torch.rand(8, 2, 6, dtype=torch.float64)
+    x = 2.4 * torch.rand(8, 2, 6, generator=generator(seed_of("layer")), dtype=torch.float64)
     whole = sn.NeuronLayer(neuron).double()
     steps = sn.NeuronLayer(neuron, step_mode="s").double()
     out_whole = whole(x)
@@ -166,12 +142,12 @@ def test_state_validation() -> None:
     with pytest.raises(TypeError, match="must be a symneuron.State"):
         sn.Neuron(sn.V + sn.X, states={w: 0.5})
     with pytest.raises(ValueError, match="Unknown state 'Q'"):
-        sn.simulate(_neuron("ALIF", "soft", False), torch.rand(3, 4), states={"Q": 0.0})
+        sn.simulate(_neuron("ALIF", "soft", False), torch.full((3, 4), 0.5), states={"Q": 0.0})
 
 
 def test_check_passes_on_stateful_models() -> None:
     for name in sn.models.STATEFUL:
-        report = sn.check(_neuron(name, "hard", False), backend="cpu")
+        report = sn.check(_neuron(name, "hard", False), backend="cpu", seed=seed_of("check", name))
         assert report.passed, str(report)
         assert any("_seq vs reference" in r.name and r.name[0] != "v" for r in report.results)
 
@@ -193,13 +169,13 @@ def test_izhikevich_matches_spikingjelly(reset: str) -> None:
         store_v_seq=True,
     ).to(torch.float64)
     neuron = sn.models.Izhikevich(**constants, v_reset=v_reset, surrogate=sn.surrogate.ATan())
-    gen = torch.Generator().manual_seed(torch.randint(0, 2**31, ()).item())
+    gen = generator(seed_of("spikingjelly", reset))
     x = 1.3 * torch.rand(10, 4, 7, generator=gen, dtype=torch.float64)
     r = torch.randn(10, 4, 7, generator=gen, dtype=torch.float64)
     x_sj, x_sn = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
     spikes_sj = node(x_sj)
     spikes_sn, v_sn, _ = sn.simulate(neuron, x_sn, backend="cpu")
-    assert 0.02 < float(spikes_sj.mean()) < 0.98
+    assert 0.02 < float(spikes_sj.detach().mean()) < 0.98
     assert torch.equal(spikes_sn, spikes_sj.detach())
     torch.testing.assert_close(v_sn.detach(), node.v_seq.detach(), rtol=0, atol=1e-6)
     (g_sj,) = torch.autograd.grad((spikes_sj * r).sum() + (node.v_seq * r).sum(), x_sj)
@@ -212,7 +188,7 @@ def test_opcheck_stateful_ops(v_mode: str) -> None:
     from symneuron import binding as F
 
     neuron = _neuron("AdEx", "hard", False)
-    gen = torch.Generator().manual_seed(torch.randint(0, 2**31, ()).item())
+    gen = generator(seed_of("opcheck", v_mode))
     x = 0.9 * torch.rand(6, 10, generator=gen, dtype=torch.float64)
     v0 = 0.3 * torch.rand(10, generator=gen, dtype=torch.float64)
     w0 = 0.1 * torch.rand(1, 10, generator=gen, dtype=torch.float64)
@@ -232,6 +208,7 @@ def test_opcheck_stateful_ops(v_mode: str) -> None:
     torch.library.opcheck(F.forward_op, args)
 
 
+@pytest.mark.slow  # torch.compile (inductor) of a whole layer
 def test_torch_compile_stateful_layer() -> None:
     neuron = _neuron("Izhikevich", "hard", False)
     layer = sn.NeuronLayer(neuron).double()
@@ -241,5 +218,5 @@ def test_torch_compile_stateful_layer() -> None:
         return layer(x).sum()
 
     compiled = torch.compile(step, fullgraph=True)
-    x = 1.2 * torch.rand(6, 3, 4, dtype=torch.float64)
+    x = 1.2 * torch.rand(6, 3, 4, generator=generator(seed_of("compile")), dtype=torch.float64)
     assert torch.equal(compiled(x), step(x))

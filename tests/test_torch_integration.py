@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import assert_fires_sometimes, generator, random_inputs, rel_err, seed_of
+from conftest import (
+    DEFAULT_INPUT_SCALE,
+    INPUT_SCALE,
+    assert_fires_sometimes,
+    generator,
+    random_inputs,
+    rel_err,
+    seed_of,
+)
 from torch import nn
 from torch.autograd.gradcheck import GradcheckError
 
@@ -72,8 +80,20 @@ def test_opcheck_backward(grad_v_mode: str) -> None:
         else torch.randn(rows[grad_v_mode], 10, generator=gen, dtype=torch.float64)
     )
     grad_w = None if grad_v is None else grad_v.new_zeros((0, *grad_v.shape))
-    args = (key, backend, grad_spike, grad_v, grad_w, grad_v_mode, h_seq, wt_seq, x_seq, v_init,
-            None, params)
+    args = (
+        key,
+        backend,
+        grad_spike,
+        grad_v,
+        grad_w,
+        grad_v_mode,
+        h_seq,
+        wt_seq,
+        x_seq,
+        v_init,
+        None,
+        params,
+    )
     torch.library.opcheck(F.backward_op, args)
 
 
@@ -89,7 +109,7 @@ def test_opcheck_backward(grad_v_mode: str) -> None:
 def test_gradcheck_v_with_detached_reset(model: str, reset: float | None, v_mode: str) -> None:
     learnable = {"LIF": ["tau"], "PLIF": ["w"], "QIF": ["tau", "a0"], "EIF": ["delta_T"]}[model]
     neuron = sn.models.ZOO[model](v_reset=reset, detach_reset=True, learnable=learnable)
-    scale = {"QIF": (0.6, 0.6), "EIF": (0.5, 0.5)}.get(model, (0.9, 1.0))
+    scale = INPUT_SCALE.get(model, DEFAULT_INPUT_SCALE)
     x_seq, v_init = random_inputs(
         5, (2, 3), torch.float64, seed_of("gc", model, reset), x_offset=scale[0], x_scale=scale[1]
     )
@@ -156,7 +176,9 @@ def _forward_backward(
     return spikes.detach(), [p.grad.clone() for p in net.parameters()]
 
 
-@pytest.mark.parametrize("compile_backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize(
+    "compile_backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)]
+)
 def test_compile_fullgraph_matches_eager(compile_backend: str) -> None:
     torch.manual_seed(seed_of("compile"))
     net = Net("cpu")
@@ -191,7 +213,7 @@ def test_compile_fullgraph_matches_eager(compile_backend: str) -> None:
 @pytest.mark.parametrize("model", ["LIF", "PLIF", "EIF"])
 def test_single_step_equals_multi_step(model: str) -> None:
     neuron = sn.models.ZOO[model](v_reset=None)
-    scale = (0.5, 0.5) if model == "EIF" else (0.9, 1.0)
+    scale = INPUT_SCALE.get(model, DEFAULT_INPUT_SCALE)
     x_seq, _ = random_inputs(
         8, (3, 5), torch.float64, seed_of("steps", model), x_offset=scale[0], x_scale=scale[1]
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import sympy as sp
 import torch
+from conftest import generator, seed_of
 
 import symneuron as sn
 
@@ -12,8 +13,13 @@ V, X = sn.V, sn.X
 a, b = sp.symbols("a b", real=True)
 
 
+def rand(*shape: int) -> torch.Tensor:
+    return torch.rand(shape, generator=generator(seed_of("validation", shape)))
+
+
 def x_seq(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return (0.5 + torch.randn(*shape)).to(dtype)
+    gen = generator(seed_of("x_seq", shape))
+    return (0.5 + torch.randn(*shape, generator=gen)).to(dtype)
 
 
 # -- the charge -------------------------------------------------------------
@@ -25,7 +31,7 @@ def x_seq(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         (V + X + a, {}, r"unknown symbols \['a'\]"),
         (V + X + a * b, {a: 1.0}, r"unknown symbols \['b'\]"),
         (2 * X + a, {a: 1.0}, "does not depend on V"),
-        (0.5 * V + a, {a: 1.0}, "does not depend on X"),
+        (0.5 * V + a, {a: 1.0}, "does not depend on the input X"),
         (V + sp.I * X, {}, "complex or not real"),
         (V + X * sp.sqrt(-2), {}, "complex or not real"),
         (V + X + sp.log(-1), {}, "complex or not real"),
@@ -178,7 +184,7 @@ def test_v_init_on_other_device() -> None:
     with pytest.raises(ValueError, match="v_init is on meta but x_seq is on cpu"):
         sn.simulate(LIF, x_seq(3, 5), v_init)
     with pytest.raises(ValueError, match="v_init is on cpu but x_seq is on meta"):
-        sn.simulate(LIF, torch.empty(3, 5, device="meta"), torch.rand(5))
+        sn.simulate(LIF, torch.empty(3, 5, device="meta"), rand(5))
 
 
 def test_x_seq_on_other_device_than_backend() -> None:
@@ -193,7 +199,7 @@ def test_param_on_other_device() -> None:
 
 @pytest.mark.parametrize("shape", [(4,), (2, 5), (3, 1, 5), (5, 1)])
 def test_param_does_not_broadcast(shape: tuple[int, ...]) -> None:
-    tau = 2.0 + torch.rand(shape)
+    tau = 2.0 + rand(*shape)
     match = rf"param 'tau' of shape \({shape[0]},.*does not broadcast"
     with pytest.raises(ValueError, match=match):
         sn.simulate(LIF, x_seq(3, 5), params={"tau": tau})
@@ -201,7 +207,7 @@ def test_param_does_not_broadcast(shape: tuple[int, ...]) -> None:
 
 def test_v_init_does_not_broadcast() -> None:
     with pytest.raises(ValueError, match=r"v_init of shape \(4,\) does not broadcast"):
-        sn.simulate(LIF, x_seq(3, 2, 5), torch.rand(4))
+        sn.simulate(LIF, x_seq(3, 2, 5), rand(4))
 
 
 def test_integer_param_tensor() -> None:
@@ -221,7 +227,7 @@ def test_unknown_param() -> None:
 
 
 def test_param_requires_grad_but_not_learnable() -> None:
-    tau = (2.0 + torch.rand(5)).requires_grad_(True)
+    tau = (2.0 + rand(5)).requires_grad_(True)
     with pytest.raises(ValueError, match="param 'tau' requires grad but is not learnable"):
         sn.simulate(LIF, x_seq(3, 5), params={"tau": tau})
 
