@@ -3,9 +3,9 @@
 #
 #   1. the GPU tests: tests/test_cuda.py (every zoo model, stateful ones included, in fp64,
 #      fp32, fp16 and bf16 against the float64 reference) and tests/test_regressions.py;
-#   2. kernel-only sweeps (benchmarks/tune_kernels.py: block size, surrogate form; SWEEPS=none
-#      skips them);
-#   3. host overhead parts (benchmarks/overhead_parts.py);
+#   2. kernel-only sweeps (bench_neurons.py --sweep: block size, surrogate form; SWEEPS=none
+#      skips them, SWEEPS=block,lanes,surrogate runs all three);
+#   3. host overhead parts (bench_neurons.py --overhead);
 #   4. optionally the benchmark, with the arguments given after "--bench"
 #      (through run_gpu.sh; carry [".whl"] for the SpikingJelly peers).
 #
@@ -21,7 +21,7 @@ start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 
 if [ "${1:-}" = "--overhead-only" ]; then  # host-overhead diagnostics alone
-    timeout -s TERM 90 python3 benchmarks/overhead_parts.py 2>&1 | tee "$OUT/overhead.log"
+    timeout -s TERM 90 python3 benchmarks/bench_neurons.py --overhead 2>&1 | tee "$OUT/overhead.log"
     exit 0
 fi
 
@@ -31,9 +31,9 @@ echo "[gpu_check] tests done at $(elapsed) s"
 
 if [ "${SWEEPS:-}" != "none" ]; then
     {
-        timeout -s TERM "${TUNE_TIMEOUT:-100}" python3 benchmarks/tune_kernels.py \
+        timeout -s TERM "${TUNE_TIMEOUT:-100}" python3 benchmarks/bench_neurons.py \
             --sweep "${SWEEPS:-block,surrogate}" --models "${TUNE_MODELS:-LIF,QIF,PLIF,EIF}"
-        timeout -s TERM 60 python3 benchmarks/overhead_parts.py
+        timeout -s TERM 60 python3 benchmarks/bench_neurons.py --overhead
     } >"$OUT/tune.log" 2>&1
     cat "$OUT/tune.log"
 fi

@@ -139,7 +139,7 @@ def simulate_reference(
         vs.append(v)
         ws.append(w)
     v_seq = torch.stack(vs) if store_v_seq else v.unsqueeze(0)
-    if not neuron.states:
+    if len(neuron.states) == 0:
         return torch.stack(spikes), v_seq
     w_seqs = {
         name: torch.stack([step[i] for step in ws]) if store_v_seq else w[i].unsqueeze(0)

@@ -262,7 +262,7 @@ def _w_init(
     """Initial extra states as one [k, *shape] tensor; None when none is given (the
     kernels then start from each State.init) unless ``full``."""
     given = named(states, "state", neuron.states)
-    if not neuron.states or (not given and not full):
+    if len(neuron.states) == 0 or (not given and not full):
         return None
     rows = []
     for name, state in neuron.states.items():

@@ -132,3 +132,13 @@ def test_params_are_normalised_the_same_everywhere(bad: object, error: type, mat
         sn.simulate(sn.models.LIF(), x, params=bad, backend="torch")  # type: ignore[arg-type]
     with pytest.raises(error, match=match):
         sn.NeuronLayer(sn.models.LIF(), params=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_compile_of_the_torch_backend_for_a_single_state_neuron() -> None:
+    """Dynamo once mis-read ``not neuron.states`` on the read-only mapping."""
+    neuron = sn.models.LIF()
+    x = torch.rand(4, 16, generator=torch.Generator().manual_seed(1))
+    compiled = torch.compile(lambda x: sn.simulate(neuron, x, backend="torch"))
+    for a, b in zip(compiled(x), sn.simulate(neuron, x, backend="torch"), strict=True):
+        torch.testing.assert_close(a, b)

@@ -111,8 +111,8 @@ class Program:
         if not self.impl.vector:
             return 1
         lanes = dtypes.lookup(self.backend, tensors[0].dtype).lanes  # type: ignore[union-attr]
-        if settings.max_lanes is not None:
-            lanes = max(1, min(lanes, settings.max_lanes))
+        if settings.max_lanes is not None and settings.max_lanes < lanes:
+            lanes = 1  # a source exports only 1 and the dtype's width
         if lanes == 1 or n % lanes or n < lanes * settings.min_vector_threads:
             return 1
         if any(t is not None and t.numel() > 1 and t.data_ptr() % 16 for t in tensors):

@@ -14,5 +14,6 @@ cuda_block: int = 256
 #: dtype's ``lanes``): below this, one neuron per thread keeps more of the GPU busy.
 min_vector_threads: int = 64 * 1024
 #: At most this many neurons per thread on CUDA; ``None``: the dtype's width
-#: (:attr:`symneuron.dtypes.DType.lanes`), 1: never more than one.
+#: (:attr:`symneuron.dtypes.DType.lanes`). Kernels exist for one neuron per thread and
+#: for the dtype's width only, so a cap below the width means one per thread.
 max_lanes: int | None = None
