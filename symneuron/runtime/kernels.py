@@ -52,6 +52,11 @@ def _pointer(value: Any) -> int:
     return value if isinstance(value, int) else value.data_ptr()
 
 
+def _plan(signature: tuple[Arg, ...]) -> list[tuple[str, str, bool]]:
+    """The signature as (struct format, name, is a pointer) rows, computed once."""
+    return [(a.pack, a.name, a.pointer) for a in signature]
+
+
 class Program:
     """The kernels of ``neuron`` on ``backend``.
 
@@ -74,8 +79,9 @@ class Program:
         self.learnable_rows = tuple(
             (j, params.index(name)) for j, name in enumerate(neuron.learnable)
         )
-        self._forward_args = forward_args(cnames, self.k)
-        self._backward_args = backward_args(cnames, learn, self.k)
+        #: (struct format, name, is a pointer) per kernel argument, in signature order
+        self._forward_args = _plan(forward_args(cnames, self.k))
+        self._backward_args = _plan(backward_args(cnames, learn, self.k))
         self._param_names = [f"{c}_ptr" for c in cnames]
         self._stride_names = [f"{c}_stride" for c in cnames]
         self._grad_names = [f"grad_{c}_ptr" for c in learn]
@@ -122,7 +128,7 @@ class Program:
     def _launch(
         self,
         variant: tuple[Any, ...],
-        signature: tuple[Arg, ...],
+        signature: list[tuple[str, str, bool]],
         values: dict[str, Any],
         tensors: Sequence[torch.Tensor | None],
     ) -> None:
@@ -141,7 +147,7 @@ class Program:
                 name = backward_name(self.name, variant[1], lanes)
             launch = self._launchers[lkey] = self._launcher(name, first)
         args = [
-            (a.pack, _pointer(values[a.name]) if a.pointer else values[a.name]) for a in signature
+            (pack, _pointer(values[name]) if ptr else values[name]) for pack, name, ptr in signature
         ]
         launch(args, n // lanes)
 
