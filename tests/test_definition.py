@@ -33,6 +33,11 @@ STAGES: dict[str, int] = {
     "simulate": 6,
     "layer": 7,
     "check": 7,
+    "testing": 8,
+    "plot": 8,
+    "nir": 8,
+    "cli": 9,
+    "__main__": 10,
 }
 
 
