@@ -80,7 +80,11 @@ SCHEMA = "symneuron-bench/1"
 MARK_READY, MARK_RESULT = "@@READY ", "@@RESULT "
 SINGLE_MODELS = ["IF", "LIF", "PLIF", "QIF", "EIF"]
 STATEFUL_MODELS = ["Izhikevich", "ALIF"]
-ALL_MODELS = SINGLE_MODELS + STATEFUL_MODELS
+#: paper models (symneuron only: no peer implements them); each counted with its own floor
+PAPER_MODELS = ["Izhikevich2003", "HodgkinHuxley"]
+#: input scale of the models in their own units (mV models need a current that fires)
+INPUT_SCALE = {"Izhikevich2003": 10.0, "HodgkinHuxley": 25.0}
+ALL_MODELS = SINGLE_MODELS + STATEFUL_MODELS + PAPER_MODELS
 #: constructor arguments of the benchmarked neuron (the same constants on every side)
 MODEL_KWARGS: dict[str, dict[str, float]] = {"Izhikevich": {"a": 0.3, "b": 0.2}}
 ALL_T, ALL_N = [4, 16, 64, 256], [2**20, 2**14]
@@ -434,7 +438,10 @@ class Inputs:
         nbuf = math.ceil(settings["rotate_mb"] * 2**20 / x_bytes)
         self.nbuf = int(max(1, min(settings["max_bufs"], nbuf)))
         self.raw = [
-            (2.2 * torch.rand((t_len, n), generator=gen, device=device) - 0.2).to(self.dtype)
+            (
+                INPUT_SCALE.get(cfg["model"], 1.0)
+                * (2.2 * torch.rand((t_len, n), generator=gen, device=device) - 0.2)
+            ).to(self.dtype)
             for _ in range(self.nbuf)
         ]
         self.half = self.dtype in (torch.float16, torch.bfloat16)

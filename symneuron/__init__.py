@@ -10,13 +10,14 @@ through time, and returns torch-ready functions and layers.
 >>> layer = sn.NeuronLayer(lif)
 """
 
-from . import models, surrogate
+from . import models, nir, plot, surrogate
 from .check import CheckReport, check
 from .definition import H, S, State, V, X
 from .layer import NeuronLayer
 from .neuron import Neuron
 from .ode import ODEState
 from .simulate import simulate
+from .validate import NonFiniteError
 
 __all__ = [
     "V",
@@ -28,9 +29,12 @@ __all__ = [
     "Neuron",
     "NeuronLayer",
     "simulate",
+    "NonFiniteError",
     "check",
     "CheckReport",
     "models",
     "surrogate",
+    "plot",
+    "nir",
 ]
 __version__ = "0.1.0"

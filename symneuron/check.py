@@ -76,11 +76,22 @@ def _rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(((a - b).abs().max() / scale).item())
 
 
+def _v_scale(neuron: Neuron) -> tuple[float, float]:
+    """Where V lives: (V[0], |threshold − V[0]|), e.g. (0, 1) for SpikingJelly's units and
+    (−70.6, 30.2) for AdEx in mV; (0, 1) when either is an expression."""
+    start, threshold = neuron.v_start, neuron.v_threshold
+    if isinstance(start, float) and isinstance(threshold, float) and threshold != start:
+        return start, abs(threshold - start)
+    return 0.0, 1.0
+
+
 def _point(neuron: Neuron, n: int, gen: torch.Generator) -> dict[sp.Symbol, torch.Tensor]:
     def draw(center: float, spread: float) -> torch.Tensor:
         return center + spread * (2 * torch.rand(n, generator=gen, dtype=torch.float64) - 1)
 
-    point = {V: draw(0.3, 1.0), X: draw(0.5, 1.0), H: draw(0.5, 1.0)}
+    start, span = _v_scale(neuron)
+    v = draw(start + 0.3 * span, span)
+    point = {V: v, X: draw(0.5, 1.0), H: draw(start + 0.5 * span, span)}
     for name, state in neuron.states.items():
         point[neuron.state_symbols[name]] = draw(state.init, 0.5)
     for name, default in neuron.params.items():
@@ -139,7 +150,9 @@ def _inputs(
     def rand(*size: int) -> torch.Tensor:
         return torch.rand(size, generator=gen, dtype=torch.float64).to(device=device)
 
-    inputs = {"x_seq": 1.6 * rand(t, *shape) - 0.2, "v_init": 0.6 * rand(*shape) - 0.1}
+    start, span = _v_scale(neuron)
+    v_init = start + span * (0.6 * rand(*shape) - 0.1)
+    inputs = {"x_seq": 1.6 * rand(t, *shape) - 0.2, "v_init": v_init}
     for name, state in neuron.states.items():
         inputs[f"state {name}"] = state.init + 0.4 * rand(*shape) - 0.2
     for name in neuron.learnable:
@@ -184,6 +197,11 @@ def _run(
     return out + [torch.zeros_like(v) if g is None else g for g, v in pairs]
 
 
+#: Input scales tried in turn until the float64 reference fires (models in mV and pA
+#: need larger inputs than SpikingJelly's units); 4^7 keeps 16-bit inputs finite.
+_X_SCALES = tuple(4.0**k for k in range(8))
+
+
 def check(
     neuron: Neuron,
     *,
@@ -200,7 +218,11 @@ def check(
 
     Returns a :class:`CheckReport`: each comparison with its max error and
     tolerance, and ``report.passed``. Inputs are fresh random draws unless
-    ``seed`` is given.
+    ``seed`` is given; V and the derivative points are drawn on the neuron's own
+    scale (around V[0], spread |threshold − V[0]|), and the input is scaled by
+    1, 4, 16, ... up to 4^7 until the float64 reference fires: a neuron that never
+    fires fails the check ("reference never fires"), since nothing passed through
+    a spike.
 
     Examples
     --------
@@ -224,8 +246,23 @@ def check(
         torch.randn(T, *shape, generator=gen, dtype=torch.float64).to(device),
     )
     half = dtype in (torch.float16, torch.bfloat16)
-    double_inputs = {k: v.double() for k, v in inputs.items()}
-    reference = _run(neuron, double_inputs, None, weights, dtype if half else None)
+    for scale in _X_SCALES:  # inputs in the model's units: the first scale that fires
+        scaled = {**inputs, "x_seq": (inputs["x_seq"].double() * scale).to(dtype)}
+        double_inputs = {k: v.double() for k, v in scaled.items()}
+        reference = _run(neuron, double_inputs, None, weights, dtype if half else None)
+        if float(reference[0].sum()) > 0:
+            break
+    inputs = scaled
+    fired = float(reference[0].sum()) > 0
+    report.results.append(
+        CheckResult(
+            f"reference fires (x scaled {scale:g}x)"
+            if fired
+            else f"reference never fires, x scaled up to {scale:g}x: no spike was checked",
+            0.0 if fired else 1.0,
+            0.0,
+        )
+    )
     got = _run(neuron, inputs, backend, weights)
     names = ["spike_seq", "v_seq", *[f"{w}_seq" for w in neuron.states]]
     names += [f"grad {k}" for k in inputs]

@@ -12,16 +12,18 @@ class plus its derived views (partials, kernel spec, generated source).
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import weakref
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import sympy as sp
 
 from . import surrogate as _surrogate
+from . import validate as _validate
+from .state import State, firing_mode
 from .validate import check_expression, finite_float, named, param_name
 
 __all__ = ["V", "X", "H", "S", "State", "Definition", "find"]
@@ -34,35 +36,6 @@ X = sp.Symbol("X", real=True)
 H = sp.Symbol("H", real=True)
 #: This step's spike S[t] (usable in a state's on-spike reset).
 S = sp.Symbol("S", real=True)
-
-
-@dataclass(frozen=True)
-class State:
-    """An extra state variable W of a neuron (see docs/user_guide.md, "Extra states").
-
-    Parameters
-    ----------
-    update : sympy.Expr, optional
-        The pre-spike update W̃ = g(V, W..., X, H; θ), written with the state
-        symbols (their values before this step), :data:`V`, :data:`X`, :data:`H`
-        and params. ``None`` keeps W̃ = W.
-    on_spike : sympy.Expr, optional
-        The reset W[t] = r(W̃..., S; θ), written with the state symbols (here
-        meaning their updated values W̃), :data:`S` and params, e.g. ``W + b*S``.
-        ``None`` keeps W[t] = W̃.
-    init : float
-        W[0] when no initial value is given.
-
-    Examples
-    --------
-    >>> import sympy as sp, symneuron as sn
-    >>> a = sp.Symbol("a")
-    >>> adaptation = sn.State(update=0.9 * a, on_spike=a + 0.1 * sn.S)
-    """
-
-    update: sp.Expr | None = None
-    on_spike: sp.Expr | None = None
-    init: float = 0.0
 
 
 _RESERVED = {"V", "X", "H", "S"}
@@ -91,11 +64,13 @@ class Definition:
         detach_reset: bool = False,
         name: str | None = None,
         states: Mapping[Any, State] | None = None,
+        firing: str = "level",
+        v_init: float | None = None,
     ) -> None:
         given = dict(
             charge=charge, params=params, learnable=learnable, v_threshold=v_threshold,
             v_reset=v_reset, surrogate=surrogate, detach_reset=detach_reset, name=name,
-            states=states,
+            states=states, firing=firing, v_init=v_init,
         )  # fmt: skip
         params_ = self._validate_params(params)
         set_ = object.__setattr__
@@ -108,8 +83,21 @@ class Definition:
             "v_threshold",
             self._validate_level(v_threshold, "v_threshold", set(self.state_symbols)),
         )
+        set_(self, "firing", firing_mode(firing, v_reset))
+        if self.firing == "crossing":
+            v_reset = None
         set_(self, "v_reset", None if v_reset is None else self._validate_level(v_reset, "v_reset"))
+        set_(self, "v_init", None if v_init is None else finite_float(v_init, "v_init"))
         set_(self, "states", MappingProxyType(self._validate_states(states)))
+        if self.firing == "crossing":
+            with_reset = sorted(
+                n for n, s in self.states.items() if s.on_spike != self.state_symbols[n]
+            )
+            if with_reset:
+                raise ValueError(
+                    f"firing='crossing' neurons have no reset, but the states {with_reset} "
+                    "have on_spike rules; drop them or use firing='level' with a v_reset."
+                )
         updates = [st.update for st in self.states.values() if st.update is not None]
         uses_x = [self.charge.has(X), *(u.has(X) for u in updates)]
         if not any(uses_x):
@@ -146,6 +134,11 @@ class Definition:
     charge: sp.Expr
     v_threshold: float | sp.Expr
     v_reset: float | sp.Expr | None
+    firing: str
+    """``"level"`` (S = Θ(H − θ), then the reset) or ``"crossing"`` (S = 1 when H
+    crosses θ from below, no reset)."""
+    v_init: float | None
+    """V[0] when ``simulate`` gets no ``v_init`` (None: v_reset, or 0)."""
     states: Mapping[str, State]
     """Each extra state's name -> its validated :class:`State`."""
     learnable: tuple[str, ...]
@@ -238,6 +231,7 @@ class Definition:
                 f"The {what} uses unknown symbols {unknown}; it may use the params and "
                 f"{sorted(allowed)}."
             )
+        _validate.warn_narrowed(expr, what, {"V", "X", "H", "S", *self.state_symbols})
         out = expr.xreplace({s: self._canonical(s.name) for s in expr.free_symbols})
         check_expression(out, what)
         return out
@@ -257,8 +251,10 @@ class Definition:
                 "The charge does not depend on V; H = f(V, X, params) must use the previous "
                 "state V."
             )
+        _validate.warn_narrowed(charge, "charge", {"V", "X", *self.state_symbols})
         canon = {s: self._canonical(s.name) for s in charge.free_symbols}
         expr = charge.xreplace(canon)
+        _validate.check_depends_on_v(charge, expr, V)
         check_expression(expr, "charge")
         return expr
 
@@ -291,6 +287,11 @@ class Definition:
     def _validate_learnable(self, learnable: Iterable[Any]) -> tuple[str, ...]:
         if isinstance(learnable, (str, sp.Symbol)):
             learnable = [learnable]
+        if not isinstance(learnable, Iterable):
+            raise TypeError(
+                f"learnable must be a list of parameter names or symbols, got {learnable!r}; "
+                'e.g. learnable=["tau"]'
+            )
         out: list[str] = []
         used = {s.name for s in self.charge.free_symbols}
         for level in (self.v_threshold, self.v_reset):
@@ -302,8 +303,12 @@ class Definition:
         for key in learnable:
             pname = param_name(key)
             if pname not in self.params:
+                close = difflib.get_close_matches(pname, list(self.params), n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
                 raise ValueError(
-                    f"Learnable parameter {pname!r} is not in params; add it with a default."
+                    f"Learnable parameter {pname!r} is not in params (this neuron has "
+                    f"{sorted(self.params)}).{hint} A new parameter of your own neuron needs "
+                    "a default in params={...}."
                 )
             if pname not in used:
                 raise ValueError(
@@ -318,7 +323,15 @@ class Definition:
     # -- identity -----------------------------------------------------------
     @property
     def soft_reset(self) -> bool:
-        return self.v_reset is None
+        """V ← H − θ·S after a spike (``v_reset=None`` with level firing)."""
+        return self.v_reset is None and self.firing == "level"
+
+    @property
+    def v_start(self) -> float | sp.Expr:
+        """V[0] when no ``v_init`` is given: ``v_init``, else v_reset (0 without one)."""
+        if self.v_init is not None:
+            return self.v_init
+        return 0.0 if self.v_reset is None else self.v_reset
 
     def key(self) -> str:
         """A stable hash of the definition (used to name and cache kernels)."""
@@ -339,6 +352,8 @@ class Definition:
                 self.detach_reset,
                 self.name,
                 *([states] if states else []),
+                *([("firing", self.firing)] if self.firing != "level" else []),
+                *([("v_init", self.v_init)] if self.v_init is not None else []),
             )
         )
         return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -350,7 +365,13 @@ class Definition:
         return hash(self._key)
 
     def __repr__(self) -> str:
-        reset = "soft" if self.soft_reset else f"hard(v_reset={self.v_reset})"
+        reset = (
+            "crossing, no reset"
+            if self.firing == "crossing"
+            else "soft"
+            if self.soft_reset
+            else f"hard(v_reset={self.v_reset})"
+        )
         return (
             f"{type(self).__name__}({self.name}: H = {self.charge}, params={self.params}, "
             f"learnable={list(self.learnable)}, v_threshold={self.v_threshold}, {reset}, "

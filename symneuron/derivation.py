@@ -40,8 +40,8 @@ class K:
     expression is renamed to these before derivation.
     """
 
-    h, s, sg, u, v_th, v_new, grad_s, grad_v = sp.symbols(
-        "h s sg u v_th v_new grad_s grad_v", real=True
+    h, s, sg, u, v_th, v_new, grad_s, grad_v, gate = sp.symbols(
+        "h s sg u v_th v_new grad_s grad_v gate", real=True
     )
 
 
@@ -92,6 +92,9 @@ class KernelSpec:
     state_resets : CSE'd lines computing the new ``w<i>`` from the ``wt<i>``, s, params.
     threshold_per_step : the threshold uses the states, so it changes every step.
     needs_w : whether the backward step needs W[t−1] (recomputed from W̃[t−1], S[t−1]).
+    crossing : spikes on an upward crossing (``gate`` = [V[t−1] < v_th]), no reset.
+    hard_reset : V ← H(1 − S) + V_reset·S; the kernels add +0 after it, so that
+        −0.0·(1 − S) leaves +0.0 as the reference's ``+ V_reset·S`` does.
     The backward also computes ``grad_W<i>`` (dL/dW_i[t−1]) from ``grad_w<i>`` (total
     dL/dW_i[t]).
     """
@@ -117,6 +120,8 @@ class KernelSpec:
     state_resets: tuple[Assign, ...] = ()
     threshold_per_step: bool = False
     needs_w: bool = False
+    crossing: bool = False
+    hard_reset: bool = False
 
 
 def c_identifier(name: str, index: int) -> str:
@@ -195,7 +200,9 @@ def step_nodes(neuron: Definition, rename: dict[sp.Symbol, sp.Symbol]) -> list[N
     as_tilde = {**rename, **dict(zip(publics, tilde, strict=True))}
     charge = neuron.charge.xreplace(as_prev)
     v_th = sp.sympify(neuron.v_threshold).xreplace(as_tilde)
-    if neuron.v_reset is None:
+    if neuron.firing == "crossing":
+        v_new = K.h
+    elif neuron.v_reset is None:
         v_new = K.h - K.v_th * K.s
     else:
         v_new = K.h * (1 - K.s) + sp.sympify(neuron.v_reset).xreplace(rename) * K.s
@@ -223,12 +230,14 @@ def transpose(
     seeds: dict[sp.Symbol, sp.Expr],
     charge_partials: dict[sp.Symbol, sp.Expr],
     detach_reset: bool,
+    crossing: bool = False,
 ) -> dict[sp.Symbol, sp.Expr]:
     """Reverse accumulation: adjoints of every node input, given the output seeds.
 
     ``charge_partials`` supplies the partials of the charge node (so they are the
     ones reported by :func:`partials`). A spike node's partial with respect to its
-    argument is ``SG``; a reset node sends no adjoint into ``S`` when detached.
+    argument is ``SG`` (``SG·gate`` for crossing firing, the gate [V[t−1] < θ] a
+    constant); a reset node sends no adjoint into ``S`` when detached.
     """
     adjoint: dict[sp.Symbol, sp.Expr] = dict(seeds)
     for node in reversed(nodes):
@@ -237,7 +246,7 @@ def transpose(
             continue
         for dep in sorted(node.expr.free_symbols, key=str):
             if node.spike:
-                d = K.sg * sp.diff(node.expr, dep)
+                d = K.sg * (K.gate if crossing else 1) * sp.diff(node.expr, dep)
             elif node.symbol == K.h:
                 d = charge_partials.get(dep, sp.diff(node.expr, dep))
             elif node.is_reset and dep == K.s and detach_reset:
@@ -266,7 +275,8 @@ def derive(neuron: Definition) -> KernelSpec:
     nodes = step_nodes(neuron, rename)
     charge, threshold = nodes[0].expr, nodes[1 + k].expr
     seeds = {K.s: K.grad_s, K.v_new: K.grad_v, **{wn: grad_w_seed(i) for i, wn in enumerate(new)}}
-    adjoint = transpose(nodes, seeds, charge_partials, neuron.detach_reset)
+    crossing = neuron.firing == "crossing"
+    adjoint = transpose(nodes, seeds, charge_partials, neuron.detach_reset, crossing)
     inputs = ["V", *neuron.states, "X", *neuron.learnable]
     grad_names = {"V": "V", "X": "X", **cnames, **{w: f"W{i}" for i, w in enumerate(neuron.states)}}
     targets = [
@@ -288,9 +298,9 @@ def derive(neuron: Definition) -> KernelSpec:
         surrogate=_cse([(K.sg, sg)], "g"),
         reset=_cse([(V, nodes[3 + k].expr)], "r"),
         backward=backward,
-        needs_v=V in used,
+        needs_v=V in used or K.gate in used,
         needs_x=X in used,
-        v_start=neuron.v_reset if isinstance(neuron.v_reset, float) else 0.0,
+        v_start=neuron.v_start if isinstance(neuron.v_start, float) else 0.0,
         partials=found,
         states=tuple(neuron.states),
         state_init=tuple(s.init for s in neuron.states.values()),
@@ -300,4 +310,6 @@ def derive(neuron: Definition) -> KernelSpec:
         ),
         threshold_per_step=bool(threshold.free_symbols & set(tilde)),
         needs_w=bool(used & set(prev)),
+        crossing=crossing,
+        hard_reset=neuron.v_reset is not None and not crossing,
     )

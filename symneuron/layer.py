@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +34,15 @@ class NeuronLayer(nn.Module):
         Initial values (float, or tensor for per-channel/per-neuron values).
         Learnable params become ``nn.Parameter`` named after their symbols; the
         others are buffers.
+    check_finite : bool
+        Raise :class:`~symneuron.validate.NonFiniteError` naming the first step and
+        neuron at which V (or an extra state) became NaN or ±inf (see
+        :func:`symneuron.simulate`).
+
+    Notes
+    -----
+    ``copy.deepcopy(layer)`` works at any time; the copy's stored state is detached
+    from the autograd graph of the original's last call.
 
     Examples
     --------
@@ -50,6 +60,7 @@ class NeuronLayer(nn.Module):
         step_mode: str = "m",
         store_v_seq: bool = False,
         params: Mapping[Any, float | torch.Tensor] | None = None,
+        check_finite: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(neuron, Neuron):
@@ -64,6 +75,10 @@ class NeuronLayer(nn.Module):
         self.backend = backend
         self.step_mode = step_mode
         self.store_v_seq = store_v_seq
+        self.check_finite = check_finite
+        #: the params' names as a plain tuple (Dynamo of torch 2.4 cannot iterate the
+        #: neuron's read-only mapping)
+        self._param_names = tuple(neuron.params)
         self._register_params(params or {})
         self.v: torch.Tensor | None = None
         self.v_seq: torch.Tensor | None = None
@@ -87,7 +102,7 @@ class NeuronLayer(nn.Module):
 
     def param_values(self) -> dict[str, torch.Tensor]:
         """Current parameter tensors by name (parameters and buffers)."""
-        return {name: getattr(self, name) for name in self.neuron.params}
+        return {name: getattr(self, name) for name in self._param_names}
 
     def reset(self) -> None:
         """Forget the membrane state and any extra states (call between sequences)."""
@@ -97,6 +112,13 @@ class NeuronLayer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x_seq = x.unsqueeze(0) if self.step_mode == "s" else x
+        if isinstance(self.v, torch.Tensor) and isinstance(x_seq, torch.Tensor):
+            if self.v.shape != x_seq.shape[1:] and x_seq.dim() >= 2:
+                raise ValueError(
+                    f"This layer holds V of shape {tuple(self.v.shape)} from the last sequence, "
+                    f"but the input's shape per step is {tuple(x_seq.shape[1:])}: call "
+                    "layer.reset() before each new sequence (on every NeuronLayer of the model)."
+                )
         store = self.store_v_seq and self.step_mode == "m"
         result = simulate(
             self.neuron,
@@ -106,13 +128,33 @@ class NeuronLayer(nn.Module):
             backend=self.backend,
             store_v_seq=store,
             states=self.states or None,
+            check_finite=self.check_finite,
         )
         spikes, v_seq = result[0], result[1]
+        if x_seq.shape[0] == 0:  # no step: the memory stays as it was
+            self.v_seq = v_seq if store else None
+            return spikes
         if self.neuron.states:
             self.states = {name: seq[-1] for name, seq in result[2].items()}
         self.v = v_seq[-1]
         self.v_seq = v_seq if store else None
         return spikes[0] if self.step_mode == "s" else spikes
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> NeuronLayer:
+        """A deep copy whose stored state is detached (a tensor inside an autograd graph
+        cannot be deep-copied)."""
+        state = dict(self.__dict__)
+        state["v"] = _detached(self.v)
+        state["v_seq"] = _detached(self.v_seq)
+        state["states"] = {name: value.detach() for name, value in self.states.items()}
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__setstate__(copy.deepcopy(state, memo))
+        return new
+
     def extra_repr(self) -> str:
         return f"{self.neuron!r}, backend={self.backend!r}, step_mode={self.step_mode!r}"
+
+
+def _detached(value: torch.Tensor | None) -> torch.Tensor | None:
+    return None if value is None else value.detach()

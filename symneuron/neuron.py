@@ -52,6 +52,15 @@ class Neuron(Definition):
         Used in reprs and kernel names.
     states : mapping, optional
         Extra state variables: each symbol (or name) to its :class:`~symneuron.State`.
+    firing : {"level", "crossing"}
+        ``"level"`` (default): S[t] = Θ(H[t] − v_threshold), then the reset.
+        ``"crossing"``: S[t] = Θ(H[t] − θ)·[V[t−1] < θ], a spike when H crosses the
+        threshold from below, and no reset (V[t] = H[t]; states keep W̃), as for
+        Hodgkin–Huxley. Its surrogate gradient is σ'(H − θ)·[V[t−1] < θ]: the
+        crossing gate is a constant in the backward pass.
+    v_init : float, optional
+        V[0] when ``simulate`` is given no ``v_init``; defaults to ``v_reset`` (0
+        under soft reset or crossing firing).
 
     A neuron is immutable: :meth:`replace` builds a changed copy.
 
@@ -96,7 +105,44 @@ class Neuron(Definition):
         X + (V - X)*exp(-1.0/tau)
         """
         charge, steps = ode.discretise(dv, dt=dt, method=method, states=states, params=params)
-        return cls(charge, params=params, states=steps or None, **kw)
+        neuron = cls(charge, params=params, states=steps or None, **kw)
+        own = {s.name: s for s in [*neuron.symbols.values(), *neuron.state_symbols.values()]}
+
+        def mine(expr: Any) -> sp.Expr:
+            expr = sp.sympify(expr)
+            return expr.xreplace({s: own.get(s.name, s) for s in expr.free_symbols})
+
+        system = ode.ODESystem(
+            dv=mine(dv),
+            states={
+                str(getattr(w, "name", w)): ode.ODEState(
+                    mine(st.ode),
+                    None if st.on_spike is None else mine(st.on_spike),
+                    float(st.init),
+                )
+                for w, st in (states or {}).items()
+            },
+            dt=float(dt),
+            method=method,
+        )
+        object.__setattr__(neuron, "ode", system)
+        return neuron
+
+    #: The differential equations of a neuron built by :meth:`from_ode` (None
+    #: otherwise); :meth:`replace` keeps them unless the equations change.
+    ode: ode.ODESystem | None = None
+
+    def replace(self, **changes: Any) -> Definition:
+        """A new neuron with some constructor arguments changed (see
+        :meth:`Definition.replace`); an ODE neuron keeps :attr:`ode` unless
+        ``charge``, ``states`` or ``params`` change."""
+        out = super().replace(**changes)
+        if self.ode is not None and not {"charge", "states", "params"} & set(changes):
+            object.__setattr__(out, "ode", self.ode)
+        return out
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_with_ode, (type(self), self._given, self.ode))
 
     def derivatives(self) -> dict[str, sp.Expr]:
         """The derived partials, keyed ``'dH/dV'``, ``'dH/dX'``, ``'dH/d<θ>'`` (and, for
@@ -111,3 +157,11 @@ class Neuron(Definition):
         """Generated kernel source (every forward and backward variant) for ``backend``
         and ``dtype``."""
         return render_source(self.spec(), backend, dtype)
+
+
+def _rebuild_with_ode(cls: type[Neuron], given: dict[str, Any], system: Any) -> Neuron:
+    """Unpickle a neuron, with the ODEs it was built from."""
+    neuron = cls(**given)
+    if system is not None:
+        object.__setattr__(neuron, "ode", system)
+    return neuron

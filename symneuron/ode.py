@@ -35,7 +35,7 @@ import sympy as sp
 from .definition import State, V, X
 from .validate import check_expression, finite_float, named
 
-__all__ = ["ODEState", "METHODS", "discretise"]
+__all__ = ["ODEState", "ODESystem", "METHODS", "discretise"]
 
 #: The integration methods, by Brian2's names.
 METHODS = ("euler", "exp_euler", "rk2", "rk4")
@@ -61,6 +61,21 @@ class ODEState:
     init: float = 0.0
 
 
+@dataclass(frozen=True)
+class ODESystem:
+    """The differential equations a neuron was built from (:attr:`symneuron.Neuron.ode`).
+
+    ``dv`` is dV/dt and ``states`` each extra state's :class:`ODEState`, both in
+    the neuron's own symbols; ``dt`` and ``method`` the discretisation. Kept so the
+    equations can be shown, exported and handed to other simulators (Brian2).
+    """
+
+    dv: sp.Expr
+    states: Mapping[str, ODEState]
+    dt: float
+    method: str
+
+
 Field = Callable[[dict[sp.Symbol, sp.Expr]], dict[sp.Symbol, sp.Expr]]
 
 
@@ -80,13 +95,15 @@ def _step(method: str, field: Field, y: dict[sp.Symbol, sp.Expr], h: sp.Expr) ->
 
 def _exp_euler(z: sp.Symbol, rhs: sp.Expr, h: sp.Expr) -> sp.Expr:
     """Brian2's exponential Euler step of dz/dt = rhs, linear in z."""
-    a = sp.simplify(sp.diff(rhs, z))
+    a = sp.diff(rhs, z)
+    if a.has(z):
+        a = sp.simplify(a)  # only when needed: simplify is slow on large systems (HH)
     if a.has(z):
         raise ValueError(
             f"method='exp_euler' needs each equation linear in its own variable, but "
             f"d{z}/dt = {rhs} is not linear in {z}; use method='euler', 'rk2' or 'rk4'."
         )
-    b = sp.simplify(sp.expand(rhs - a * z))
+    b = rhs.xreplace({z: 0})  # rhs = a*z + b with a, b free of z
     if a == 0:
         return z + h * b
     return -b / a + (z + b / a) * sp.exp(a * h)

@@ -35,6 +35,25 @@ class _Printer(TorchPrinter):
     def _print_erf(self, expr: sp.Expr) -> str:
         return f"torch.special.erf({self._print(expr.args[0])})"
 
+    def _extremum(self, expr: sp.Expr, pairwise: str, bound: str) -> str:
+        """Max/Min: tensors pairwise, numbers as a clamp (torch's max/min take no numbers)."""
+        numbers = [a for a in expr.args if a.is_number]
+        tensors = [self._print(a) for a in expr.args if not a.is_number]
+        if not tensors:
+            return self._print(sp.Float(expr.evalf(20), 20))
+        text = tensors[0]
+        for other in tensors[1:]:
+            text = f"{pairwise}({text}, {other})"
+        for number in numbers:
+            text = f"torch.clamp({text}, {bound}={self._print(sp.Float(number.evalf(20), 20))})"
+        return text
+
+    def _print_Max(self, expr: sp.Expr) -> str:
+        return self._extremum(expr, "torch.maximum", "min")
+
+    def _print_Min(self, expr: sp.Expr) -> str:
+        return self._extremum(expr, "torch.minimum", "max")
+
 
 def _numbers_as_floats(expr: sp.Expr) -> sp.Expr:
     """Constant subexpressions (sqrt(2), exp(-1), pi**2) as floats: torch ops need tensors."""
@@ -55,12 +74,26 @@ def _surrogate_primitive(surrogate: Surrogate) -> Callable[..., torch.Tensor]:
     return torch_function([U], surrogate.primitive_in_u())
 
 
+class _ZeroValue(torch.autograd.Function):
+    """0 forward, the gradient unchanged backward: the straight-through term, whose value
+    stays exactly 0 where the primitive is not finite (σ − stop_grad(σ) would be NaN)."""
+
+    @staticmethod
+    def forward(ctx: Any, primitive: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(primitive)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
 def spike(u: torch.Tensor, surrogate: Surrogate) -> torch.Tensor:
-    """Θ(u) (Θ(0) = 1) forward; the derivative of the surrogate primitive backward."""
+    """Θ(u) (Θ(0) = 1, Θ(NaN) = 0: always exactly 0 or 1) forward; the derivative of the
+    surrogate primitive backward (NaN where u is NaN, as in the kernels)."""
     primitive = _surrogate_primitive(surrogate)(u)
     if not isinstance(primitive, torch.Tensor):
         primitive = torch.as_tensor(primitive, dtype=u.dtype, device=u.device)
-    return (u >= 0).to(u.dtype) + (primitive - primitive.detach())
+    return (u >= 0).to(u.dtype) + _ZeroValue.apply(primitive)
 
 
 def as_tensor(value: float | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -129,8 +162,12 @@ def simulate_reference(
         ]
         v_th = as_tensor(threshold(*w_tilde, *theta), x_seq)
         s = spike(h - v_th, neuron.surrogate)
+        if neuron.firing == "crossing":  # from below only: the gate is a constant
+            s = s * (v < v_th).to(s.dtype).detach()
         s_reset = s.detach() if neuron.detach_reset else s
-        if v_reset is None:
+        if neuron.firing == "crossing":
+            v = h
+        elif v_reset is None:
             v = h - v_th * s_reset
         else:
             v = h * (1 - s_reset) + v_reset * s_reset
@@ -138,11 +175,16 @@ def simulate_reference(
         spikes.append(s)
         vs.append(v)
         ws.append(w)
-    v_seq = torch.stack(vs) if store_v_seq else v.unsqueeze(0)
+    v_seq = _stack(vs, x_seq) if store_v_seq else v.unsqueeze(0)
     if len(neuron.states) == 0:
-        return torch.stack(spikes), v_seq
+        return _stack(spikes, x_seq), v_seq
     w_seqs = {
-        name: torch.stack([step[i] for step in ws]) if store_v_seq else w[i].unsqueeze(0)
+        name: _stack([step[i] for step in ws], x_seq) if store_v_seq else w[i].unsqueeze(0)
         for i, name in enumerate(neuron.states)
     }
-    return torch.stack(spikes), v_seq, w_seqs
+    return _stack(spikes, x_seq), v_seq, w_seqs
+
+
+def _stack(steps: list[torch.Tensor], x_seq: torch.Tensor) -> torch.Tensor:
+    """The steps as one [T, *shape] tensor; for T = 0, an empty one shaped as ``x_seq``."""
+    return torch.stack(steps) if steps else x_seq * 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,21 +15,45 @@ from .binding import EagerBinding, forward_op, program
 from .definition import Definition
 from .reference import as_tensor, level_value, simulate_reference
 from .runtime import cpu, cuda
-from .validate import finite_float, named
+from .validate import constants_beyond, finite_float, named, raise_if_not_finite
 
 __all__ = ["simulate", "resolve_backend", "BACKENDS"]
 
 BACKENDS = ("auto", "cuda", "cpu", "torch")
 
 
+#: fallbacks of backend="auto" already warned about in this process
+_WARNED: set[str] = set()
+
+
+def _fallback(device: str, why: str) -> str:
+    """backend="auto" runs the torch reference: warn once per device type."""
+    if device not in _WARNED and not torch.compiler.is_compiling():
+        _WARNED.add(device)
+        warnings.warn(
+            f"symneuron: backend='auto' runs the (slower) torch reference on {device}: {why} "
+            "Pass backend='torch' to choose it without this warning.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return "torch"
+
+
 def resolve_backend(backend: str, device: torch.device) -> str:
-    """``"auto"`` -> cuda for CUDA tensors, cpu when a C compiler exists, else torch."""
+    """``"auto"`` -> cuda for CUDA tensors, cpu when a working C compiler exists, else
+    torch (with one warning per process naming why)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "auto":
         if device.type == "cuda":
-            return "cuda" if cuda.available() else "torch"
-        return "cpu" if device.type == "cpu" and cpu.available() else "torch"
+            if cuda.available():
+                return "cuda"
+            return _fallback("cuda", "CuPy is missing; pip install 'symneuron[cuda]'.")
+        if device.type == "cpu" and cpu.available():
+            return "cpu"
+        if device.type != "cpu":
+            return "torch"
+        return _fallback("cpu", str(cpu.problem()))
     if backend == "cuda" and device.type != "cuda":
         raise ValueError(
             f"backend='cuda' needs CUDA tensors, got x_seq on {device}; move it with .cuda()"
@@ -42,14 +67,17 @@ def resolve_backend(backend: str, device: torch.device) -> str:
 
 def _check_x(x_seq: Any) -> torch.Tensor:
     if not isinstance(x_seq, torch.Tensor):
-        raise TypeError(f"x_seq must be a torch.Tensor, got {type(x_seq).__name__}")
+        hint = (
+            "; convert it with torch.from_numpy(x_seq)"
+            if type(x_seq).__module__.split(".")[0] == "numpy"
+            else "; convert it with torch.as_tensor(x_seq)"
+        )
+        raise TypeError(f"x_seq must be a torch.Tensor, got {type(x_seq).__name__}{hint}")
     if x_seq.dim() < 2:
         raise ValueError(
             f"x_seq must be [T, *shape] with at least 2 dims, got shape {tuple(x_seq.shape)}; "
             "for one step use x.unsqueeze(0) or NeuronLayer(step_mode='s')."
         )
-    if x_seq.shape[0] == 0:
-        raise ValueError("x_seq has T = 0 time steps; give at least one step.")
     if not x_seq.is_floating_point():
         raise TypeError(
             f"x_seq must be a floating-point tensor, got {x_seq.dtype}; use x_seq.float()"
@@ -65,10 +93,10 @@ def _check_tensor(name: str, value: torch.Tensor, x_seq: torch.Tensor, shape: to
     if not value.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got {value.dtype}")
     # broadcasts to ``shape`` without changing it (torch.broadcast_shapes costs ~10 µs)
-    dims = value.shape
-    ok = len(dims) <= len(shape) and all(
-        d == 1 or d == s for d, s in zip(reversed(dims), reversed(shape), strict=False)
-    )
+    dims, lead = value.shape, len(shape) - value.dim()
+    ok = lead >= 0
+    for i, d in enumerate(dims):  # a loop, not all(...): Dynamo of torch 2.7 inlines it
+        ok = ok and (d == 1 or d == shape[lead + i])
     if not ok:
         raise ValueError(
             f"{name} of shape {tuple(value.shape)} does not broadcast to the neuron shape "
@@ -79,12 +107,13 @@ def _check_tensor(name: str, value: torch.Tensor, x_seq: torch.Tensor, shape: to
 def _default_v_init(
     neuron: Definition, x_seq: torch.Tensor, shape: torch.Size, values: dict[str, Any]
 ) -> torch.Tensor:
-    """V[0] = v_reset (0 under soft reset); a param-valued v_reset keeps its gradient."""
-    if neuron.v_reset is None or isinstance(neuron.v_reset, float):
-        start = 0.0 if neuron.v_reset is None else neuron.v_reset
+    """V[0] = the neuron's v_init, else v_reset (0 without one); a param-valued
+    v_reset keeps its gradient."""
+    start = neuron.v_start
+    if isinstance(start, float):
         return torch.full(shape, start, dtype=x_seq.dtype, device=x_seq.device)
     theta = [as_tensor(values[n], x_seq) for n in neuron.params]
-    level = level_value(neuron, neuron.v_reset, theta, x_seq)
+    level = level_value(neuron, start, theta, x_seq)
     return torch.as_tensor(level).to(x_seq.dtype).expand(shape)
 
 
@@ -104,7 +133,7 @@ def _v_init(
 def _param_values(
     neuron: Definition, params: Mapping[Any, Any] | None, x_seq: torch.Tensor, shape: torch.Size
 ) -> dict[str, float | torch.Tensor]:
-    values: dict[str, float | torch.Tensor] = dict(neuron.params)
+    values: dict[str, float | torch.Tensor] = dict(neuron.params.items())
     for name, value in named(params, "parameter", neuron.params).items():
         if isinstance(value, torch.Tensor):
             _check_tensor(f"param {name!r}", value, x_seq, shape)
@@ -160,6 +189,7 @@ def simulate(
     backend: str = "auto",
     store_v_seq: bool = True,
     states: Mapping[Any, float | torch.Tensor] | None = None,
+    check_finite: bool = False,
 ) -> Any:
     """Run ``neuron`` over ``x_seq`` and return ``(spike_seq, v_seq)``.
 
@@ -175,7 +205,7 @@ def simulate(
         bfloat16 (cuda).
     v_init : Tensor or float, optional
         State before the first step, broadcastable to ``shape``; defaults to
-        ``v_reset`` (0 for soft reset).
+        the neuron's ``v_init``, else ``v_reset`` (0 without one).
     params : mapping, optional
         Symbol or name -> float or tensor broadcastable to ``shape`` (scalar,
         per-channel, per-neuron). Omitted params take the neuron's defaults.
@@ -185,6 +215,17 @@ def simulate(
     states : mapping, optional
         Initial values of the extra states (name or symbol -> float or tensor
         broadcastable to ``shape``); omitted ones start at their ``State.init``.
+    check_finite : bool
+        Raise :class:`~symneuron.validate.NonFiniteError` naming the first step and
+        neuron at which V (or an extra state) became NaN or ±inf. Off by default: it
+        reads the results back (a device synchronisation, a graph break under
+        ``torch.compile``). Every backend computes the same NaN and inf (spikes stay
+        exactly 0 or 1: a NaN charge does not fire).
+
+    Notes
+    -----
+    An empty input (T = 0 or no neurons) gives empty outputs; with T = 0 and
+    ``store_v_seq=False`` the returned V is the initial one.
 
     Returns
     -------
@@ -208,19 +249,24 @@ def simulate(
             f"backend={backend!r} supports {dtypes.supported(backend)}, not "
             f"{x_seq.dtype}; convert x_seq or use backend='torch'."
         )
-    w0 = _w_init(neuron, states, x_seq, shape, full=backend == "torch")
-    if backend == "torch":
+    _warn_constants(neuron, x_seq.dtype, backend)
+    check = check_finite and x_seq.shape[0] > 0
+    keep = store_v_seq or check  # the check finds the first step: V of every step
+    reference = backend == "torch" or x_seq.shape[0] == 0  # no kernel runs no steps
+    w0 = _w_init(neuron, states, x_seq, shape, full=reference)
+    if reference:
         if v0 is None:
             v0 = _default_v_init(neuron, x_seq, shape, values)
-        return simulate_reference(
+        result = simulate_reference(
             neuron,
             x_seq,
             v0,
             values,
-            store_v_seq=store_v_seq,
+            store_v_seq=keep,
             w_init=None if w0 is None else dict(zip(neuron.states, w0, strict=True)),
         )
-    if v0 is None and isinstance(neuron.v_reset, sp.Expr):
+        return _finish(result, x_seq, store_v_seq, check)
+    if v0 is None and isinstance(neuron.v_start, sp.Expr):
         v0 = _default_v_init(neuron, x_seq, shape, values)
     t_len, n = x_seq.shape[0], math.prod(shape)
     kernel_params = [_kernel_param(values[name], x_seq, shape, backend) for name in neuron.params]
@@ -234,7 +280,7 @@ def simulate(
     x_flat = x_seq.contiguous() if flat else x_seq.reshape(t_len, n).contiguous()
     v_flat = None if v0 is None else v0.reshape(n).contiguous()
     w_flat = None if w0 is None else w0.reshape(len(neuron.states), n).contiguous()
-    v_mode = "seq" if store_v_seq else "last"
+    v_mode = "seq" if keep else "last"
     if torch.compiler.is_compiling():  # the custom op, which compilation traces through
         key = neuron.key()  # a plain string: the op finds the live neuron by it
         out = forward_op(key, backend, x_flat, v_flat, w_flat, kernel_params, store_h, v_mode)
@@ -246,10 +292,54 @@ def simulate(
     else:  # inference: the kernels alone
         run = program(neuron, backend).forward(x_flat, v_flat, w_flat, kernel_params, False, v_mode)
         spike, v_out, w_out = run[0], run[1], run[3]
-    out = (spike, v_out) if flat else (spike.view(x_seq.shape), v_out.view(-1, *shape))
-    if w_out is None:
-        return out
-    return (*out, {w: w_out[i].view(-1, *shape) for i, w in enumerate(neuron.states)})
+    rows = v_out.shape[0]
+    out = (spike, v_out) if flat else (spike.view(x_seq.shape), v_out.view(rows, *shape))
+    if w_out is not None:
+        out = (*out, {w: w_out[i].view(rows, *shape) for i, w in enumerate(neuron.states)})
+    return _finish(out, x_seq, store_v_seq, check)
+
+
+def _finish(result: Any, x_seq: torch.Tensor, store_v_seq: bool, check: bool) -> Any:
+    """With ``check``: raise at the first non-finite state, then keep the last step only
+    unless ``store_v_seq`` (the run kept every step for the check)."""
+    if not check:
+        return result
+    named_seqs = [("V", result[1]), *(result[2].items() if len(result) > 2 else ())]
+    raise_if_not_finite(named_seqs, x_seq)
+    if store_v_seq:
+        return result
+    last = (result[0], result[1][-1:])
+    if len(result) > 2:
+        return (*last, {name: seq[-1:] for name, seq in result[2].items()})
+    return last
+
+
+_CONSTANTS_CHECKED: set[tuple[str, torch.dtype, str]] = set()
+
+
+def _warn_constants(neuron: Definition, dtype: torch.dtype, backend: str) -> None:
+    """Warn (once per neuron, dtype and backend) when a constant of the equations or a
+    default param is beyond the range of the dtype the run computes in."""
+    key = (neuron.key(), dtype, backend)
+    if torch.compiler.is_compiling() or key in _CONSTANTS_CHECKED:
+        return
+    if len(_CONSTANTS_CHECKED) > 4096:
+        _CONSTANTS_CHECKED.clear()
+    _CONSTANTS_CHECKED.add(key)
+    compute = dtype if backend == "torch" else dtypes.lookup(backend, dtype).torch_compute
+    limit = torch.finfo(compute).max
+    exprs = [neuron.charge, neuron.v_threshold, neuron.v_reset]
+    exprs += [e for st in neuron.states.values() for e in (st.update, st.on_spike)]
+    huge = {c for e in exprs if isinstance(e, sp.Basic) for c in constants_beyond(e, limit)}
+    huge |= {f"{n}={v:g}" for n, v in neuron.params.items() if not abs(v) <= limit}
+    if huge:
+        warnings.warn(
+            f"symneuron: {neuron.name}'s equations hold {sorted(huge)}, beyond the range of "
+            f"{dtypes.dtype_name(compute)} (±{limit:.3g}), which this run computes in: they "
+            "become inf and the results NaN. Use float64 inputs or rescale the equations.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _w_init(

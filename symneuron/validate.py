@@ -7,13 +7,43 @@ and the fix.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+import sys
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import sympy as sp
+import torch
 from sympy.core.function import AppliedUndef
 
-__all__ = ["param_name", "named", "finite_float", "check_expression"]
+__all__ = [
+    "NonFiniteError",
+    "param_name",
+    "named",
+    "finite_float",
+    "check_expression",
+    "constants_beyond",
+    "narrowed_symbols",
+    "warn_narrowed",
+    "check_depends_on_v",
+    "raise_if_not_finite",
+]
+
+
+class NonFiniteError(RuntimeError):
+    """A state left the finite range during a run with ``check_finite=True``.
+
+    Attributes
+    ----------
+    variable : the state's name (``"V"`` or an extra state's).
+    step : the first time step (0-based) at which it was NaN or ±inf.
+    index : that neuron's index within the neuron shape.
+    """
+
+    def __init__(self, message: str, variable: str, step: int, index: tuple[int, ...]) -> None:
+        super().__init__(message)
+        self.variable, self.step, self.index = variable, step, index
+
 
 _FORBIDDEN_FUNCTIONS = (sp.Heaviside, sp.DiracDelta, sp.Derivative, sp.Integral, sp.Subs)
 _COMPLEX_FUNCTIONS = (sp.re, sp.im, sp.arg, sp.conjugate)
@@ -76,6 +106,76 @@ def _check_real(expr: sp.Expr, what: str) -> None:
             raise ValueError(f"The {what} contains the non-real number {number}.")
 
 
+def _numeric_parts(expr: sp.Basic) -> Iterator[sp.Expr]:
+    """The largest subexpressions of ``expr`` that are numbers (``2``, ``exp(-1)``, ``1e39``)."""
+    if isinstance(expr, sp.Expr) and expr.is_number:
+        yield expr
+        return
+    for arg in expr.args:
+        yield from _numeric_parts(arg)
+
+
+def constants_beyond(expr: sp.Basic, limit: float) -> list[str]:
+    """The numeric constants of ``expr`` whose magnitude exceeds ``limit`` (as text)."""
+    out = []
+    for part in _numeric_parts(expr):
+        try:
+            value = abs(complex(part.evalf(20)))
+        except (TypeError, ValueError, OverflowError):
+            continue
+        if not value <= limit:  # also inf and NaN
+            out.append(str(part.evalf(6)))
+    return out
+
+
+#: assumptions a real symbol does not carry by itself, which let SymPy rewrite an
+#: expression as it is built (Abs(V) -> V for a positive V)
+_NARROWING = (
+    "positive", "negative", "nonnegative", "nonpositive", "zero", "nonzero", "integer",
+    "rational", "irrational", "even", "odd", "prime", "composite",
+)  # fmt: skip
+
+
+def narrowed_symbols(expr: sp.Basic, names: Iterable[str]) -> dict[str, list[str]]:
+    """The symbols of ``expr`` named in ``names`` that carry narrowing assumptions
+    (``Symbol("V", positive=True)``), each with those assumptions."""
+    wanted = set(names)
+    out: dict[str, list[str]] = {}
+    for symbol in expr.free_symbols:
+        if isinstance(symbol, sp.Symbol) and symbol.name in wanted:
+            given = getattr(symbol, "_assumptions_orig", None) or symbol.assumptions0
+            narrowing = [a for a in _NARROWING if given.get(a) is True]
+            if narrowing:
+                out[symbol.name] = narrowing
+    return out
+
+
+def warn_narrowed(expr: sp.Expr, what: str, names: Iterable[str]) -> None:
+    """Warn when a symbol that takes any real value at run time (V, X, H, S, a state)
+    carries assumptions such as ``positive=True``: SymPy has already used them on the
+    user's expression (``Abs(V)`` -> ``V``), which cannot be undone."""
+    narrowed = narrowed_symbols(expr, names)
+    if narrowed:
+        warnings.warn(
+            f"The {what} uses symbols with SymPy assumptions {narrowed}; SymPy may already "
+            "have simplified it with them (Abs(V) -> V, sqrt(V**2) -> V), which is wrong "
+            "when the value has another sign at run time. Use sn.V, sn.X, ... or "
+            "sympy.Symbol(name, real=True).",
+            UserWarning,
+            stacklevel=5,
+        )
+
+
+def check_depends_on_v(given: sp.Expr, charge: sp.Expr, v: sp.Symbol) -> None:
+    """Reject a ``charge`` (the user's ``given`` one, canonical symbols) in which V cancels."""
+    if not charge.has(v) or sp.diff(charge, v) == 0:
+        raise ValueError(
+            f"The charge does not depend on V once simplified ({given} is {charge}): V "
+            "cancels. H = f(V, X, params) must use the previous state V; write it with "
+            "one symbol V (sn.V)."
+        )
+
+
 def check_expression(expr: sp.Expr, what: str) -> None:
     """Reject expressions the kernels cannot evaluate to a finite real number."""
     for kind in _FORBIDDEN_FUNCTIONS:
@@ -93,3 +193,50 @@ def check_expression(expr: sp.Expr, what: str) -> None:
     if expr.has(sp.zoo, sp.oo, -sp.oo, sp.nan):
         raise ValueError(f"The {what} is not finite ({expr}); check for division by zero.")
     _check_real(expr, what)
+    huge = constants_beyond(expr, sys.float_info.max)
+    if huge:
+        raise ValueError(
+            f"The {what} contains the constants {huge}, beyond float64's range "
+            f"(±{sys.float_info.max:.3g}); no dtype can hold them. Rescale the equations."
+        )
+
+
+def _first_non_finite(name: str, seq: torch.Tensor) -> tuple[int, bool, str, int, float] | None:
+    """(step, not V, name, flat neuron index, value) of the first non-finite entry."""
+    flat = seq.detach().reshape(seq.shape[0], -1)
+    bad = ~torch.isfinite(flat)
+    if not bool(bad.any()):
+        return None
+    step = int(bad.any(dim=1).nonzero()[0, 0])
+    neuron = int(bad[step].nonzero()[0, 0])
+    return step, name != "V", name, neuron, float(flat[step, neuron])
+
+
+def _unravel(flat_index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    index = []
+    for size in reversed(shape):
+        flat_index, rest = divmod(flat_index, size)
+        index.append(rest)
+    return tuple(reversed(index))
+
+
+def raise_if_not_finite(
+    named_seqs: Iterable[tuple[str, torch.Tensor]], x_seq: torch.Tensor
+) -> None:
+    """:class:`NonFiniteError` at the earliest step at which a state sequence ([T, *shape],
+    the input ``x_seq``'s layout) holds NaN or ±inf; V first on a tie."""
+    found = [hit for name, seq in named_seqs if (hit := _first_non_finite(name, seq))]
+    if not found:
+        return
+    step, _, name, flat_index, value = min(found)
+    index = _unravel(flat_index, tuple(x_seq.shape[1:]))
+    x = float(x_seq.detach().reshape(x_seq.shape[0], -1)[step, flat_index])
+    raise NonFiniteError(
+        f"{name} became {value} at step {step} in neuron {index} (check_finite=True); the "
+        f"input X there was {x}. An exploding charge (an exponential or a square under a "
+        "soft reset, a division by V) overflows the dtype: lower the input or the params, "
+        "use a hard reset, a smaller dt or float64.",
+        name,
+        step,
+        index,
+    )

@@ -6,13 +6,17 @@ on stdout. A job is a list of models, each::
 
     {"odes": {"V": "<dV/dt>", "w": "<dw/dt>", ...}, "params": {"tau": 2.0, ...},
      "method": "rk4", "dt": 0.5, "threshold": "V >= 1.0", "reset": "V = 0.0; w = w + b",
+     "refractory": null,
      "init": {"V": [...], "w": [...]}, "x": [[...], ...]}       # x: [T][N]
 
 The right-hand sides are in units of 1/ms and ``dt`` in ms, so every quantity is
 dimensionless. X is held constant over each step: a ``run_regularly`` operation at the
 start of the step copies this step's input into the variable ``X``, which the ODEs read.
 The output per model is V and each state after every step (after the reset), and the
-spikes as (step, neuron) pairs.
+spikes as (step, neuron) pairs. A neuron that spikes on an upward threshold crossing
+and has no reset (Hodgkin–Huxley) gets ``"reset": ""`` and the threshold condition as
+its ``"refractory"`` condition: Brian2 then lets it fire only when the condition was
+false before the step.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ def run(model: dict) -> dict:
         n,
         "\n".join(lines),
         threshold=model["threshold"],
-        reset=model["reset"],
+        reset=model["reset"] or None,
+        refractory=model.get("refractory") or False,
         method=METHODS[model["method"]],
         namespace={**model["params"], "x_in": x_in},
         dtype=np.float64,

@@ -37,7 +37,7 @@ MODELS: dict[str, Callable[..., sn.Neuron]] = {
     "EIF": sn.models.EIF,
     "ThresholdLIF": sn.models.ThresholdLIF,
 }
-assert set(sn.models.ZOO) <= {name.split("-")[0] for name in MODELS}, "a zoo model is untested"
+assert set(sn.models.DISCRETE) <= {name.split("-")[0] for name in MODELS}, "a zoo model is untested"
 
 RESETS = {"hard": {}, "soft": {"v_reset": None}}
 

@@ -32,16 +32,16 @@ def expected_entries(neuron: sn.Neuron) -> list[str]:
     grads = ["x_seq", "v_init", *neuron.learnable]
     return (
         [f"{p} vs finite diff" for p in partials]
-        + ["surrogate' vs finite diff"]
+        + ["surrogate' vs finite diff", "reference fires (x scaled 1x)"]
         + ["spike_seq vs reference", "v_seq vs reference"]
         + [f"grad {g} vs reference" for g in grads]
     )
 
 
 @pytest.mark.parametrize("reset", [0.0, None], ids=["hard", "soft"])
-@pytest.mark.parametrize("model", list(sn.models.ZOO))
+@pytest.mark.parametrize("model", list(sn.models.DISCRETE))
 def test_zoo_passes(model: str, reset: float | None) -> None:
-    neuron = sn.models.ZOO[model](v_reset=reset)
+    neuron = sn.models.DISCRETE[model](v_reset=reset)
     report = sn.check(neuron, backend="cpu", dtype=torch.float64, T=6, shape=(3, 8), seed=11)
     assert report.passed, str(report)
     assert bool(report)

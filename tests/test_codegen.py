@@ -56,7 +56,7 @@ QUICK_VARIANT = "LIF-hard-attached"
 def _variants() -> list[pytest.param]:
     """Every model x reset x detach_reset, all but ``QUICK_VARIANT`` marked ``slow``."""
     out = []
-    for name in [*sn.models.ZOO, *sn.models.STATEFUL]:
+    for name in [*sn.models.DISCRETE, *sn.models.STATEFUL]:
         for reset in ("hard", "soft"):
             for detach in (False, True):
                 kw: dict[str, object] = {"detach_reset": detach}
@@ -75,7 +75,7 @@ def test_every_cuda_variant_compiles_with_nvrtc(name: str, kw: dict[str, object]
         if os.environ.get("CI"):
             pytest.fail("CI must compile every CUDA variant: install 'symneuron[dev]' (NVRTC)")
         pytest.skip("NVRTC not installed (pip install 'symneuron[cuda]')")
-    neuron = {**sn.models.ZOO, **sn.models.STATEFUL}[name](**kw)
+    neuron = {**sn.models.DISCRETE, **sn.models.STATEFUL}[name](**kw)
     for dtype in ("float32", "float64", "float16", "bfloat16"):
         ptx = nvrtc.compile_to_ptx(neuron.source("cuda", dtype), name=f"{name}_{dtype}.cu")
         # 4 forward + 3 backward variants, each with one neuron per thread and with K lanes

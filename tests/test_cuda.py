@@ -31,7 +31,7 @@ def _zoo(name: str, reset: str, detach: bool, surrogate: str) -> sn.Neuron:
         kw["v_reset"] = None
     if name == "LIF":
         kw["learnable"] = ["tau"]
-    return sn.models.ZOO[name](**kw)
+    return sn.models.DISCRETE[name](**kw)
 
 
 def _relnorm(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -108,7 +108,7 @@ def _compare(
 @pytest.mark.parametrize("surrogate", BASIC_SURROGATES)
 @pytest.mark.parametrize("detach", [False, True])
 @pytest.mark.parametrize("reset", ["hard", "soft"])
-@pytest.mark.parametrize("name", list(sn.models.ZOO))
+@pytest.mark.parametrize("name", list(sn.models.DISCRETE))
 def test_cuda_matches_reference(
     name: str, reset: str, detach: bool, surrogate: str, dtype: torch.dtype
 ) -> None:
@@ -173,7 +173,7 @@ def test_cuda_graph_capture() -> None:
 
 
 def test_check_on_cuda() -> None:
-    for name, ctor in sn.models.ZOO.items():
+    for name, ctor in sn.models.DISCRETE.items():
         report = sn.check(ctor(), backend="cuda", device="cuda", seed=seed_of("check", name))
         assert report.passed, str(report)
 

@@ -181,7 +181,7 @@ def test_unknown_symbol_in_an_ode() -> None:
 
 @pytest.mark.slow
 def test_ode_models_cuda_sources_compile_with_nvrtc() -> None:
-    """Every CUDA variant of each Brian2-checked ODE model compiles (no GPU needed)."""
+    """Every CUDA variant of the ODE LIF compiles with each method (no GPU needed)."""
     import os
 
     from test_brian2 import CASES, _neuron
@@ -192,6 +192,8 @@ def test_ode_models_cuda_sources_compile_with_nvrtc() -> None:
             pytest.fail("CI must compile every CUDA variant: install 'symneuron[dev]' (NVRTC)")
         pytest.skip("NVRTC not installed (pip install 'symneuron[cuda]')")
     for name, method in CASES:
+        if name != "LIF":  # the zoo's ODE models: test_zoo.py compiles each at its defaults
+            continue
         for dtype in ("float32", "float16"):
             ptx = nvrtc.compile_to_ptx(_neuron(name, method).source("cuda", dtype))
             assert ptx.count(".entry") == 14, f"{name} {method} {dtype}"

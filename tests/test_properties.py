@@ -33,7 +33,7 @@ LEARNABLE = {
 
 @st.composite
 def cases(draw: st.DrawFn) -> dict:
-    model = draw(st.sampled_from(sorted(sn.models.ZOO)))
+    model = draw(st.sampled_from(sorted(sn.models.DISCRETE)))
     candidates = sorted(LEARNABLE[model])
     learnable = draw(st.lists(st.sampled_from(candidates), unique=True)) if candidates else []
     if model == "PLIF":
@@ -99,7 +99,7 @@ def make_inputs(case: dict) -> tuple:
 )
 @given(case=cases())
 def test_cpu_matches_reference(case: dict, store_v_seq: bool) -> None:
-    neuron = sn.models.ZOO[case["model"]](**case["kw"])
+    neuron = sn.models.DISCRETE[case["model"]](**case["kw"])
     x_seq, v_init, params, weights = make_inputs(case)
     options = {"store_v_seq": store_v_seq}
     got = run_with_grads(neuron, x_seq, v_init, params, weights, backend="cpu", **options)
@@ -123,7 +123,7 @@ def test_property_inputs_are_not_vacuous() -> None:
     @settings(max_examples=30, deadline=None, database=None, derandomize=True)
     @given(case=cases())
     def collect(case: dict) -> None:
-        neuron = sn.models.ZOO[case["model"]](**case["kw"])
+        neuron = sn.models.DISCRETE[case["model"]](**case["kw"])
         x_seq, v_init, params, _ = make_inputs(case)
         spikes, _ = sn.simulate(neuron, x_seq, v_init, params, backend="cpu")
         rates.append(float(spikes.mean()))

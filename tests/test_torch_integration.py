@@ -38,7 +38,7 @@ def op_args(
 @pytest.mark.parametrize("v_mode", ["seq", "last"])
 @pytest.mark.parametrize("model", ["PLIF", "QIF"])
 def test_opcheck_forward(model: str, v_mode: str) -> None:
-    neuron = sn.models.ZOO[model](v_reset=None if model == "QIF" else 0.0)
+    neuron = sn.models.DISCRETE[model](v_reset=None if model == "QIF" else 0.0)
     args = op_args(
         neuron, seed_of("opcheck", model, v_mode), store_h=True, v_mode=v_mode, requires_grad=True
     )
@@ -108,7 +108,7 @@ def test_opcheck_backward(grad_v_mode: str) -> None:
 @pytest.mark.parametrize("model", ["LIF", "PLIF", "QIF", "EIF"])
 def test_gradcheck_v_with_detached_reset(model: str, reset: float | None, v_mode: str) -> None:
     learnable = {"LIF": ["tau"], "PLIF": ["w"], "QIF": ["tau", "a0"], "EIF": ["delta_T"]}[model]
-    neuron = sn.models.ZOO[model](v_reset=reset, detach_reset=True, learnable=learnable)
+    neuron = sn.models.DISCRETE[model](v_reset=reset, detach_reset=True, learnable=learnable)
     scale = INPUT_SCALE.get(model, DEFAULT_INPUT_SCALE)
     x_seq, v_init = random_inputs(
         5, (2, 3), torch.float64, seed_of("gc", model, reset), x_offset=scale[0], x_scale=scale[1]
@@ -212,7 +212,7 @@ def test_compile_fullgraph_matches_eager(compile_backend: str) -> None:
 
 @pytest.mark.parametrize("model", ["LIF", "PLIF", "EIF"])
 def test_single_step_equals_multi_step(model: str) -> None:
-    neuron = sn.models.ZOO[model](v_reset=None)
+    neuron = sn.models.DISCRETE[model](v_reset=None)
     scale = INPUT_SCALE.get(model, DEFAULT_INPUT_SCALE)
     x_seq, _ = random_inputs(
         8, (3, 5), torch.float64, seed_of("steps", model), x_offset=scale[0], x_scale=scale[1]

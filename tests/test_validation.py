@@ -157,11 +157,6 @@ def test_x_seq_one_dim() -> None:
         sn.simulate(LIF, x_seq(5))
 
 
-def test_zero_steps() -> None:
-    with pytest.raises(ValueError, match="T = 0"):
-        sn.simulate(LIF, x_seq(0, 5))
-
-
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool, torch.complex64])
 def test_non_float_x_seq(dtype: torch.dtype) -> None:
     x = torch.ones(3, 5, dtype=dtype)

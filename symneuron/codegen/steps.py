@@ -105,8 +105,20 @@ class StepPrinter:
         return f"*({self.vec}*)({array} + {offset}) = {var};"
 
     def fire(self, h: str) -> list[str]:
+        """u = h − v_th and the spike s (crossing firing: gated by [V[t−1] < v_th])."""
         ct = self.dt.compute
+        if self.spec.crossing:
+            return [
+                f"const {ct} u = {h} - v_th;",
+                f"const {ct} {K.gate} = V < v_th ? 1 : 0;",
+                f"const {ct} s = (u >= 0 && V < v_th) ? 1 : 0;",
+            ]
         return [f"const {ct} u = {h} - v_th;", f"const {ct} s = u >= 0 ? 1 : 0;"]
+
+    def positive_zero(self) -> list[str]:
+        """After a hard reset: −0.0 + 0 = +0.0, as the reference's ``+ V_reset·S`` gives
+        (SymPy folds V_reset = 0 away; compilers keep ``+ 0`` without fast-math)."""
+        return ["V += 0;"] if self.spec.hard_reset else []
 
     def lane_state(self) -> list[str]:
         """Per-lane parameters, threshold and initial state in registers."""
@@ -146,6 +158,7 @@ class StepPrinter:
             *self.fire("h"),
             f"s_v.v[j] = {self.store('s')};",
             *self.lines(self.spec.reset, declare_last=False),
+            *self.positive_zero(),
             *self.targets(self.spec.state_resets, mutable=True),
             *([f"v_v.v[j] = {self.store('V')};"] if seq else []),
             *([f"wo{i}_v.v[j] = {self.store(f'w{i}')};" for i in states] if seq else []),
@@ -187,9 +200,11 @@ class StepPrinter:
             f"const {ct} h_prev = {self.load('hp_v.v[j]')};",
             *[f"const {ct} wt{i} = {self.load(f'wtp{i}_v.v[j]')};" for i in states],
             *([self.v_th_line()] if self.spec.threshold_per_step else []),
-            *self.fire("h_prev"),
+            # crossing firing has no reset: V[t-1] = H[t-1] needs no spike (nor V[t-2])
+            *(self.fire("h_prev") if not self.spec.crossing else []),
         ]
         inner += self.lines(self.spec.reset, declare_last=False, h="h_prev")
+        inner += self.positive_zero()
         inner += self.targets(self.spec.state_resets, mutable=True, h="h_prev")
         return [
             f"{ct} V;",

@@ -1,4 +1,5 @@
-"""Where symneuron stores what it generates and compiles, and how each entry is keyed.
+"""Where symneuron stores what it generates and compiles, how each entry is keyed, and
+how a damaged entry is noticed and rebuilt.
 
 Everything lives under one root, :func:`cache_dir`: ``$SYMNEURON_CACHE`` if set,
 else ``~/.cache/symneuron``.
@@ -11,37 +12,143 @@ else ``~/.cache/symneuron``.
                           runs SymPy (no derivation, no printing).
 ``generated/<h>.txt``     small derived facts (whether the backward reads X), keyed
                           the same way.
-``cpu-<h>.so``            a compiled C library; ``<h>`` hashes the source and the
-                          compiler flags.
-CuPy's own cache          compiled CUDA binaries, kept by CuPy under
-                          ``$CUPY_CACHE_DIR`` (default ``~/.cupy/kernel_cache``),
-                          keyed by CuPy from the source, options and architecture.
+``cpu-<h>.so``            a compiled C library; ``<h>`` hashes the source.
+``cuda-<h>.cubin``        a CUDA binary (cubin, or PTX where NVRTC does not know the
+                          GPU); ``<h>`` hashes the source, the architecture, the
+                          NVRTC options and NVRTC's version.
 ========================  ==========================================================
 
-Every file is written to a temporary name and renamed into place, so concurrent
-processes never see half a file. The cache is an optimisation only: when the
-root cannot be created or written, generated text is made afresh each time.
+**Integrity.** Every file ends in a seal: a line holding the SHA-256 of the file's
+name and content (:func:`seal`). A file is used only after its seal checks
+(:func:`fetch`), so a truncated, emptied, overwritten or edited file, or two files
+swapped, is never used: it is rebuilt once, with a warning. A compiled library is
+loaded from a private copy of the checked bytes, never from the shared file.
+Every file is written under a temporary name and renamed into place
+(:func:`store`), so concurrent processes never see half a file.
+
+**An unusable root** (read-only, a file, below a file, under ``/proc``) is replaced
+for the process by a private temporary directory, with one warning naming
+``SYMNEURON_CACHE``.
+
+:func:`info` and :func:`clear` show and empty the cache (``symneuron cache info`` and
+``symneuron cache clear`` on the command line).
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import os
+import shutil
+import tempfile
+import threading
+import warnings
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import sympy as sp
 
-__all__ = ["cache_dir", "generator_version", "generated", "write_atomic"]
+__all__ = [
+    "BoundedTable",
+    "cache_dir",
+    "clear",
+    "fetch",
+    "generated",
+    "generator_version",
+    "info",
+    "seal",
+    "store",
+    "unseal",
+]
+
+_SEAL = b"\n// symneuron sha256 "
+_SEAL_LEN = len(_SEAL) + 64 + 1  # the marker, the hex digest, a newline
+#: file name pattern (glob, relative to the root) -> kind reported by :func:`info`
+_KINDS = {
+    "generated/*.c": "generated source",
+    "generated/*.cu": "generated source",
+    "generated/*.txt": "generated facts",
+    "cpu-*.so": "cpu library",
+    "cuda-*.cubin": "cuda binary",
+    "**/*.tmp": "partial write",
+    "*.load": "partial write",
+}
+#: configured root -> the directory used for it in this process
+_ROOTS: dict[str, Path] = {}
+
+
+def seal(name: str, payload: bytes) -> bytes:
+    """``payload`` followed by a line with the SHA-256 of ``name`` and ``payload``.
+
+    Binding the file's name into the hash makes a file copied or swapped onto another
+    entry's name fail :func:`unseal`, as a damaged one does. A compiled library stays
+    loadable with the seal appended (loaders ignore bytes past the ELF image), though
+    it is never loaded from the cache file itself.
+    """
+    digest = hashlib.sha256(name.encode() + b"\0" + payload).hexdigest().encode()
+    return payload + _SEAL + digest + b"\n"
+
+
+def unseal(name: str, data: bytes) -> bytes | None:
+    """The payload of a sealed file named ``name``, or None if its seal does not check."""
+    if len(data) < _SEAL_LEN or not data.endswith(b"\n"):
+        return None
+    payload, trailer = data[:-_SEAL_LEN], data[-_SEAL_LEN:]
+    return payload if seal(name, payload)[-_SEAL_LEN:] == trailer else None
+
+
+def _usable(root: Path) -> str | None:
+    """Why ``root`` cannot hold the cache (None if it can): created, then written to."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=root, prefix=".probe-", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except (OSError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _private() -> Path:
+    """A temporary directory of this process only, removed at exit."""
+    path = Path(tempfile.mkdtemp(prefix="symneuron-cache-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def _configured() -> str:
+    root = os.environ.get("SYMNEURON_CACHE")
+    if root:
+        return root
+    try:
+        return str(Path.home() / ".cache" / "symneuron")
+    except RuntimeError:  # no home directory
+        return ""
 
 
 def cache_dir() -> Path:
-    """The cache root, created if missing: ``$SYMNEURON_CACHE`` or ``~/.cache/symneuron``."""
-    root = os.environ.get("SYMNEURON_CACHE") or Path.home() / ".cache" / "symneuron"
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """The cache root in use: ``$SYMNEURON_CACHE`` or ``~/.cache/symneuron``, created if
+    missing; a private temporary directory (one warning) when that cannot be written."""
+    configured = _configured()
+    found = _ROOTS.get(configured)
+    if found is None:
+        problem = _usable(Path(configured)) if configured else "no home directory"
+        if problem is None:
+            found = Path(configured)
+        else:
+            found = _private()
+            warnings.warn(
+                f"symneuron: the kernel cache {configured!r} cannot be written ({problem}); "
+                f"this process caches in {found} instead and compiles again next time. Set "
+                "SYMNEURON_CACHE to a writable directory.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        _ROOTS[configured] = found
+    return found
 
 
 @functools.lru_cache(maxsize=1)
@@ -59,35 +166,182 @@ def generator_version() -> str:
     return digest.hexdigest()[:16]
 
 
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename."""
-    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    if isinstance(data, bytes):
-        partial.write_bytes(data)
-    else:
-        partial.write_text(data)
-    os.replace(partial, path)
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file of its own and a rename."""
+    fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide the file from a shared cache's users
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(partial, path)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise
 
 
-def generated(parts: tuple[str, ...], suffix: str, make: Callable[[], str]) -> str:
+def store(path: Path, payload: bytes) -> bool:
+    """Seal ``payload`` and write it to ``path`` atomically; False (and no error) when
+    the file cannot be written: the cache only saves time."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, seal(path.name, payload))
+    except OSError:
+        return False
+    return True
+
+
+def damaged(path: Path, why: str) -> None:
+    """Warn that the cached ``path`` is not used (``why``) and will be rebuilt."""
+    warnings.warn(
+        f"symneuron: the cached file {path} is damaged ({why}); rebuilding it.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+def fetch(path: Path) -> bytes | None:
+    """The checked payload of the cached ``path``; None when it is absent, and None with a
+    warning when it is unreadable or fails its seal (the caller rebuilds it)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        damaged(path, f"unreadable: {exc}")
+        return None
+    payload = unseal(path.name, data)
+    if payload is None:
+        damaged(path, "its content does not match its seal")
+    return payload
+
+
+def generated(
+    parts: tuple[str, ...],
+    suffix: str,
+    make: Callable[[], str],
+    valid: Callable[[str], bool] | None = None,
+) -> str:
     """Text generated from a neuron, cached under ``cache_dir()/generated``.
 
     ``parts`` identify it (with :func:`generator_version`); ``make`` produces it on a
-    miss. When the directory cannot be read or written, it is bypassed.
+    miss, or when the cached file fails its seal or ``valid``.
     """
     name = hashlib.sha256("\0".join((generator_version(), *parts)).encode()).hexdigest()[:32]
-    try:
-        path = cache_dir() / "generated" / f"{name}{suffix}"
-    except OSError:
-        return make()
-    try:
-        return path.read_text()
-    except OSError:
-        pass
+    path = cache_dir() / "generated" / f"{name}{suffix}"
+    payload = fetch(path)
+    if payload is not None:
+        text = payload.decode(errors="replace")
+        if valid is None or valid(text):
+            return text
+        damaged(path, "its content is not valid")
     text = make()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, text)
-    except OSError:
-        pass
+    store(path, text.encode())
     return text
+
+
+def _files() -> dict[Path, str]:
+    """Each file of the cache root in use -> its kind."""
+    root = cache_dir()
+    found: dict[Path, str] = {}
+    for pattern, kind in _KINDS.items():
+        for path in root.glob(pattern):
+            if path.is_file() and not path.is_symlink():
+                found.setdefault(path, kind)
+    return found
+
+
+def info() -> dict[str, object]:
+    """What the cache holds.
+
+    Returns
+    -------
+    dict
+        ``path`` (the root in use, str), ``files`` (count), ``bytes`` (total size) and
+        ``kinds``: kind name -> ``{"files": n, "bytes": b}`` for the kinds present
+        (``"generated source"``, ``"generated facts"``, ``"cpu library"``, ``"cuda
+        binary"``, ``"partial write"``).
+
+    Examples
+    --------
+    >>> from symneuron.runtime import cache
+    >>> sorted(cache.info())
+    ['bytes', 'files', 'kinds', 'path']
+    """
+    kinds: dict[str, dict[str, int]] = {}
+    for path, kind in _files().items():
+        try:
+            size = path.stat().st_size
+        except OSError:
+            continue
+        entry = kinds.setdefault(kind, {"files": 0, "bytes": 0})
+        entry["files"] += 1
+        entry["bytes"] += size
+    return {
+        "path": str(cache_dir()),
+        "files": sum(e["files"] for e in kinds.values()),
+        "bytes": sum(e["bytes"] for e in kinds.values()),
+        "kinds": kinds,
+    }
+
+
+def clear() -> int:
+    """Remove every file symneuron wrote to the cache root in use; returns how many.
+
+    Only symneuron's own files are removed (the patterns listed in this module's
+    table), never anything else under the root. Kernels loaded in running processes
+    stay loaded; later processes generate and compile afresh.
+
+    Examples
+    --------
+    >>> from symneuron.runtime import cache
+    >>> removed = cache.clear()
+    """
+    removed = 0
+    for path in _files():
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        removed += 1
+    return removed
+
+
+K = TypeVar("K")
+T = TypeVar("T")
+
+
+class BoundedTable(Generic[K, T]):
+    """A dict of at most ``bound`` entries that forgets the least recently used one.
+
+    The process-wide tables of programs, libraries and modules are these, so that a
+    process that meets thousands of distinct neurons keeps its memory flat.
+    """
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self._items: OrderedDict[K, T] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> T | None:
+        """The value of ``key`` (now the most recently used), or None."""
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: K, value: T) -> T:
+        """Store ``value`` under ``key``, forgetting the oldest entries beyond the bound."""
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.bound:
+                self._items.popitem(last=False)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        self._items.clear()

@@ -1,8 +1,12 @@
-"""The cuda runtime: CuPy RawModule (NVRTC), launched on torch's current stream.
+"""The cuda runtime: NVRTC -> a sealed, cached CUDA binary -> a module launched on
+torch's current stream.
 
-CuPy caches compiled modules on disk (keyed by the source); this module keeps
-loaded modules in memory, and each kernel gets one launcher closure (see
-:func:`launcher`) that the binding caches.
+Each source is compiled by NVRTC (:mod:`~symneuron.runtime.nvrtc`) to a cubin for the
+device's architecture (PTX for the newest architecture NVRTC knows, when it does not
+know the device's), cached sealed on disk (:mod:`~symneuron.runtime.cache`) and loaded
+with CuPy's driver bindings from the checked bytes: a damaged cached binary is rebuilt,
+never loaded. Loaded modules are kept in a bounded table; each kernel gets one launcher
+closure (see :func:`launcher`) that the binding caches and that keeps its module alive.
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ from typing import Any
 
 import torch
 
-from . import Packed, settings
+from . import Packed, cache, nvrtc, settings
 
 __all__ = ["available", "load", "launcher"]
 
-_MODULES: dict[tuple[str, int], Any] = {}
+#: (source hash, device) -> loaded module
+_MODULES: cache.BoundedTable[tuple[str, int], Any] = cache.BoundedTable(256)
+_OPTIONS = ("-std=c++17",)
 
 
 def _cupy() -> Any:
@@ -35,6 +41,7 @@ def _cupy() -> Any:
 
 @torch.compiler.assume_constant_result
 def available() -> bool:
+    """Whether torch sees a CUDA device and CuPy imports."""
     if not torch.cuda.is_available():
         return False
     try:
@@ -44,16 +51,58 @@ def available() -> bool:
     return True
 
 
+def _target(device: int) -> tuple[str, bool]:
+    """NVRTC's ``-arch`` option for ``device`` and whether it yields a cubin (else PTX)."""
+    major, minor = torch.cuda.get_device_capability(device)
+    arch = 10 * major + minor
+    known = nvrtc.supported_archs()
+    if arch in known:
+        return f"-arch=sm_{arch}", True
+    below = [a for a in known if a <= arch] or [min(known)]
+    return f"-arch=compute_{max(below)}", False
+
+
+def _compile(source: str, arch: str, cubin: bool) -> bytes:
+    options = (arch, *_OPTIONS)
+    if cubin:
+        return nvrtc.compile_to_cubin(source, "symneuron.cu", options)
+    return nvrtc.compile_to_ptx(source, "symneuron.cu", options).encode() + b"\0"
+
+
+def _module(image: bytes, device: int) -> Any:
+    """A CuPy module holding ``image`` (cubin or PTX), loaded on ``device``."""
+    cupy = _cupy()
+    module = cupy.cuda.function.Module()
+    with cupy.cuda.Device(device):
+        module.load(image)
+    return module
+
+
+def _load(source: str, device: int) -> Any:
+    """The module of ``source``: from the cached binary if its seal checks and it loads,
+    else compiled (once), stored and loaded."""
+    arch, cubin = _target(device)
+    version = ".".join(map(str, nvrtc.nvrtc_version()))
+    digest = hashlib.sha256("\0".join((source, arch, *_OPTIONS, version)).encode())
+    target = cache.cache_dir() / f"cuda-{digest.hexdigest()[:32]}.cubin"
+    image = cache.fetch(target)
+    if image is not None:
+        try:
+            return _module(image, device)
+        except Exception as exc:  # CuPy's CUDADriverError: an image the driver rejects
+            cache.damaged(target, f"the driver does not load it: {exc}")
+    image = _compile(source, arch, cubin)
+    cache.store(target, image)
+    return _module(image, device)
+
+
 def load(source: str, device: int) -> Any:
     """The compiled module for ``source`` on ``device`` (compiled once per process)."""
     key = (hashlib.sha256(source.encode()).hexdigest(), device)
-    if key not in _MODULES:
-        cupy = _cupy()
-        with cupy.cuda.Device(device):
-            module = cupy.RawModule(code=source, options=("-std=c++17",))
-            module.compile()
-        _MODULES[key] = module
-    return _MODULES[key]
+    module = _MODULES.get(key)
+    if module is None:
+        module = _MODULES.put(key, _load(source, device))
+    return module
 
 
 # cuLaunchKernel "extra" keys: CU_LAUNCH_PARAM_END, _BUFFER_POINTER, _BUFFER_SIZE
@@ -71,7 +120,7 @@ def launcher(module: Any, name: str, device: int) -> Callable[[list[Packed], int
     """
     from cupy.cuda import driver
 
-    fn = int(module.get_function(name).kernel.ptr)
+    fn = int(module.get_function(name).ptr)
     launch_kernel = driver.launchKernel
     raw_stream = torch._C._cuda_getCurrentRawStream
     current_device = torch._C._cuda_getDevice
@@ -79,7 +128,7 @@ def launcher(module: Any, name: str, device: int) -> Callable[[list[Packed], int
     address = ctypes.addressof
     formats: dict[tuple[str, ...], str] = {}
 
-    def launch(args: list[Packed], threads: int) -> None:
+    def launch(args: list[Packed], threads: int, _module: Any = module) -> None:
         kinds, values = zip(*args, strict=True)
         fmt = formats.get(kinds)
         if fmt is None:

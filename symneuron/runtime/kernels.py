@@ -52,6 +52,10 @@ def _pointer(value: Any) -> int:
     return value if isinstance(value, int) else value.data_ptr()
 
 
+def _is_flag(text: str) -> bool:
+    return text in ("0", "1")
+
+
 def _plan(signature: tuple[Arg, ...]) -> list[tuple[str, str, bool]]:
     """The signature as (struct format, name, is a pointer) rows, computed once."""
     return [(a.pack, a.name, a.pointer) for a in signature]
@@ -96,7 +100,8 @@ class Program:
             def make() -> str:
                 return str(int(derivation.derive(self.neuron).needs_x))
 
-            self._needs_x = cache.generated((self.key, "needs_x"), ".txt", make).strip() == "1"
+            flag = cache.generated((self.key, "needs_x"), ".txt", make, valid=_is_flag)
+            self._needs_x = flag == "1"
         return self._needs_x
 
     # -- compile and launch -------------------------------------------------
@@ -236,7 +241,9 @@ class Program:
         return grad_x, grad_v_init, grad_w_init, grad_params
 
 
-_PROGRAMS: dict[tuple[str, str], Program] = {}
+#: (neuron key, backend) -> Program; the least recently used are forgotten (a forgotten
+#: program is made again on its next use, its kernels loaded from the tables below it)
+_PROGRAMS: cache.BoundedTable[tuple[str, str], Program] = cache.BoundedTable(256)
 
 
 def program(neuron: Definition, backend: str) -> Program:
@@ -246,7 +253,7 @@ def program(neuron: Definition, backend: str) -> Program:
     if found is None:
         if backend not in BACKENDS:
             raise ValueError(f"No kernels for backend {backend!r}; use one of {sorted(BACKENDS)}")
-        found = _PROGRAMS[pkey] = Program(neuron, backend)
+        found = _PROGRAMS.put(pkey, Program(neuron, backend))
     return found
 
 

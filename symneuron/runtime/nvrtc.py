@@ -16,9 +16,11 @@ from types import ModuleType
 __all__ = [
     "DEFAULT_OPTIONS",
     "NvrtcCompileError",
+    "compile_to_cubin",
     "compile_to_ptx",
     "nvrtc_available",
     "nvrtc_version",
+    "supported_archs",
 ]
 
 DEFAULT_OPTIONS: tuple[str, ...] = ("-arch=compute_90", "-std=c++17")
@@ -84,6 +86,35 @@ def nvrtc_version() -> tuple[int, int]:
     return int(major), int(minor)
 
 
+def supported_archs() -> tuple[int, ...]:
+    """The real architectures NVRTC can build cubins for, e.g. ``(75, 80, ..., 90, 100)``.
+
+    Raises
+    ------
+    RuntimeError
+        If NVRTC is unavailable.
+    """
+    return tuple(int(a) for a in _bindings().getSupportedArchs())
+
+
+def compile_to_cubin(
+    source: str, name: str = "kernel.cu", options: tuple[str, ...] = ("-arch=sm_90",)
+) -> bytes:
+    """Compile CUDA C source to a cubin (machine code for one real architecture).
+
+    As :func:`compile_to_ptx`, but ``options`` must name a real architecture
+    (``-arch=sm_XX``, one of :func:`supported_archs`); no device is needed.
+
+    Raises
+    ------
+    RuntimeError
+        If NVRTC is unavailable.
+    NvrtcCompileError
+        If compilation fails.
+    """
+    return bytes(_output(source, name, options, "getCUBIN"))
+
+
 def compile_to_ptx(
     source: str,
     name: str = "kernel.cu",
@@ -119,14 +150,19 @@ def compile_to_ptx(
     >>> ".entry k" in ptx
     True
     """
+    return bytes(_output(source, name, options, "getPTX")).decode().rstrip("\0")
+
+
+def _output(source: str, name: str, options: tuple[str, ...], getter: str) -> bytes:
+    """Compile ``source`` and return NVRTC's ``getter`` output (``getPTX``, ``getCUBIN``)."""
     nvrtc = _bindings()
     program = nvrtc.createProgram(source, name, [], [])
     try:
         _compile(nvrtc, program, name, options)
-        ptx: bytes = nvrtc.getPTX(program)
+        out: bytes = getattr(nvrtc, getter)(program)
     finally:
         nvrtc.destroyProgram(program)
-    return ptx.decode().rstrip("\0")
+    return out
 
 
 def _compile(nvrtc: ModuleType, program: int, name: str, options: tuple[str, ...]) -> None:

@@ -1,4 +1,4 @@
-"""The zoo: each model only as its charge equation, with SpikingJelly's defaults.
+"""Discrete-time models: each only as its charge equation, with SpikingJelly's defaults.
 
 Every function returns a :class:`~symneuron.Neuron`; nothing here is a kernel, a
 derivative or an autograd function. Keyword arguments not named in a model's
@@ -13,8 +13,8 @@ from typing import Any
 
 import sympy as sp
 
-from .definition import H, S, State, V, X
-from .neuron import Neuron
+from ..definition import H, S, State, V, X
+from ..neuron import Neuron
 
 __all__ = [
     "IF",
@@ -23,7 +23,7 @@ __all__ = [
     "QIF",
     "EIF",
     "ThresholdLIF",
-    "ZOO",
+    "DISCRETE",
     "Izhikevich",
     "ALIF",
     "CuLIF",
@@ -56,7 +56,7 @@ def _lif_charge(decay_input: bool, target: float | sp.Expr) -> sp.Expr:
 
 
 def IF(**kw: Any) -> Neuron:
-    r"""Integrate-and-fire.
+    r"""Integrate-and-fire (Lapicque 1907; SpikingJelly ``IFNode``).
 
     .. math:: H[t] = V[t-1] + X[t]
     """
@@ -80,7 +80,8 @@ def LIF(tau: float = 2.0, decay_input: bool = True, **kw: Any) -> Neuron:
 def ThresholdLIF(
     tau: float = 2.0, v_threshold: float = 1.0, decay_input: bool = True, **kw: Any
 ) -> Neuron:
-    r"""LIF whose firing threshold θ is a learnable parameter (initialised to ``v_threshold``).
+    r"""LIF whose firing threshold θ is a learnable parameter (initialised to ``v_threshold``),
+    SpikingJelly's ``LIFNode`` otherwise.
 
     .. math::
         H[t] = V[t-1] + \frac{X[t] - (V[t-1] - V_{reset})}{\tau}, \qquad
@@ -97,7 +98,8 @@ def ThresholdLIF(
 
 
 def PLIF(init_tau: float = 2.0, decay_input: bool = True, **kw: Any) -> Neuron:
-    r"""Parametric LIF (SpikingJelly ``ParametricLIFNode``): 1/τ = sigmoid(w), w learnable.
+    r"""Parametric LIF (Fang et al. 2021; SpikingJelly ``ParametricLIFNode``): 1/τ =
+    sigmoid(w), w learnable.
 
     .. math::
         H[t] = V[t-1] + \mathrm{sigmoid}(w)\,\bigl(X[t] - (V[t-1] - V_{reset})\bigr)
@@ -144,8 +146,15 @@ def EIF(
     return _neuron(charge, params, "EIF", kw)
 
 
-#: name -> constructor, for tests and benchmarks.
-ZOO = {"IF": IF, "LIF": LIF, "PLIF": PLIF, "QIF": QIF, "EIF": EIF, "ThresholdLIF": ThresholdLIF}
+#: The single-state models SpikingJelly also has: name -> constructor.
+DISCRETE = {
+    "IF": IF,
+    "LIF": LIF,
+    "PLIF": PLIF,
+    "QIF": QIF,
+    "EIF": EIF,
+    "ThresholdLIF": ThresholdLIF,
+}
 
 
 # -- neurons with extra state variables ------------------------------------------------
@@ -201,7 +210,8 @@ def ALIF(
 
 
 def CuLIF(tau: float = 2.0, tau_syn: float = 4.0, **kw: Any) -> Neuron:
-    r"""Current-based LIF: a synaptic current I filters the input.
+    r"""Current-based LIF (Norse's ``LIFCell``; Gerstner et al. 2014): a synaptic current
+    I filters the input.
 
     .. math::
         \tilde I[t] = I[t-1] \left(1 - \frac{1}{\tau_{syn}}\right) + X[t], \qquad

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One device call for a session's GPU verification: the CUDA tests of the zoo's paper
+# models (tests/test_cuda_ode.py: float64 GPU vs CPU for every Brian2 case, sn.check in
+# fp64/fp32/fp16/bf16), the CUDA regression tests, and the kernel benchmark rows of the
+# paper models (symneuron only; each against its own floor). Logs land in $OUT.
+#
+# device call:  command: bash benchmarks/gpu_session.sh   timeout_s: 600
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/symneuron-gpu-out}"
+mkdir -p "$OUT"
+export PYTHONPATH=".:tests${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export SYMNEURON_CACHE="${SYMNEURON_CACHE:-/tmp/sncache}"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__)" \
+    | tee -a "$OUT/gpu.txt"
+timeout -s TERM "${TEST_TIMEOUT:-250}" python3 -m pytest -q -rfE -m cuda -p no:cacheprovider \
+    tests/test_cuda_ode.py tests/test_reliability.py 2>&1 \
+    | tee "$OUT/cuda_tests.log" | tail -25
+timeout -s TERM "${BENCH_TIMEOUT:-120}" python3 benchmarks/bench_neurons.py \
+    --models Izhikevich2003,HodgkinHuxley --peers symneuron --T 16,64 --N 2^20 \
+    --dtypes fp32,bf16 --skip-first-call --skip-derivation --out-dir "$OUT" \
+    --time-budget-s 90 2>"$OUT/bench.err" | tee "$OUT/bench.log" | tail -20

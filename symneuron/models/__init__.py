@@ -1,0 +1,65 @@
+"""The zoo: every model only as its equations, with its source and defaults.
+
+Nothing here is a kernel, a derivative or an autograd function: each function
+returns a :class:`~symneuron.Neuron`. :mod:`~symneuron.models.discrete` holds the
+discrete-time models with SpikingJelly's conventions and defaults;
+:mod:`~symneuron.models.papers` the models as their papers and simulators write
+them, mostly differential equations discretised by :meth:`~symneuron.Neuron.from_ode`.
+
+>>> import symneuron as sn
+>>> hh = sn.models.HodgkinHuxley()
+>>> sorted(hh.states)
+['h', 'm', 'n']
+"""
+
+from .discrete import (
+    ALIF,
+    DISCRETE,
+    EIF,
+    IF,
+    LIF,
+    PLIF,
+    QIF,
+    STATEFUL,
+    AdEx,
+    CuLIF,
+    Izhikevich,
+    ThresholdLIF,
+)
+from .papers import (
+    IZHIKEVICH_PRESETS,
+    AdEx2005,
+    AdLIF,
+    FitzHughNagumo,
+    HodgkinHuxley,
+    IafCondExp,
+    IafPscExp,
+    Izhikevich2003,
+    RefractoryLIF,
+    ResonateAndFire,
+    ThetaNeuron,
+    vtrap,
+)
+
+#: The models from papers and simulators (``papers``): name -> constructor.
+PAPERS = {
+    "Izhikevich2003": Izhikevich2003,
+    "AdEx2005": AdEx2005,
+    "HodgkinHuxley": HodgkinHuxley,
+    "FitzHughNagumo": FitzHughNagumo,
+    "ResonateAndFire": ResonateAndFire,
+    "AdLIF": AdLIF,
+    "IafCondExp": IafCondExp,
+    "IafPscExp": IafPscExp,
+    "ThetaNeuron": ThetaNeuron,
+    "RefractoryLIF": RefractoryLIF,
+}
+
+#: Every model in the zoo: name -> constructor (each callable with no arguments).
+ZOO = {**DISCRETE, **STATEFUL, **PAPERS}
+
+__all__ = [  # noqa: PLE0604
+    "IF", "LIF", "PLIF", "QIF", "EIF", "ThresholdLIF", "Izhikevich", "ALIF", "CuLIF", "AdEx",
+    *PAPERS,
+    "ZOO", "DISCRETE", "STATEFUL", "PAPERS", "IZHIKEVICH_PRESETS", "vtrap",
+]  # fmt: skip

@@ -1,0 +1,63 @@
+"""An extra state variable, and how a neuron fires: the parts of a definition that
+describe what happens after the charge (stage 0: imports nothing of symneuron)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sympy as sp
+
+__all__ = ["State", "firing_mode", "FIRING"]
+
+#: How a neuron fires: on the level of H (then a reset) or on an upward crossing.
+FIRING = ("level", "crossing")
+
+
+@dataclass(frozen=True)
+class State:
+    """An extra state variable W of a neuron (see docs/user_guide.md, "Extra states").
+
+    Parameters
+    ----------
+    update : sympy.Expr, optional
+        The pre-spike update W̃ = g(V, W..., X, H; θ), written with the state
+        symbols (their values before this step), :data:`V`, :data:`X`, :data:`H`
+        and params. ``None`` keeps W̃ = W.
+    on_spike : sympy.Expr, optional
+        The reset W[t] = r(W̃..., S; θ), written with the state symbols (here
+        meaning their updated values W̃), :data:`S` and params, e.g. ``W + b*S``.
+        ``None`` keeps W[t] = W̃.
+    init : float
+        W[0] when no initial value is given.
+
+    Examples
+    --------
+    >>> import sympy as sp, symneuron as sn
+    >>> a = sp.Symbol("a")
+    >>> adaptation = sn.State(update=0.9 * a, on_spike=a + 0.1 * sn.S)
+    """
+
+    update: sp.Expr | None = None
+    on_spike: sp.Expr | None = None
+    init: float = 0.0
+
+
+def firing_mode(firing: Any, v_reset: Any) -> str:
+    """``firing`` checked against the reset: ``"level"`` or ``"crossing"`` (no reset)."""
+    if firing not in ("level", "crossing"):
+        raise ValueError(
+            f"firing must be 'level' (S = Θ(H − θ), then a reset) or 'crossing' (S = 1 when "
+            f"H crosses θ from below, no reset), got {firing!r}"
+        )
+    if firing == "crossing" and v_reset is None:
+        raise ValueError(
+            "firing='crossing' neurons have no reset, so a soft reset (v_reset=None) cannot "
+            "apply; leave v_reset out, or use firing='level' for a soft reset."
+        )
+    if firing == "crossing" and not (isinstance(v_reset, (int, float)) and v_reset == 0.0):
+        raise ValueError(
+            f"firing='crossing' neurons have no reset, but v_reset={v_reset!r} was given; "
+            "leave v_reset out (V[0] comes from v_init), or use firing='level'."
+        )
+    return str(firing)

@@ -1,0 +1,39 @@
+"""The documentation builds in strict mode (no broken link or reference, no docstring
+griffe cannot parse), and its zoo page is generated from every model of the zoo."""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sympy as sp
+
+import symneuron as sn
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_mkdocs_build_strict(tmp_path: Path) -> None:
+    if not all(importlib.util.find_spec(m) for m in ("mkdocs", "mkdocstrings")):
+        if os.environ.get("CI"):
+            pytest.fail('CI must build the API reference: install ".[docs]" (.ci/run)')
+        pytest.skip('needs the docs extra: pip install -e ".[docs]"')
+    site = tmp_path / "site"
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    zoo = html.unescape((site / "reference" / "zoo" / "index.html").read_text())
+    for name in sn.models.ZOO:
+        assert f'id="{name.lower()}"' in zoo, f"no section for {name}"
+    assert sp.latex(sn.models.LIF().charge) in zoo
+    assert sp.latex(sn.models.QIF().derivatives()["dH/dV"]) in zoo
+    assert (site / "reference" / "testing" / "index.html").is_file()
+    assert "assert_neuron_ok" in (site / "reference" / "testing" / "index.html").read_text()
