@@ -116,11 +116,11 @@ class Definition:
         if not isinstance(detach_reset, bool):
             raise TypeError(f"detach_reset must be a bool, got {detach_reset!r}")
         set_(self, "detach_reset", detach_reset)
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str (used in kernel names), got {name!r}")
         set_(self, "name", name or "Neuron")
         if not self.name.isidentifier():
-            raise ValueError(
-                f"name must be an identifier (used in kernel names), got {self.name!r}"
-            )
+            raise ValueError(f"name must be an identifier (used in kernel names), got {name!r}")
         set_(self, "_given", given)
         set_(self, "_key", self._hash())
         _LIVE.setdefault(self._key, self)

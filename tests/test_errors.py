@@ -50,3 +50,8 @@ def test_check_scales_the_input_to_the_models_units() -> None:
 def test_learnable_not_a_list_is_a_type_error() -> None:
     with pytest.raises(TypeError, match=r"learnable must be a list of parameter names"):
         sn.models.LIF(learnable=3)
+
+
+def test_a_name_that_is_not_a_string_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match=r"name must be a str \(used in kernel names\), got 5"):
+        sn.Neuron(sn.V + sn.X, name=5)  # type: ignore[arg-type]

@@ -192,6 +192,8 @@ def test_paper_models_cuda_sources_compile_with_nvrtc(name: str) -> None:
             pytest.fail("CI must compile every CUDA variant: install 'symneuron[dev]' (NVRTC)")
         pytest.skip("NVRTC not installed (pip install 'symneuron[cuda]')")
     neuron = sn.models.ZOO[name]()
-    for dtype in ("float32", "float64", "float16", "bfloat16"):
+    # float32 and bfloat16 here (the GPU tests compile and run all four dtypes): the 16-bit
+    # storage path and the 32-bit one, at half the CI time
+    for dtype in ("float32", "bfloat16"):
         ptx = nvrtc.compile_to_ptx(neuron.source("cuda", dtype), name=f"{name}_{dtype}.cu")
         assert ptx.count(".entry") == 14, f"{name} {dtype}"
