@@ -24,7 +24,15 @@ from . import dtypes
 from .definition import Definition
 from .runtime.kernels import Program, lookup, program
 
-__all__ = ["register", "program", "forward_op", "backward_op", "EagerBinding"]
+__all__ = [
+    "register",
+    "program",
+    "forward_op",
+    "backward_op",
+    "EagerBinding",
+    "kernel_param",
+    "launch_param",
+]
 
 
 def register(neuron: Definition, backend: str) -> str:
@@ -33,6 +41,88 @@ def register(neuron: Definition, backend: str) -> str:
     Not needed before calling the ops (they find a live neuron by its key); useful to
     compile nothing lazily inside a traced region."""
     return program(neuron, backend).key
+
+
+#: (backend, dtype) -> the dtype the kernels compute in (a dict lookup, not a str())
+_COMPUTE: dict[tuple[str, torch.dtype], torch.dtype] = {}
+
+
+def compute_dtype(backend: str, dtype: torch.dtype) -> torch.dtype:
+    """The torch dtype ``backend``'s kernels compute in for inputs of ``dtype`` (cached)."""
+    found = _COMPUTE.get((backend, dtype))
+    if found is None:
+        found = dtypes.lookup(backend, dtype).torch_compute
+        if not torch.compiler.is_compiling():
+            _COMPUTE[(backend, dtype)] = found
+    return found
+
+
+_SCALARS: dict[tuple[float, torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def _scalar(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A 0-dim tensor holding ``value``; cached (read-only) outside compilation and capture."""
+    if torch.compiler.is_compiling():
+        return torch.full((), value, dtype=dtype, device=device)
+    key = (value, dtype, device)
+    tensor = _SCALARS.get(key)
+    if tensor is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return torch.full((), value, dtype=dtype, device=device)
+        if len(_SCALARS) > 1024:
+            _SCALARS.clear()
+        tensor = _SCALARS[key] = torch.full((), value, dtype=dtype, device=device)
+    return tensor
+
+
+def kernel_param(
+    value: float | torch.Tensor,
+    dtype: torch.dtype,
+    device: torch.device,
+    shape: tuple[int, ...],
+    n: int,
+) -> torch.Tensor:
+    """A param (float, or tensor broadcastable to ``shape``) as an [n] tensor in
+    ``dtype`` (stride 0 when scalar), ``n`` the number of neurons in ``shape``."""
+    if not isinstance(value, torch.Tensor):
+        return _scalar(value, dtype, device).expand(n)
+    if value.dtype != dtype:
+        value = value.to(dtype)
+    if value.numel() == 1:
+        return value.reshape(()).expand(n)
+    return value.expand(shape).reshape(n)
+
+
+def launch_param(
+    value: float | torch.Tensor,
+    dtype: torch.dtype,
+    device: torch.device,
+    shape: tuple[int, ...],
+    n: int,
+) -> torch.Tensor:
+    """A param as the kernels read it: a 0-dim tensor for one value (stride 0, no view
+    made when it already is one in ``dtype``), else as :func:`kernel_param`. The
+    launches take only each param's address and stride."""
+    if not isinstance(value, torch.Tensor):
+        return _scalar(value, dtype, device)
+    if value.dtype != dtype:
+        value = value.to(dtype)
+    if value.dim() == 0:
+        return value
+    if value.numel() == 1:
+        return value.reshape(())
+    return value.expand(shape).reshape(n)
+
+
+def _grad_shape(value: Any, shape: tuple[int, ...], n: int) -> tuple[int, ...] | None:
+    """The shape :class:`EagerBinding` gives a param's [n] gradient so that autograd's
+    reduction to the param's own shape sums it as :func:`kernel_param`'s views would
+    (None for a float)."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    if value.numel() == 1:
+        return (1,) * (value.dim() - 1) + (n,) if value.dim() else (n,)
+    return shape
 
 
 def _empty(like: torch.Tensor, value: torch.Tensor | None, shape: tuple[int, ...]) -> torch.Tensor:
@@ -196,6 +286,11 @@ class EagerBinding(torch.autograd.Function):
     kernels directly. Its outputs are only (spike_seq, v_out) and, for a neuron with
     extra states, w_out: H and W̃ are saved as intermediates, and no placeholder
     tensor is allocated.
+
+    It takes the params as given (floats or tensors broadcastable to ``shape``) and
+    makes their [N] kernel views itself, so that no autograd node is recorded per
+    param: each gradient is returned as [N] values shaped for autograd's own reduction
+    to the param's shape and dtype (the sum and cast the views' nodes would do).
     """
 
     @staticmethod
@@ -206,16 +301,25 @@ class EagerBinding(torch.autograd.Function):
         v_init: torch.Tensor | None,
         w_init: torch.Tensor | None,
         v_mode: str,
-        *params: torch.Tensor,
+        shape: tuple[int, ...],
+        *values: float | torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
+        n = x_seq.shape[1]
+        dtype, device = compute_dtype(prog.backend, x_seq.dtype), x_seq.device
+        params = [launch_param(value, dtype, device, shape, n) for value in values]
         spike, v_out, h_seq, w_out, wt_seq = prog.forward(
             x_seq, v_init, w_init, params, True, v_mode
         )
         inputs = (x_seq, v_init, w_init)
         _save(ctx, prog, v_mode, inputs, params, (h_seq, wt_seq), outputs=False)
+        ctx.grad_shapes = [_grad_shape(value, shape, n) for value in values]
         return (spike, v_out) if w_out is None else (spike, v_out, w_out)
 
     @staticmethod
     def backward(ctx: Any, grad_spike: Any, grad_v: Any, grad_w: Any = None) -> tuple[Any, ...]:
         grad_x, grad_v_init, grad_w_init, grads = _gradients(ctx, grad_spike, grad_v, grad_w, False)
-        return None, grad_x, grad_v_init, grad_w_init, None, *grads
+        needs = ctx.needs_input_grad
+        for i, grad_shape in enumerate(ctx.grad_shapes):
+            if grads[i] is not None:
+                grads[i] = grads[i].view(grad_shape) if needs[6 + i] else None
+        return None, grad_x, grad_v_init, grad_w_init, None, None, *grads

@@ -16,6 +16,7 @@ from .validate import named
 __all__ = ["NeuronLayer"]
 
 _STEP_MODES = ("m", "s")
+_MISSING = object()
 
 
 class NeuronLayer(nn.Module):
@@ -102,13 +103,27 @@ class NeuronLayer(nn.Module):
 
     def param_values(self) -> dict[str, torch.Tensor]:
         """Current parameter tensors by name (parameters and buffers)."""
-        return {name: getattr(self, name) for name in self._param_names}
+        if torch.compiler.is_compiling():
+            return {name: getattr(self, name) for name in self._param_names}
+        # the tables nn.Module.__getattr__ would search, read directly (host time)
+        params, buffers = self._parameters, self._buffers
+        out: dict[str, torch.Tensor] = {}
+        for name in self._param_names:
+            value = params[name] if name in params else buffers.get(name, _MISSING)
+            out[name] = getattr(self, name) if value is _MISSING else value  # type: ignore[assignment]
+        return out
+
+    def _keep(self, v: torch.Tensor | None, v_seq: torch.Tensor | None, states: Any) -> None:
+        """Set the memory: plain attributes, set without nn.Module.__setattr__'s search of
+        its tables (host time) outside compilation."""
+        if torch.compiler.is_compiling():
+            self.v, self.v_seq, self.states = v, v_seq, states
+        else:
+            self.__dict__.update(v=v, v_seq=v_seq, states=states)
 
     def reset(self) -> None:
         """Forget the membrane state and any extra states (call between sequences)."""
-        self.v = None
-        self.v_seq = None
-        self.states = {}
+        self._keep(None, None, {})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x_seq = x.unsqueeze(0) if self.step_mode == "s" else x
@@ -132,12 +147,12 @@ class NeuronLayer(nn.Module):
         )
         spikes, v_seq = result[0], result[1]
         if x_seq.shape[0] == 0:  # no step: the memory stays as it was
-            self.v_seq = v_seq if store else None
+            self._keep(self.v, v_seq if store else None, self.states)
             return spikes
+        states = self.states
         if self.neuron.states:
-            self.states = {name: seq[-1] for name, seq in result[2].items()}
-        self.v = v_seq[-1]
-        self.v_seq = v_seq if store else None
+            states = {name: seq[-1] for name, seq in result[2].items()}
+        self._keep(v_seq[-1], v_seq if store else None, states)
         return spikes[0] if self.step_mode == "s" else spikes
 
     def __deepcopy__(self, memo: dict[int, Any]) -> NeuronLayer:

@@ -11,7 +11,14 @@ import sympy as sp
 import torch
 
 from . import dtypes
-from .binding import EagerBinding, forward_op, program
+from .binding import (
+    EagerBinding,
+    compute_dtype,
+    forward_op,
+    kernel_param,
+    launch_param,
+    program,
+)
 from .definition import Definition
 from .reference import as_tensor, level_value, simulate_reference
 from .runtime import cpu, cuda
@@ -85,22 +92,35 @@ def _check_x(x_seq: Any) -> torch.Tensor:
     return x_seq
 
 
-def _check_tensor(name: str, value: torch.Tensor, x_seq: torch.Tensor, shape: torch.Size) -> None:
+def _label(name: str, kind: str) -> str:
+    return f"{kind} {name!r}" if kind else name
+
+
+def _check_tensor(
+    name: str, value: torch.Tensor, x_seq: torch.Tensor, shape: torch.Size, kind: str = ""
+) -> None:
+    """Same device as ``x_seq``, floating point, broadcastable to ``shape``; the errors
+    name ``kind`` followed by ``name`` quoted, or ``name`` alone without ``kind``."""
     if value.device != x_seq.device:
         raise ValueError(
-            f"{name} is on {value.device} but x_seq is on {x_seq.device}; move it with .to()"
+            f"{_label(name, kind)} is on {value.device} but x_seq is on {x_seq.device}; "
+            "move it with .to()"
         )
     if not value.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got {value.dtype}")
+        raise TypeError(f"{_label(name, kind)} must be a floating-point tensor, got {value.dtype}")
     # broadcasts to ``shape`` without changing it (torch.broadcast_shapes costs ~10 µs)
-    dims, lead = value.shape, len(shape) - value.dim()
+    dims = value.shape
+    if not dims or dims == shape:  # the common cases: a scalar, one value per neuron
+        return
+    lead = len(shape) - len(dims)
     ok = lead >= 0
     for i, d in enumerate(dims):  # a loop, not all(...): Dynamo of torch 2.7 inlines it
         ok = ok and (d == 1 or d == shape[lead + i])
     if not ok:
         raise ValueError(
-            f"{name} of shape {tuple(value.shape)} does not broadcast to the neuron shape "
-            f"{tuple(shape)}; use a scalar, per-channel (e.g. [C, 1, 1]) or per-neuron tensor."
+            f"{_label(name, kind)} of shape {tuple(value.shape)} does not broadcast to the "
+            f"neuron shape {tuple(shape)}; use a scalar, per-channel (e.g. [C, 1, 1]) or "
+            "per-neuron tensor."
         )
 
 
@@ -130,13 +150,31 @@ def _v_init(
     return v_init.to(x_seq.dtype).expand(shape)
 
 
+#: neuron key -> its param names as a set (a dict's keys are checked against it at once)
+_NAMES: dict[str, frozenset[str]] = {}
+
+
+def _given(neuron: Definition, params: Mapping[Any, Any] | None) -> Mapping[str, Any]:
+    """``params`` keyed by name: as it is when it is a dict of known names (what
+    NeuronLayer passes), else through :func:`~symneuron.validate.named`."""
+    if type(params) is dict:
+        names = _NAMES.get(neuron.key())
+        if names is None:
+            if len(_NAMES) > 4096:
+                _NAMES.clear()
+            names = _NAMES[neuron.key()] = frozenset(neuron.params)
+        if params.keys() <= names:  # str keys only (a Symbol never equals a str)
+            return params
+    return named(params, "parameter", neuron.params)
+
+
 def _param_values(
     neuron: Definition, params: Mapping[Any, Any] | None, x_seq: torch.Tensor, shape: torch.Size
 ) -> dict[str, float | torch.Tensor]:
     values: dict[str, float | torch.Tensor] = dict(neuron.params.items())
-    for name, value in named(params, "parameter", neuron.params).items():
+    for name, value in _given(neuron, params).items():
         if isinstance(value, torch.Tensor):
-            _check_tensor(f"param {name!r}", value, x_seq, shape)
+            _check_tensor(name, value, x_seq, shape, "param")
             if value.requires_grad and name not in neuron.learnable:
                 raise ValueError(
                     f"param {name!r} requires grad but is not learnable; add it to "
@@ -146,38 +184,6 @@ def _param_values(
             value = finite_float(value, f"param {name!r}")
         values[name] = value
     return values
-
-
-_SCALARS: dict[tuple[float, torch.dtype, torch.device], torch.Tensor] = {}
-
-
-def _scalar(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A 0-dim tensor holding ``value``; cached (read-only) outside compilation and capture."""
-    if torch.compiler.is_compiling():
-        return torch.full((), value, dtype=dtype, device=device)
-    key = (value, dtype, device)
-    tensor = _SCALARS.get(key)
-    if tensor is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return torch.full((), value, dtype=dtype, device=device)
-        if len(_SCALARS) > 1024:
-            _SCALARS.clear()
-        tensor = _SCALARS[key] = torch.full((), value, dtype=dtype, device=device)
-    return tensor
-
-
-def _kernel_param(
-    value: float | torch.Tensor, x_seq: torch.Tensor, shape: torch.Size, backend: str
-) -> torch.Tensor:
-    """A param as an [N] tensor in the compute dtype (stride 0 when scalar)."""
-    dtype = dtypes.lookup(backend, x_seq.dtype).torch_compute
-    n = math.prod(shape)
-    if not isinstance(value, torch.Tensor):
-        return _scalar(value, dtype, x_seq.device).expand(n)
-    value = value.to(dtype)
-    if value.numel() == 1:
-        return value.reshape(()).expand(n)
-    return value.expand(shape).reshape(n)
 
 
 def simulate(
@@ -269,29 +275,37 @@ def simulate(
     if v0 is None and isinstance(neuron.v_start, sp.Expr):
         v0 = _default_v_init(neuron, x_seq, shape, values)
     t_len, n = x_seq.shape[0], math.prod(shape)
-    kernel_params = [_kernel_param(values[name], x_seq, shape, backend) for name in neuron.params]
+    param_list = [values[name] for name in neuron.params]
     store_h = torch.is_grad_enabled() and (
         x_seq.requires_grad
         or (v0 is not None and v0.requires_grad)
         or (w0 is not None and w0.requires_grad)
-        or any(p.requires_grad for p in kernel_params)
+        or any(isinstance(p, torch.Tensor) and p.requires_grad for p in param_list)
     )
     flat = x_seq.dim() == 2  # already [T, N]: no reshape or view (each costs host time)
     x_flat = x_seq.contiguous() if flat else x_seq.reshape(t_len, n).contiguous()
     v_flat = None if v0 is None else v0.reshape(n).contiguous()
     w_flat = None if w0 is None else w0.reshape(len(neuron.states), n).contiguous()
     v_mode = "seq" if keep else "last"
-    if torch.compiler.is_compiling():  # the custom op, which compilation traces through
-        key = neuron.key()  # a plain string: the op finds the live neuron by it
-        out = forward_op(key, backend, x_flat, v_flat, w_flat, kernel_params, store_h, v_mode)
-        spike, v_out, w_out = out[0], out[1], out[3]
-    elif store_h:  # the eager binding: no dispatcher layers (see symneuron.binding)
+    if store_h and not torch.compiler.is_compiling():
+        # the eager binding: no dispatcher layers, no autograd node per param (see
+        # symneuron.binding)
         prog = program(neuron, backend)
-        out = EagerBinding.apply(prog, x_flat, v_flat, w_flat, v_mode, *kernel_params)
+        out = EagerBinding.apply(prog, x_flat, v_flat, w_flat, v_mode, shape, *param_list)
         spike, v_out, w_out = out[0], out[1], out[2] if len(out) > 2 else None
-    else:  # inference: the kernels alone
-        run = program(neuron, backend).forward(x_flat, v_flat, w_flat, kernel_params, False, v_mode)
-        spike, v_out, w_out = run[0], run[1], run[3]
+    else:
+        dtype, device = compute_dtype(backend, x_seq.dtype), x_seq.device
+        if torch.compiler.is_compiling():  # the custom op, which compilation traces through
+            kernel_params = [kernel_param(p, dtype, device, shape, n) for p in param_list]
+            key = neuron.key()  # a plain string: the op finds the live neuron by it
+            out = forward_op(key, backend, x_flat, v_flat, w_flat, kernel_params, store_h, v_mode)
+            spike, v_out, w_out = out[0], out[1], out[3]
+        else:  # inference: the kernels alone
+            kernel_params = [launch_param(p, dtype, device, shape, n) for p in param_list]
+            run = program(neuron, backend).forward(
+                x_flat, v_flat, w_flat, kernel_params, False, v_mode
+            )
+            spike, v_out, w_out = run[0], run[1], run[3]
     rows = v_out.shape[0]
     out = (spike, v_out) if flat else (spike.view(x_seq.shape), v_out.view(rows, *shape))
     if w_out is not None:
@@ -361,6 +375,6 @@ def _w_init(
             value = torch.full(
                 (), finite_float(value, f"state {name!r}"), dtype=x_seq.dtype, device=x_seq.device
             )
-        _check_tensor(f"state {name!r}", value, x_seq, shape)
+        _check_tensor(name, value, x_seq, shape, "state")
         rows.append(value.to(x_seq.dtype).expand(shape))
     return torch.stack(rows)

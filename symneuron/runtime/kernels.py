@@ -12,6 +12,7 @@ definition itself.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, NamedTuple
@@ -45,20 +46,38 @@ BACKENDS: dict[str, Backend] = {
 Launch = Callable[[list[Packed], int], None]
 
 
-def _pointer(value: Any) -> int:
-    """A pointer argument: a tensor's address, a raw address, or NULL for None."""
-    if value is None:
-        return 0
-    return value if isinstance(value, int) else value.data_ptr()
-
-
 def _is_flag(text: str) -> bool:
     return text in ("0", "1")
 
 
-def _plan(signature: tuple[Arg, ...]) -> list[tuple[str, str, bool]]:
-    """The signature as (struct format, name, is a pointer) rows, computed once."""
-    return [(a.pack, a.name, a.pointer) for a in signature]
+def _ptr(value: torch.Tensor | None) -> int:
+    """A pointer argument: a tensor's address, or NULL for None."""
+    return 0 if value is None else value.data_ptr()
+
+
+#: The arguments each pass fills itself, in the order it lists their values; the
+#: params' pointers and strides follow (then, in the backward, the gradient rows).
+_FORWARD_SLOTS = (
+    "x_seq", "v_init", "w_init", "spike_seq", "h_seq", "v_seq", "wt_seq", "w_out", "T", "N",
+)  # fmt: skip
+_BACKWARD_SLOTS = (
+    "grad_spike", "grad_v_seq", "grad_w_seq", "h_seq", "wt_seq", "x_seq", "v_init",
+    "w_init", "grad_x_seq", "grad_v_init", "grad_w_init", "grad_spike_scalar", "T", "N",
+)  # fmt: skip
+
+
+class _Plan(NamedTuple):
+    """A signature computed once: its struct formats, and a getter that picks the
+    argument values in signature order out of the pass's slot values."""
+
+    packs: tuple[str, ...]
+    pick: Callable[[Sequence[Any]], tuple[Any, ...]]
+
+
+def _plan(signature: tuple[Arg, ...], slots: Sequence[str]) -> _Plan:
+    index = {name: i for i, name in enumerate(slots)}
+    order = [index[a.name] for a in signature]
+    return _Plan(tuple(a.pack for a in signature), operator.itemgetter(*order))
 
 
 class Program:
@@ -83,12 +102,14 @@ class Program:
         self.learnable_rows = tuple(
             (j, params.index(name)) for j, name in enumerate(neuron.learnable)
         )
-        #: (struct format, name, is a pointer) per kernel argument, in signature order
-        self._forward_args = _plan(forward_args(cnames, self.k))
-        self._backward_args = _plan(backward_args(cnames, learn, self.k))
-        self._param_names = [f"{c}_ptr" for c in cnames]
-        self._stride_names = [f"{c}_stride" for c in cnames]
-        self._grad_names = [f"grad_{c}_ptr" for c in learn]
+        self.n_params = len(params)
+        ptrs, strides = [f"{c}_ptr" for c in cnames], [f"{c}_stride" for c in cnames]
+        grads = [f"grad_{c}_ptr" for c in learn]
+        #: each signature as struct formats and a getter of its values in order
+        self._forward_plan = _plan(forward_args(cnames, self.k), (*_FORWARD_SLOTS, *ptrs, *strides))
+        self._backward_plan = _plan(
+            backward_args(cnames, learn, self.k), (*_BACKWARD_SLOTS, *ptrs, *strides, *grads)
+        )
         self._launchers: dict[tuple[Any, ...], Launch] = {}
         self._needs_x: bool | None = None
 
@@ -133,15 +154,16 @@ class Program:
     def _launch(
         self,
         variant: tuple[Any, ...],
-        signature: list[tuple[str, str, bool]],
-        values: dict[str, Any],
+        plan: _Plan,
+        slots: list[Any],
         tensors: Sequence[torch.Tensor | None],
+        n: int,
     ) -> None:
-        """Pack ``values`` in ``signature`` order and launch ``variant``:
+        """Pack ``slots`` (the pass's argument values, pointers as addresses) in the
+        signature's order and launch ``variant`` over ``n`` neurons:
         ``("forward", store_h, v_mode)`` or ``("backward", grad_v_mode)``."""
         first = tensors[0]
         assert first is not None
-        n = values["N"]
         lanes = self._lanes(tensors, n)
         lkey = (first.dtype, first.device, variant, lanes)
         launch = self._launchers.get(lkey)
@@ -151,15 +173,14 @@ class Program:
             else:
                 name = backward_name(self.name, variant[1], lanes)
             launch = self._launchers[lkey] = self._launcher(name, first)
-        args = [
-            (pack, _pointer(values[name]) if ptr else values[name]) for pack, name, ptr in signature
-        ]
-        launch(args, n // lanes)
+        launch(list(zip(plan.packs, plan.pick(slots), strict=True)), n // lanes)
 
-    def _param_values(self, values: dict[str, Any], params: Sequence[torch.Tensor]) -> None:
-        values.update(zip(self._param_names, params, strict=True))
-        strides = [p.stride(0) if p.dim() else 0 for p in params]
-        values.update(zip(self._stride_names, strides, strict=True))
+    def _param_slots(self, slots: list[Any], params: Sequence[torch.Tensor]) -> None:
+        """Append the params' pointers, then their strides (0 for a 0-dim tensor)."""
+        if len(params) != self.n_params:
+            raise ValueError(f"{self.name} takes {self.n_params} params, got {len(params)}")
+        slots += [p.data_ptr() for p in params]
+        slots += [p.stride(0) if p.dim() else 0 for p in params]
 
     # -- the two passes -----------------------------------------------------
     def forward(
@@ -174,8 +195,9 @@ class Program:
         """Forward over ``x_seq`` [T, N]: (spike_seq, v_out [T or 1, N], h_seq [T, N],
         w_out [k, T or 1, N], wt_seq [k, T, N]), with None for H and W̃ when not stored
         and for the state outputs of a neuron without extra states. ``params`` are [N]
-        tensors (stride 0 for a scalar) in the compute dtype; ``v_init=None`` /
-        ``w_init=None`` start from v_reset / each state's init without a tensor."""
+        tensors (stride 0 for a scalar) or 0-dim tensors in the compute dtype;
+        ``v_init=None`` / ``w_init=None`` start from v_reset / each state's init without a
+        tensor."""
         k = self.k
         t_len, n = x_seq.shape
         rows = t_len if v_mode == "seq" else 1
@@ -186,14 +208,21 @@ class Program:
         wt_seq = x_seq.new_empty((k, t_len, n)) if k and store_h else None
         if n == 0:
             return spike, v_out, h_seq, w_out, wt_seq
-        values = {
-            "x_seq": x_seq, "v_init": v_init, "w_init": w_init, "spike_seq": spike,
-            "h_seq": h_seq, "v_seq": v_out, "wt_seq": wt_seq, "w_out": w_out,
-            "T": t_len, "N": n,
-        }  # fmt: skip
-        self._param_values(values, params)
+        slots = [
+            x_seq.data_ptr(),
+            _ptr(v_init),
+            _ptr(w_init),
+            spike.data_ptr(),
+            _ptr(h_seq),
+            v_out.data_ptr(),
+            _ptr(wt_seq),
+            _ptr(w_out),
+            t_len,
+            n,
+        ]  # in _FORWARD_SLOTS order
+        self._param_slots(slots, params)
         tensors = [x_seq, spike, h_seq, v_out, w_out, wt_seq]
-        self._launch(("forward", store_h, v_mode), self._forward_args, values, tensors)
+        self._launch(("forward", store_h, v_mode), self._forward_plan, slots, tensors, n)
         return spike, v_out, h_seq, w_out, wt_seq
 
     def backward(
@@ -224,20 +253,29 @@ class Program:
         if n == 0:
             return grad_x, grad_v_init, grad_w_init, grad_params
         spike_scalar = grad_spike.numel() > 1 and not any(grad_spike.stride())
-        values = {
-            "grad_spike": grad_spike, "grad_v_seq": grad_v, "grad_w_seq": grad_w,
-            "h_seq": h_seq, "wt_seq": wt_seq, "x_seq": x_seq, "v_init": v_init,
-            "w_init": w_init, "grad_x_seq": grad_x, "grad_v_init": grad_v_init,
-            "grad_w_init": grad_w_init, "grad_spike_scalar": int(spike_scalar),
-            "T": t_len, "N": n,
-        }  # fmt: skip
-        self._param_values(values, params)
+        slots = [
+            grad_spike.data_ptr(),
+            _ptr(grad_v),
+            _ptr(grad_w),
+            h_seq.data_ptr(),
+            _ptr(wt_seq),
+            _ptr(x_seq),
+            _ptr(v_init),
+            _ptr(w_init),
+            grad_x.data_ptr(),
+            _ptr(grad_v_init),
+            _ptr(grad_w_init),
+            int(spike_scalar),
+            t_len,
+            n,
+        ]  # in _BACKWARD_SLOTS order
+        self._param_slots(slots, params)
         if grad_params is not None:  # one row per learnable param, addressed without views
             base, row = grad_params.data_ptr(), n * grad_params.element_size()
-            values.update((name, base + j * row) for j, name in enumerate(self._grad_names))
+            slots += [base + j * row for j in range(learnable)]
         spike_tensor = None if spike_scalar else grad_spike
         tensors = [h_seq, grad_x, x_seq, grad_v, grad_w, wt_seq, spike_tensor]
-        self._launch(("backward", grad_v_mode), self._backward_args, values, tensors)
+        self._launch(("backward", grad_v_mode), self._backward_plan, slots, tensors, n)
         return grad_x, grad_v_init, grad_w_init, grad_params
 
 
