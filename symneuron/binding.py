@@ -83,14 +83,10 @@ def kernel_param(
     n: int,
 ) -> torch.Tensor:
     """A param (float, or tensor broadcastable to ``shape``) as an [n] tensor in
-    ``dtype`` (stride 0 when scalar), ``n`` the number of neurons in ``shape``."""
-    if not isinstance(value, torch.Tensor):
-        return _scalar(value, dtype, device).expand(n)
-    if value.dtype != dtype:
-        value = value.to(dtype)
-    if value.numel() == 1:
-        return value.reshape(()).expand(n)
-    return value.expand(shape).reshape(n)
+    ``dtype`` (stride 0 when scalar), ``n`` the number of neurons in ``shape``:
+    :func:`launch_param`'s value, a single one expanded to [n]."""
+    out = launch_param(value, dtype, device, shape, n)
+    return out.expand(n) if out.dim() == 0 else out
 
 
 def launch_param(

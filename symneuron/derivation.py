@@ -311,5 +311,5 @@ def derive(neuron: Definition) -> KernelSpec:
         threshold_per_step=bool(threshold.free_symbols & set(tilde)),
         needs_w=bool(used & set(prev)),
         crossing=crossing,
-        hard_reset=neuron.v_reset is not None and not crossing,
+        hard_reset=neuron.v_reset is not None,  # crossing firing has v_reset None
     )

@@ -45,7 +45,7 @@ class State:
 
 def firing_mode(firing: Any, v_reset: Any) -> str:
     """``firing`` checked against the reset: ``"level"`` or ``"crossing"`` (no reset)."""
-    if firing not in ("level", "crossing"):
+    if firing not in FIRING:
         raise ValueError(
             f"firing must be 'level' (S = Θ(H − θ), then a reset) or 'crossing' (S = 1 when "
             f"H crosses θ from below, no reset), got {firing!r}"

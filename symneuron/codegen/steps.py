@@ -111,7 +111,7 @@ class StepPrinter:
             return [
                 f"const {ct} u = {h} - v_th;",
                 f"const {ct} {K.gate} = V < v_th ? 1 : 0;",
-                f"const {ct} s = (u >= 0 && V < v_th) ? 1 : 0;",
+                f"const {ct} s = u >= 0 ? {K.gate} : 0;",
             ]
         return [f"const {ct} u = {h} - v_th;", f"const {ct} s = u >= 0 ? 1 : 0;"]
 
