@@ -239,25 +239,38 @@ def main(argv: list[str] | None = None) -> dict:
     rank, world, device = init_distributed(args)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
+    succeeded = False
     try:
-        one_device_ms = baseline(args, rank, device)
-        net = build_net(args, device)
-        model = wrap(net, args, device)
-        model = torch.compile(model) if args.compile else model
-        step_ms, losses = train(net, model, batches(args, rank, device), args, device)
-        every_ms = torch.tensor([step_ms], device=device)
-        dist.all_reduce(every_ms, op=dist.ReduceOp.MAX)  # a step is as slow as its slowest rank
-        sums = checksums(net, device)
-        agree = bool((sums == sums[0]).all())
-        result = report(args, world, one_device_ms, float(every_ms), sums, agree, losses)
-        if rank == 0:
-            if args.json is not None:
-                args.json.write_text(json.dumps(result, indent=2))
-        if not agree:
-            raise SystemExit(f"rank {rank}: the ranks' parameters differ:\n{sums}")
-        return result
+        result = run(args, rank, world, device)
+        succeeded = True
     finally:
+        # Everything the run built (the DDP/FSDP wrapper, its reducer and buckets) is freed by
+        # now; wait for every rank before tearing the group down. Destroying it while a peer
+        # still uses it, or freeing DDP's reducer after it, can hang gloo at exit. After a
+        # failure, skip the barrier: a peer may never reach it.
+        if succeeded:
+            dist.barrier()
         dist.destroy_process_group()
+    return result
+
+
+def run(args: argparse.Namespace, rank: int, world: int, device: torch.device) -> dict:
+    """Baseline, wrapped training, and the ranks' agreement check; rank 0 writes the JSON."""
+    one_device_ms = baseline(args, rank, device)
+    net = build_net(args, device)
+    model = wrap(net, args, device)
+    model = torch.compile(model) if args.compile else model
+    step_ms, losses = train(net, model, batches(args, rank, device), args, device)
+    every_ms = torch.tensor([step_ms], device=device)
+    dist.all_reduce(every_ms, op=dist.ReduceOp.MAX)  # a step is as slow as its slowest rank
+    sums = checksums(net, device)
+    agree = bool((sums == sums[0]).all())
+    result = report(args, world, one_device_ms, float(every_ms), sums, agree, losses)
+    if rank == 0 and args.json is not None:
+        args.json.write_text(json.dumps(result, indent=2))
+    if not agree:
+        raise SystemExit(f"rank {rank}: the ranks' parameters differ:\n{sums}")
+    return result
 
 
 def report(

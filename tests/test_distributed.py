@@ -391,10 +391,14 @@ def _worker(scenario: str, out: str, rank: str) -> None:
     import torch.distributed as dist
 
     _init(Path(out), int(rank))
+    succeeded = False
     try:
         result = _SCENARIOS[scenario](int(rank))
         torch.save(result, Path(out) / f"rank{rank}.pt")
+        succeeded = True
     finally:
+        if succeeded:  # no rank tears the group down while a peer still uses it
+            dist.barrier()
         dist.destroy_process_group()
 
 
