@@ -186,6 +186,14 @@ def _param_values(
     return values
 
 
+def _supports(backend: str, dtype: torch.dtype) -> bool:
+    try:
+        dtypes.lookup(backend, dtype)
+    except TypeError:
+        return False
+    return True
+
+
 def simulate(
     neuron: Definition,
     x_seq: torch.Tensor,
@@ -250,7 +258,7 @@ def simulate(
     v0 = _v_init(neuron, v_init, x_seq, shape)
     values = _param_values(neuron, params, x_seq, shape)
     backend = resolve_backend(backend, x_seq.device)
-    if backend != "torch" and dtypes.dtype_name(x_seq.dtype) not in dtypes.DTYPES[backend]:
+    if backend != "torch" and not _supports(backend, x_seq.dtype):
         raise TypeError(
             f"backend={backend!r} supports {dtypes.supported(backend)}, not "
             f"{x_seq.dtype}; convert x_seq or use backend='torch'."

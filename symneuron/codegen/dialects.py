@@ -9,7 +9,10 @@ K-lane vector type and helper functions. The storage and compute types come from
   parameter), a loop over t inside the thread, no CUDA headers: 16-bit values are
   stored as ``unsigned short`` and converted with PTX ``cvt`` instructions, so
   NVRTC compiles without ``cuda_fp16.h`` and without a GPU or a CUDA toolkit.
-* C: the same step bodies with K = 1, an OpenMP loop over neurons (only for large N).
+* C: the same step bodies, one function per K: 1, or the dtype's lanes, K adjacent
+  neurons per loop iteration, whose lane loops the compiler vectorises (the last
+  N mod K neurons run one at a time in the same function), and an OpenMP loop over
+  neurons (only for large N).
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ class Dialect:
 
     ``vector`` names the K-lane vector type of a storage type (``{st}``);
     ``template`` says whether the lane count K is a C++ template parameter
-    (several exported kernels) or fixed at 1 by the prelude.
+    (several exported kernels) or a macro set around each exported function, with
+    ``vector`` a macro naming that K's struct (C).
     """
 
     name: str
@@ -38,11 +42,12 @@ class Dialect:
 
 
 _C_PRELUDE = """#include <math.h>
+"""
 
-#define K 1
-typedef struct {
-    {st} v[K];
-} sn_vec;
+#: the C struct of K storage values (one per lane count, before the functions using it)
+C_VECTOR = """typedef struct {{
+    {{st}} v[{k}];
+}} sn_vec{k};
 """
 
 C = Dialect(
@@ -50,9 +55,10 @@ C = Dialect(
     prelude=_C_PRELUDE,
     restrict="restrict",
     vector="sn_vec",
+    # {begin}, {end}: the neurons this loop covers, K at a time (skeleton._c_function)
     loop_open=(
-        "#pragma omp parallel for schedule(static) if (N >= 262144)\n"
-        "for (long long i0 = 0; i0 < N; i0 += K) {"
+        "#pragma omp parallel for schedule(static) if ({end} >= 262144)\n"
+        "for (long long i0 = {begin}; i0 < {end}; i0 += K) {{"
     ),
     loop_close="}",
     template=False,

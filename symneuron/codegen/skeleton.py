@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..derivation import KernelSpec
 from ..dtypes import DType
-from .dialects import Dialect
+from .dialects import C_VECTOR, Dialect
 from .signature import (
     GRAD_V_MODES,
     V_MODES,
@@ -43,14 +43,9 @@ def _function(
 ) -> str:
     """The body as exported kernels, one per lane count (a template on CUDA)."""
     joined = f",\n{INDENT}".join(args)
-    inner = [
-        *dialect.loop_open.splitlines(),
-        *indent(lines, 1 if dialect.loop_close else 0),
-        *dialect.loop_close.splitlines(),
-    ]
-    text = "\n".join(indent(inner))
     if not dialect.template:
-        return f"void {exported(name, 1)}(\n{INDENT}{joined}) {{\n{text}\n}}\n"
+        return "\n".join(_c_function(dialect, name, joined, lines, k) for k in lanes)
+    text = "\n".join(indent(_loop(dialect, lines)))
     call = ", ".join(a.split()[-1] for a in args)
     out = [
         "template <int K>\n"
@@ -62,6 +57,41 @@ def _function(
             f"{INDENT}{name}<{k}>({call});\n}}\n"
         )
     return "\n".join(out)
+
+
+def _loop(dialect: Dialect, lines: list[str], **bounds: str) -> list[str]:
+    """The step body inside the dialect's loop over neurons (C: from ``begin`` to ``end``)."""
+    return [
+        *dialect.loop_open.format(**bounds).splitlines(),
+        *indent(lines, 1 if dialect.loop_close else 0),
+        *dialect.loop_close.splitlines(),
+    ]
+
+
+def _c_function(dialect: Dialect, name: str, joined: str, lines: list[str], k: int) -> str:
+    """C kernel with ``k`` lanes: K and the vector type are macros around the loops; the
+    last N mod K neurons take the same body with one lane (vector loads and stores of K
+    values never run past the end)."""
+
+    def lanes(count: int, begin: str, end: str) -> list[str]:
+        loop = _loop(dialect, lines, begin=begin, end=end)
+        if begin != "0":  # the tail: fewer than K neurons, no parallel region
+            loop = [line for line in loop if not line.startswith("#pragma omp")]
+        return [
+            f"#define K {count}",
+            f"#define sn_vec sn_vec{count}",
+            *indent(loop),
+            "#undef sn_vec",
+            "#undef K",
+        ]
+
+    if k == 1:
+        body = lanes(1, "0", "N")
+    else:
+        wide = f"{INDENT}const long long n_wide = N - N % {k};"
+        body = [wide, *lanes(k, "0", "n_wide"), *lanes(1, "n_wide", "N")]
+    text = "\n".join(body)
+    return f"void {exported(name, k)}(\n{INDENT}{joined}) {{\n{text}\n}}\n"
 
 
 def kernel_names(spec: KernelSpec, dtype: DType) -> list[str]:
@@ -91,7 +121,10 @@ def render(spec: KernelSpec, dialect: Dialect, dtype: DType, only: str | None = 
         f"// symneuron {dialect.name} kernels for {spec.name} ({dtype.name}), key {spec.key}\n"
         f"// H = {spec.charge[-1].expr}\n"
     )
-    parts = [header, dialect.prelude.replace("{st}", dtype.storage)]
+    prelude = dialect.prelude
+    if not dialect.template:
+        prelude += "".join(C_VECTOR.format(k=k) for k in all_lanes)
+    parts = [header, prelude.replace("{st}", dtype.storage)]
     for store_h in (True, False):
         for v_mode in V_MODES:
             name = forward_base(spec.name, store_h, v_mode)

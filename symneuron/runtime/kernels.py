@@ -34,13 +34,16 @@ class Backend(NamedTuple):
 
     runtime: ModuleType
     suffix: str  # of generated source files in the cache
-    vector: bool  # several neurons per thread when sizes allow
+    #: one GPU thread per K neurons: the wide variant only with enough threads to fill
+    #: the device and 16-byte-aligned tensors (its vector loads); on the CPU K neurons
+    #: per loop iteration need neither
+    simt: bool
 
 
 #: backend name -> :class:`Backend`
 BACKENDS: dict[str, Backend] = {
-    "cpu": Backend(cpu, ".c", vector=False),
-    "cuda": Backend(cuda, ".cu", vector=True),
+    "cpu": Backend(cpu, ".c", simt=False),
+    "cuda": Backend(cuda, ".cu", simt=True),
 }
 
 Launch = Callable[[list[Packed], int], None]
@@ -139,13 +142,15 @@ class Program:
         return self.impl.runtime.launcher(module, name, device)
 
     def _lanes(self, tensors: Sequence[torch.Tensor | None], n: int) -> int:
-        """Neurons per thread: the dtype's vector width when sizes and alignment allow."""
-        if not self.impl.vector:
-            return 1
+        """Neurons per thread (CUDA) or per loop iteration (C): the dtype's vector width,
+        on CUDA only when the neuron count is a multiple of it, the launch has enough
+        threads and the tensors are 16-byte aligned, else 1."""
         lanes = dtypes.lookup(self.backend, tensors[0].dtype).lanes  # type: ignore[union-attr]
         if settings.max_lanes is not None and settings.max_lanes < lanes:
             lanes = 1  # a source exports only 1 and the dtype's width
-        if lanes == 1 or n % lanes or n < lanes * settings.min_vector_threads:
+        if lanes == 1 or not self.impl.simt:  # a C kernel takes any N (its tail one by one)
+            return lanes
+        if n % lanes or n < lanes * settings.min_vector_threads:
             return 1
         if any(t is not None and t.numel() > 1 and t.data_ptr() % 16 for t in tensors):
             return 1
