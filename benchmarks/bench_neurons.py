@@ -20,7 +20,8 @@ Peers (``--peers``): ``symneuron`` (``sn.simulate(..., backend="cuda")``); ``sj0
 Triton implementation); ``torch`` (symneuron's torch reference, ``sn.simulate(...,
 backend="torch")``, eager) and ``compile`` (``simulate_reference`` under ``torch.compile``).
 
-Models: the single-state zoo (IF, LIF, PLIF, QIF, EIF; the default) and, with ``--models``,
+Models: the single-state zoo (IF, LIF, PLIF, QIF, EIF; the default) and, with ``--models``
+(``--models zoo``: all 20, the models no peer implements run symneuron alone),
 ``Izhikevich`` (a = 0.3, b = 0.2 on every side) and ``ALIF`` (no SpikingJelly counterpart).
 A device-to-device copy gives the bandwidth of the floor model (``floor.py``).
 
@@ -82,9 +83,18 @@ SINGLE_MODELS = ["IF", "LIF", "PLIF", "QIF", "EIF"]
 STATEFUL_MODELS = ["Izhikevich", "ALIF"]
 #: paper models (symneuron only: no peer implements them); each counted with its own floor
 PAPER_MODELS = ["Izhikevich2003", "HodgkinHuxley"]
-#: input scale of the models in their own units (mV models need a current that fires)
-INPUT_SCALE = {"Izhikevich2003": 10.0, "HodgkinHuxley": 25.0}
-ALL_MODELS = SINGLE_MODELS + STATEFUL_MODELS + PAPER_MODELS
+#: the rest of the zoo (symneuron only), so that every model has a measured floor fraction
+OTHER_MODELS = ["ThresholdLIF", "CuLIF", "AdEx", "AdEx2005", "FitzHughNagumo",
+                "ResonateAndFire", "AdLIF", "IafCondExp", "IafPscExp", "ThetaNeuron",
+                "RefractoryLIF"]  # fmt: skip
+#: input scale of the models in their own units (mV/pA models need a current that fires):
+#: the inputs are scale * U(-0.2, 2), scales chosen so that the float64 reference fires
+#: (rates over 64 steps: CuLIF 0.10, AdEx2005 0.09, FitzHugh-Nagumo 0.02, resonate-and-fire
+#: 0.19, AdLIF 0.24, iaf_cond_exp 0.17, iaf_psc_exp 0.08, theta 0.15; unlisted: scale 1)
+INPUT_SCALE = {"Izhikevich2003": 10.0, "HodgkinHuxley": 25.0, "CuLIF": 0.25,
+               "AdEx2005": 1e4, "ResonateAndFire": 16.0, "AdLIF": 16.0, "IafCondExp": 300.0,
+               "IafPscExp": 3e3, "ThetaNeuron": 64.0}  # fmt: skip
+ALL_MODELS = SINGLE_MODELS + STATEFUL_MODELS + PAPER_MODELS + OTHER_MODELS
 #: constructor arguments of the benchmarked neuron (the same constants on every side)
 MODEL_KWARGS: dict[str, dict[str, float]] = {"Izhikevich": {"a": 0.3, "b": 0.2}}
 ALL_T, ALL_N = [4, 16, 64, 256], [2**20, 2**14]
@@ -139,6 +149,11 @@ def _csv(kind: Callable[[str], Any], allowed: list[Any] | None = None, aliases: 
     return parse
 
 
+def _models(text: str) -> list[str]:
+    """``--models``: names from :data:`ALL_MODELS`, or ``zoo`` for all of them."""
+    return list(ALL_MODELS) if text.strip() == "zoo" else _csv(str, ALL_MODELS)(text)
+
+
 # fmt: off
 #: settings handed to the workers, one flag each: (flag, type, default, help)
 SETTINGS = [
@@ -172,8 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "backends, perf_counter timing")
     g.add_argument("--list", action="store_true", help="print the planned configurations, exit")
     g = p.add_argument_group("matrix")
-    g.add_argument("--models", type=_csv(str, ALL_MODELS), default=None,
-                   help=",".join(ALL_MODELS) + f" (default {','.join(SINGLE_MODELS)})")
+    g.add_argument("--models", type=_models, default=None,
+                   help=",".join(ALL_MODELS) + f", or zoo: all (default {','.join(SINGLE_MODELS)})")
     g.add_argument("--T", type=_csv(int), default=None, help="e.g. 4,16,64,256")
     g.add_argument("--N", type=_csv(_parse_n), default=None, help="e.g. 2^20,2^14 (or 20,14)")
     g.add_argument("--dtypes", type=_csv(str, ALL_DTYPES, DTYPE_ALIASES), default=None,
@@ -411,13 +426,13 @@ def sj_kwargs(model: str, neuron: Any) -> dict[str, Any]:
 
 
 def reference_spikes(neuron: Any, x: Any, params: dict[str, Any], round_h_to: Any = None) -> Any:
-    """The spikes of symneuron's torch reference, started from v_reset (0 under soft reset)."""
-    import torch
-
+    """The spikes of symneuron's torch reference, started where ``sn.simulate`` starts
+    without a ``v_init``: the neuron's ``v_init``, else v_reset (0 under soft reset)."""
     from symneuron.reference import simulate_reference
+    from symneuron.simulate import _default_v_init
 
-    v0 = torch.full(x.shape[1:], float(neuron.v_reset or 0.0), dtype=x.dtype, device=x.device)
     values = {**neuron.params, **params}
+    v0 = _default_v_init(neuron, x, x.shape[1:], values)
     out = simulate_reference(neuron, x, v0, values, store_v_seq=False, round_h_to=round_h_to)
     return out[0]  # (spikes, v_seq) or (spikes, v_seq, states)
 
