@@ -11,7 +11,7 @@ from torch import nn
 
 from .neuron import Neuron
 from .simulate import BACKENDS, simulate
-from .validate import named
+from .validate import finite_float, flag, named
 
 __all__ = ["NeuronLayer"]
 
@@ -75,8 +75,8 @@ class NeuronLayer(nn.Module):
         self.neuron = neuron
         self.backend = backend
         self.step_mode = step_mode
-        self.store_v_seq = store_v_seq
-        self.check_finite = check_finite
+        self.store_v_seq = flag(store_v_seq, "store_v_seq")
+        self.check_finite = flag(check_finite, "check_finite")
         #: the params' names as a plain tuple (Dynamo of torch 2.4 cannot iterate the
         #: neuron's read-only mapping)
         self._param_names = tuple(neuron.params)
@@ -90,10 +90,16 @@ class NeuronLayer(nn.Module):
         values: dict[str, float | torch.Tensor] = dict(self.neuron.params)
         values.update(named(params, "parameter", self.neuron.params))
         for name, value in values.items():
-            if isinstance(value, torch.Tensor) and value.is_floating_point():
+            if isinstance(value, torch.Tensor):
+                if not value.is_floating_point():
+                    raise TypeError(
+                        f"Parameter {name!r} must be a floating-point tensor, got "
+                        f"{value.dtype}; use .float()"
+                    )
                 tensor = value.detach().clone()
             else:
-                tensor = torch.tensor(float(value), dtype=torch.get_default_dtype())
+                value = finite_float(value, f"Parameter {name!r}")
+                tensor = torch.tensor(value, dtype=torch.get_default_dtype())
             if not bool(torch.isfinite(tensor).all()):
                 raise ValueError(f"Parameter {name!r} must be finite, got {value}")
             if name in self.neuron.learnable:
@@ -126,7 +132,15 @@ class NeuronLayer(nn.Module):
         self._keep(None, None, {})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x_seq = x.unsqueeze(0) if self.step_mode == "s" else x
+        if self.step_mode == "s":
+            if isinstance(x, torch.Tensor) and x.dim() == 0:
+                raise ValueError(
+                    "A single-step layer (step_mode='s') takes one step's input [*shape] "
+                    "with at least 1 dim, got a 0-dim tensor; use x.reshape(1)."
+                )
+            x_seq = x.unsqueeze(0)
+        else:
+            x_seq = x
         if isinstance(self.v, torch.Tensor) and isinstance(x_seq, torch.Tensor):
             if self.v.shape != x_seq.shape[1:] and x_seq.dim() >= 2:
                 raise ValueError(

@@ -22,7 +22,7 @@ from .binding import (
 from .definition import Definition
 from .reference import as_tensor, level_value, simulate_reference
 from .runtime import cpu, cuda
-from .validate import constants_beyond, finite_float, named, raise_if_not_finite
+from .validate import constants_beyond, finite_float, flag, named, raise_if_not_finite
 
 __all__ = ["simulate", "resolve_backend", "BACKENDS"]
 
@@ -253,6 +253,10 @@ def simulate(
     """
     if not isinstance(neuron, Definition):
         raise TypeError(f"neuron must be a symneuron.Neuron, got {type(neuron).__name__}")
+    if store_v_seq is not True and store_v_seq is not False:
+        store_v_seq = flag(store_v_seq, "store_v_seq")
+    if check_finite is not True and check_finite is not False:
+        check_finite = flag(check_finite, "check_finite")
     x_seq = _check_x(x_seq)
     shape = x_seq.shape[1:]
     v0 = _v_init(neuron, v_init, x_seq, shape)

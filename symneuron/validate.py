@@ -21,6 +21,7 @@ __all__ = [
     "param_name",
     "named",
     "finite_float",
+    "flag",
     "check_expression",
     "constants_beyond",
     "narrowed_symbols",
@@ -85,6 +86,18 @@ def named(
             raise ValueError(f"{what.capitalize()} {name!r} is given twice.")
         out[name] = value
     return out
+
+
+_NP_BOOL = ("bool", "bool_")  # NumPy 2's name, NumPy 1's
+
+
+def flag(value: Any, what: str) -> bool:
+    """``value`` if it is a bool (Python's or NumPy's), else TypeError: a string such as
+    ``"no"`` is truthy and would silently mean True."""
+    kind = type(value)
+    if isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in _NP_BOOL):
+        return bool(value)
+    raise TypeError(f"{what} must be True or False, got {value!r}")
 
 
 def finite_float(value: Any, what: str) -> float:

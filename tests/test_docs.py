@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -37,3 +38,31 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     assert sp.latex(sn.models.QIF().derivatives()["dH/dV"]) in zoo
     assert (site / "reference" / "testing" / "index.html").is_file()
     assert "assert_neuron_ok" in (site / "reference" / "testing" / "index.html").read_text()
+    for page in (site / "reference").glob("*/index.html"):  # no raw reStructuredText left
+        text = page.read_text()
+        assert not re.search(r":(class|func|meth|mod|data|attr):", text), page
+        assert ".. math::" not in text, page
+    assert 'class="arithmatex"' in (site / "reference" / "models" / "index.html").read_text()
+
+
+def _griffe_rst():
+    if importlib.util.find_spec("griffe") is None:
+        pytest.skip('needs the docs extra: pip install -e ".[docs]"')
+    spec = importlib.util.spec_from_file_location("griffe_rst", REPO / "docs" / "griffe_rst.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_docstring_roles_and_math_become_markdown() -> None:
+    markdown = _griffe_rst().markdown
+    text = (
+        "See :class:`~symneuron.Neuron`, :func:`simulate`, :meth:`the call <Layer.forward>`"
+        " and :math:`\\tau`.\n\n.. math::\n    a = b\n\n    c = d\n\nAfter."
+    )
+    assert markdown(text) == (
+        "See `Neuron`, `simulate`, `the call` and $\\tau$.\n\n$$\na = b\nc = d\n$$\n\nAfter."
+    )
+    rows = markdown(".. math::\n    a &= b \\\\\n    c &= d")
+    assert rows == "$$\n\\begin{aligned}\na &= b \\\\\nc &= d\n\\end{aligned}\n$$"
