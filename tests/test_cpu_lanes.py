@@ -53,8 +53,9 @@ def _inputs(
     return x, params, states, weights
 
 
-def _assert_same_bits(model: str, n: int, dtype: torch.dtype) -> None:
-    neuron = getattr(sn.models, model)()
+def _assert_same_bits(model: str, n: int, dtype: torch.dtype, surrogate: str) -> None:
+    kw = {} if surrogate == "default" else {"surrogate": getattr(sn.surrogate, surrogate)()}
+    neuron = getattr(sn.models, model)(**kw)
     x, params, states, weights = _inputs(neuron, n, dtype)
     v0 = torch.zeros(n, dtype=dtype)
     runs = []
@@ -72,17 +73,41 @@ def _assert_same_bits(model: str, n: int, dtype: torch.dtype) -> None:
         assert torch.equal(grad, wide.grads[name]), (model, n, name)
 
 
+#: the default surrogate (a tanh: its backward calls the math library, so its wide
+#: backward runs one lane) and ATan (rational: 64 lanes in the backward too)
+SURROGATES = ("default", "ATan")
+
+
+@pytest.mark.parametrize("surrogate", SURROGATES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("model", QUICK)
-def test_wide_c_kernels_give_the_same_bits(model: str, dtype: torch.dtype) -> None:
+def test_wide_c_kernels_give_the_same_bits(model: str, dtype: torch.dtype, surrogate: str) -> None:
     for n in SIZES:
-        _assert_same_bits(model, n, dtype)
+        _assert_same_bits(model, n, dtype, surrogate)
 
 
 @pytest.mark.slow  # every zoo model's C kernels compiled twice (one lane and 64)
 @pytest.mark.parametrize("model", sorted(set(sn.models.ZOO) - set(QUICK)))
 def test_every_zoo_model_wide_gives_the_same_bits(model: str) -> None:
-    _assert_same_bits(model, 131, torch.float32)
+    for surrogate in SURROGATES:
+        _assert_same_bits(model, 131, torch.float32, surrogate)
+
+
+def test_a_backward_calling_the_math_library_keeps_one_lane() -> None:
+    """The wide backward of a sigmoid surrogate (tanhf) runs one lane: scalar calls do
+    not vectorise; ATan's (rational) runs 64."""
+    from symneuron import derivation
+    from symneuron.codegen.dialects import C
+    from symneuron.codegen.skeleton import render
+
+    row = dtypes.DTYPES["cpu"]["float32"]
+    for surrogate, wide in (("default", False), ("ATan", True)):
+        kw = {} if surrogate == "default" else {"surrogate": sn.surrogate.ATan()}
+        spec = derivation.derive(sn.models.LIF(**kw))
+        source = render(spec, C, row, only="LIF_backward_none_k64")
+        assert ("#define K 64" in source) is wide, surrogate
+        forward = render(spec, C, row, only="LIF_forward_h_last_k64")
+        assert "#define K 64" in forward
 
 
 def test_the_wide_variant_is_what_runs() -> None:
