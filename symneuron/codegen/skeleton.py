@@ -53,7 +53,7 @@ def _function(
     joined = f",\n{INDENT}".join(args)
     if not dialect.template:
         return "\n".join(
-            _c_function(dialect, name, joined, lines, 1 if one_lane else k, exported(name, k))
+            _c_function(dialect, joined, lines, 1 if one_lane else k, exported(name, k))
             for k in lanes
         )
     text = "\n".join(indent(_loop(dialect, lines)))
@@ -79,16 +79,14 @@ def _loop(dialect: Dialect, lines: list[str], **bounds: str) -> list[str]:
     ]
 
 
-def _c_function(
-    dialect: Dialect, name: str, joined: str, lines: list[str], k: int, exported_as: str
-) -> str:
-    """C kernel with ``k`` lanes: K and the vector type are macros around the loops; the
-    last N mod K neurons take the same body with one lane (vector loads and stores of K
-    values never run past the end)."""
+def _c_function(dialect: Dialect, joined: str, lines: list[str], k: int, exported_as: str) -> str:
+    """C kernel ``exported_as`` with ``k`` lanes: K and the vector type are macros around
+    the loops; the last N mod K neurons take the same body with one lane (vector loads
+    and stores of K values never run past the end) and no parallel region."""
 
-    def lanes(count: int, begin: str, end: str) -> list[str]:
+    def lanes(count: int, begin: str, end: str, tail: bool = False) -> list[str]:
         loop = _loop(dialect, lines, begin=begin, end=end)
-        if begin != "0":  # the tail: fewer than K neurons, no parallel region
+        if tail:
             loop = [line for line in loop if not line.startswith("#pragma omp")]
         return [
             f"#define K {count}",
@@ -102,7 +100,7 @@ def _c_function(
         body = lanes(1, "0", "N")
     else:
         wide = f"{INDENT}const long long n_wide = N - N % {k};"
-        body = [wide, *lanes(k, "0", "n_wide"), *lanes(1, "n_wide", "N")]
+        body = [wide, *lanes(k, "0", "n_wide"), *lanes(1, "n_wide", "N", tail=True)]
     text = "\n".join(body)
     return f"void {exported_as}(\n{INDENT}{joined}) {{\n{text}\n}}\n"
 
@@ -145,13 +143,13 @@ def render(spec: KernelSpec, dialect: Dialect, dtype: DType, only: str | None = 
             if lanes:
                 args = declare(forward_args(cnames, k))
                 parts.append(_function(dialect, name, args, body.forward(store_h, v_mode), lanes))
+    one_lane = not dialect.template and _calls_libm(spec)  # the C backward only
     for mode in GRAD_V_MODES:
         name = backward_base(spec.name, mode)
         lanes = _selected(name, all_lanes, only)
         if lanes:
             args = declare(backward_args(cnames, learn, k))
-            lines = body.backward(mode)
-            parts.append(_function(dialect, name, args, lines, lanes, _calls_libm(spec)))
+            parts.append(_function(dialect, name, args, body.backward(mode), lanes, one_lane))
     if len(parts) == 2:
         raise ValueError(f"No kernel named {only!r}; kernels are {kernel_names(spec, dtype)}")
     return "\n".join(parts)
