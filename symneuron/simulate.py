@@ -186,14 +186,6 @@ def _param_values(
     return values
 
 
-def _supports(backend: str, dtype: torch.dtype) -> bool:
-    try:
-        dtypes.lookup(backend, dtype)
-    except TypeError:
-        return False
-    return True
-
-
 def simulate(
     neuron: Definition,
     x_seq: torch.Tensor,
@@ -253,7 +245,7 @@ def simulate(
     """
     if not isinstance(neuron, Definition):
         raise TypeError(f"neuron must be a symneuron.Neuron, got {type(neuron).__name__}")
-    if store_v_seq is not True and store_v_seq is not False:
+    if store_v_seq is not True and store_v_seq is not False:  # (a bool: no call)
         store_v_seq = flag(store_v_seq, "store_v_seq")
     if check_finite is not True and check_finite is not False:
         check_finite = flag(check_finite, "check_finite")
@@ -262,11 +254,14 @@ def simulate(
     v0 = _v_init(neuron, v_init, x_seq, shape)
     values = _param_values(neuron, params, x_seq, shape)
     backend = resolve_backend(backend, x_seq.device)
-    if backend != "torch" and not _supports(backend, x_seq.dtype):
-        raise TypeError(
-            f"backend={backend!r} supports {dtypes.supported(backend)}, not "
-            f"{x_seq.dtype}; convert x_seq or use backend='torch'."
-        )
+    if backend != "torch":
+        try:
+            dtypes.lookup(backend, x_seq.dtype)
+        except TypeError:
+            raise TypeError(
+                f"backend={backend!r} supports {dtypes.supported(backend)}, not "
+                f"{x_seq.dtype}; convert x_seq or use backend='torch'."
+            ) from None
     _warn_constants(neuron, x_seq.dtype, backend)
     check = check_finite and x_seq.shape[0] > 0
     keep = store_v_seq or check  # the check finds the first step: V of every step
