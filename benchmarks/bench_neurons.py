@@ -1569,7 +1569,10 @@ def kernel_times(local: Local, neuron: Any, dtype: Any, t_len: int, n: int) -> s
     def backward() -> Any:
         return program.backward(grad, None, None, "none", h, wt, x_saved, None, None, params)
 
-    k, size = len(neuron.states), x.element_size() * t_len * n
+    from symneuron import derivation
+
+    k = len(neuron.states) if derivation.derive(neuron).needs_wt else 0  # floor.extra_states
+    size = x.element_size() * t_len * n
     passes = [("fwd", forward, floor.tensors("forward", k))]
     passes += [("bwd", backward, floor.tensors("backward", k, grad_spike_read=False))]
     out = []

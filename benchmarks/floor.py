@@ -11,9 +11,11 @@ tensors of the storage dtype:
   broadcast, as after ``spikes.sum()``, and is not read);
 - training = forward + backward (6 + 2k: 24 B fp32 for a single-state model).
 
-k is the model's own number of extra state variables (``len(neuron.states)``). Anything
-else a kernel moves (a V sequence nobody asked for, X re-read in a backward) is above the
-floor. This module is the one definition, used by ``bench_neurons.py`` and ``report.py``.
+k is the number of the model's extra state variables whose W̃ the backward reads: all of
+them, or none when the backward never reads W̃ (the derivation's ``needs_wt``; then the
+kernels do not save it). Anything else a kernel moves (a V sequence nobody asked for, X
+re-read in a backward) is above the floor. This module is the one definition, used by
+``bench_neurons.py`` and ``report.py``.
 """
 
 from __future__ import annotations
@@ -25,10 +27,14 @@ ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8}
 
 @cache
 def extra_states(model: str) -> int:
-    """The number of extra state variables of the zoo model ``model`` (its own definition)."""
+    """k: the extra state variables of the zoo model ``model`` whose W̃ the training
+    forward must save for the backward: all of them when the backward reads W̃, none
+    when it does not (``needs_wt``: Izhikevich's W̃ enters its step only linearly)."""
     import symneuron as sn
+    from symneuron import derivation
 
-    return len(getattr(sn.models, model)().states)
+    neuron = getattr(sn.models, model)()
+    return len(neuron.states) if derivation.derive(neuron).needs_wt else 0
 
 
 def tensors(mode: str, states: int = 0, grad_spike_read: bool = True) -> int:

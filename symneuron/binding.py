@@ -157,13 +157,14 @@ def forward_op(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
 def _(key, backend, x_seq, v_init, w_init, params, store_h, v_mode):
     t_len, n = x_seq.shape
     rows = t_len if v_mode == "seq" else 1
-    k = lookup(key, backend).k
+    prog = lookup(key, backend)
+    k = prog.k
     return (
         x_seq.new_empty((t_len, n)),
         x_seq.new_empty((rows, n)),
         x_seq.new_empty((t_len, n) if store_h else (0,)),
         x_seq.new_empty((k, rows, n)),
-        x_seq.new_empty((k, t_len, n) if store_h and k else (0,)),
+        x_seq.new_empty((k, t_len, n) if store_h and prog.needs_wt else (0,)),
     )
 
 
@@ -173,7 +174,7 @@ def backward_op(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
     grad_v_init or empty, grad_w_init or empty, grad_params [P, N])."""
     values = list(args)
     h_seq = values[4]
-    if values[5].dim() != 3:  # wt_seq: an empty placeholder for a neuron without states
+    if values[5].dim() != 3:  # wt_seq: an empty placeholder when no W̃ was saved
         values[5] = None
     grad_x, grad_v_init, grad_w_init, grad_params = lookup(key, backend).backward(*values)
     if grad_params is None:

@@ -92,6 +92,9 @@ class KernelSpec:
     state_resets : CSE'd lines computing the new ``w<i>`` from the ``wt<i>``, s, params.
     threshold_per_step : the threshold uses the states, so it changes every step.
     needs_w : whether the backward step needs W[t−1] (recomputed from W̃[t−1], S[t−1]).
+    needs_wt : whether the backward reads the W̃ the forward saves (its expressions, the
+        threshold or the recomputed step t−1 use them); when not, the training forward
+        saves none: Izhikevich's W̃, for one, enters the step only linearly.
     crossing : spikes on an upward crossing (``gate`` = [V[t−1] < v_th]), no reset.
     hard_reset : V ← H(1 − S) + V_reset·S; the kernels add +0 after it, so that
         −0.0·(1 − S) leaves +0.0 as the reference's ``+ V_reset·S`` does.
@@ -120,6 +123,7 @@ class KernelSpec:
     state_resets: tuple[Assign, ...] = ()
     threshold_per_step: bool = False
     needs_w: bool = False
+    needs_wt: bool = False
     crossing: bool = False
     hard_reset: bool = False
 
@@ -286,6 +290,13 @@ def derive(neuron: Definition) -> KernelSpec:
     used = set().union(*(line.expr.free_symbols for line in backward))
     sg = neuron.surrogate.derivative().subs(U_SURROGATE, K.u)
     update_nodes, reset_nodes = nodes[1 : 1 + k], nodes[-k:] if k else []
+    needs_v, needs_w = V in used or K.gate in used, bool(used & set(prev))
+    reset = _cse([(V, nodes[3 + k].expr)], "r")
+    # what the backward step evaluates: its lines and the spike (threshold), and, when it
+    # recomputes step t-1, that step's reset (the new W from W̃ only when W[t-1] is used)
+    read = used | threshold.free_symbols
+    if needs_v or needs_w:
+        read |= set().union(*(line.expr.free_symbols for line in reset))
     return KernelSpec(
         name=neuron.name,
         key=neuron.key(),
@@ -296,9 +307,9 @@ def derive(neuron: Definition) -> KernelSpec:
         charge=_cse([(K.h, charge)], "c"),
         threshold=threshold,
         surrogate=_cse([(K.sg, sg)], "g"),
-        reset=_cse([(V, nodes[3 + k].expr)], "r"),
+        reset=reset,
         backward=backward,
-        needs_v=V in used or K.gate in used,
+        needs_v=needs_v,
         needs_x=X in used,
         v_start=neuron.v_start if isinstance(neuron.v_start, float) else 0.0,
         partials=found,
@@ -309,7 +320,8 @@ def derive(neuron: Definition) -> KernelSpec:
             _cse([(w, n.expr) for w, n in zip(prev, reset_nodes, strict=True)], "q") if k else ()
         ),
         threshold_per_step=bool(threshold.free_symbols & set(tilde)),
-        needs_w=bool(used & set(prev)),
+        needs_w=needs_w,
+        needs_wt=needs_w or bool(read & set(tilde)),
         crossing=crossing,
         hard_reset=neuron.v_reset is not None,  # crossing firing has v_reset None
     )

@@ -108,6 +108,34 @@ def test_stateful_cpu_matches_reference(
     assert all(g.abs().sum() > 0 for g in state_grads), "a state's initial value got no gradient"
 
 
+#: whether each model's backward reads the W̃ its forward could save, from its equations
+#: (default constructors, nothing learnable): Izhikevich's, CuLIF's and AdEx's states enter
+#: the step linearly, so no partial depends on W̃ (and V[t-1] is recomputed from H alone);
+#: ALIF's threshold is b0 + beta·W̃, so the backward's spike needs it. With a learnable tau,
+#: Izhikevich's dH/dtau = -(f(V) - W + X)/tau² needs W[t-1], recomputed from W̃[t-1].
+READS_WT = {"Izhikevich": False, "CuLIF": False, "AdEx": False, "ALIF": True, "Izh-tau": True}
+
+
+@pytest.mark.parametrize("name", [*sorted(sn.models.STATEFUL), "Izh-tau"])
+def test_w_tilde_saved_only_when_the_backward_reads_it(name: str) -> None:
+    from symneuron.runtime import kernels
+
+    if name == "Izh-tau":
+        neuron = sn.models.Izhikevich(**ACTIVE["Izhikevich"], learnable=["tau"])
+    else:
+        neuron = sn.models.STATEFUL[name](**ACTIVE[name])
+    prog = kernels.program(neuron, "cpu")
+    assert prog.needs_wt is READS_WT[name]
+    x = torch.rand(5, 7, generator=generator(seed_of("wt", name)), dtype=torch.float64)
+    params = [torch.full((7,), v, dtype=torch.float64) for v in neuron.params.values()]
+    wt_seq = prog.forward(x, None, None, params, True, "last")[4]
+    assert (wt_seq is not None) is READS_WT[name]
+    if wt_seq is not None:
+        assert wt_seq.shape == (len(neuron.states), 5, 7)
+    # the gradients of a model that saves nothing are checked against the float64
+    # reference by test_stateful_cpu_matches_reference
+
+
 def test_store_last_returns_final_states() -> None:
     neuron = _neuron("Izhikevich", "hard", False)
     x = 1.2 * torch.rand(10, 4, 5, generator=generator(seed_of("last")), dtype=torch.float64)

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from .. import dtypes
+from .. import derivation, dtypes
 from ..check import check
 from ..neuron import Neuron
 from .model import UsageError, describe, load_model, zoo
@@ -118,10 +118,12 @@ def floor_bytes(neuron: Neuron, steps: int, n: int, itemsize: int) -> int:
     """The fewest bytes a training call (forward + backward) of ``neuron`` must move.
 
     The floor model of ``benchmarks/floor.py``: per element of the [T, N] tensors
-    the forward reads X and writes S, H and each extra state's W̃ (3 + k); the
-    backward reads dL/dS, H and each W̃ and writes dL/dX (3 + k).
+    the forward reads X and writes S, H and the k states' W̃ (3 + k); the backward
+    reads dL/dS, H and each W̃ and writes dL/dX (3 + k). k counts the states only when
+    the backward reads their W̃ (``needs_wt``); else the forward saves none.
     """
-    return (6 + 2 * len(neuron.states)) * steps * n * itemsize
+    k = len(neuron.states) if derivation.derive(neuron).needs_wt else 0
+    return (6 + 2 * k) * steps * n * itemsize
 
 
 def _median_ms(run: Callable[[], Any], repeat: int) -> float:

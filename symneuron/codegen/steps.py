@@ -45,6 +45,8 @@ class StepPrinter:
         self.printer = KernelPrinter(dtype.compute)
         self.pnames = dict(spec.param_cnames)
         self.k = len(spec.states)
+        #: W̃ rows the training forward saves and the backward reads (all or none)
+        self.kw = self.k if spec.needs_wt else 0
         self.needs_prev = spec.needs_v or spec.needs_w
 
     @property
@@ -143,7 +145,7 @@ class StepPrinter:
         ct = self.dt.compute
         charge = self.lines(self.spec.charge)
         charge[-1] = f"const {ct} h = {self.dt.rounded(self.expr(self.spec.charge[-1].expr))};"
-        states = range(self.k)
+        states, saved = range(self.k), range(self.kw)
         seq = v_mode == "seq"
         lane = [
             *self.lane_params(),
@@ -153,7 +155,7 @@ class StepPrinter:
             *charge,
             *([f"h_v.v[j] = {self.store('h')};"] if store_h else []),
             *self.targets(self.spec.updates, mutable=False, rounded=True),
-            *([f"wt{i}_v.v[j] = {self.store(f'wt{i}')};" for i in states] if store_h else []),
+            *([f"wt{i}_v.v[j] = {self.store(f'wt{i}')};" for i in saved] if store_h else []),
             *([self.v_th_line()] if self.spec.threshold_per_step else []),
             *self.fire("h"),
             f"s_v.v[j] = {self.store('s')};",
@@ -166,7 +168,7 @@ class StepPrinter:
             *[f"w{i}_l[j] = w{i};" for i in states],
         ]
         outputs = ["s_v", *(["h_v"] if store_h else []), *(["v_v"] if seq else [])]
-        outputs += [f"wt{i}_v" for i in states] if store_h else []
+        outputs += [f"wt{i}_v" for i in saved] if store_h else []
         outputs += [f"wo{i}_v" for i in states] if seq else []
         step = [
             "const long long k = (long long)t * N + i0;",
@@ -176,7 +178,7 @@ class StepPrinter:
             self.store_vec("s_v", "spike_seq"),
             *([self.store_vec("h_v", "h_seq")] if store_h else []),
             *([self.store_vec("v_v", "v_seq")] if seq else []),
-            *[self.store_vec(f"wt{i}_v", self.state_block("wt_seq", i)) for i in states if store_h],
+            *[self.store_vec(f"wt{i}_v", self.state_block("wt_seq", i)) for i in saved if store_h],
             *[self.store_vec(f"wo{i}_v", self.state_block("w_out", i)) for i in states if seq],
         ]
         last = [f"v_seq[i0 + j] = {self.store('V_l[j]')};"]
@@ -195,7 +197,7 @@ class StepPrinter:
     def recompute_v(self) -> list[str]:
         """V[t-1] (and each W[t-1]) of this lane: the resets of step t-1, or the initial
         values at t = 0. Step t-1 is recomputed from H[t-1] and W̃[t-1] alone."""
-        ct, states = self.dt.compute, range(self.k)
+        ct, states = self.dt.compute, range(self.kw)  # W[t-1] only when W̃ is saved
         inner = [
             f"const {ct} h_prev = {self.load('hp_v.v[j]')};",
             *[f"const {ct} wt{i} = {self.load(f'wtp{i}_v.v[j]')};" for i in states],
@@ -205,7 +207,8 @@ class StepPrinter:
         ]
         inner += self.lines(self.spec.reset, declare_last=False, h="h_prev")
         inner += self.positive_zero()
-        inner += self.targets(self.spec.state_resets, mutable=True, h="h_prev")
+        if self.kw:
+            inner += self.targets(self.spec.state_resets, mutable=True, h="h_prev")
         return [
             f"{ct} V;",
             *[f"{ct} w{i};" for i in states],
@@ -236,13 +239,13 @@ class StepPrinter:
 
     def carries(self) -> bool:
         """Whether H (and W̃) of step t-1 are loaded each step and carried to the next."""
-        return self.spec.needs_v or self.k > 0
+        return self.spec.needs_v or self.kw > 0
 
     def backward_loads(self, grad_v_mode: str) -> list[str]:
         spec, vec = self.spec, self.vec
         if self.carries():
             out = [f"{vec} hp_v;", f"if (t > 0) hp_v = *(const {vec}*)(h_seq + k - N);"]
-            for i in range(self.k):
+            for i in range(self.kw):
                 block = self.state_block("wt_seq", i)
                 out += [
                     f"{vec} wtp{i}_v;",
@@ -269,7 +272,7 @@ class StepPrinter:
             *self.lane_params(),
             *(self.recompute_v() if self.needs_prev else []),
             f"const {ct} h = {self.load('h_v.v[j]')};",
-            *[f"const {ct} wt{i} = {self.load(f'wt{i}_v.v[j]')};" for i in states],
+            *[f"const {ct} wt{i} = {self.load(f'wt{i}_v.v[j]')};" for i in range(self.kw)],
             *([f"const {ct} X = {self.load('x_v.v[j]')};"] if spec.needs_x else []),
             *([self.v_th_line()] if spec.threshold_per_step else []),
             *self.fire("h"),
@@ -283,7 +286,7 @@ class StepPrinter:
             f"carry_l[j] = {grad_symbol('V')};",
             *[f"carry_w{i}_l[j] = {grad_symbol(f'W{i}')};" for i in states],
         ]
-        carried = ["h_v = hp_v;", *[f"wt{i}_v = wtp{i}_v;" for i in states]]
+        carried = ["h_v = hp_v;", *[f"wt{i}_v = wtp{i}_v;" for i in range(self.kw)]]
         step = [
             "const long long k = (long long)t * N + i0;",
             *self.backward_loads(grad_v_mode),
@@ -297,7 +300,7 @@ class StepPrinter:
         first_h += [
             f"{self.vec} wt{i}_v = "
             f"*(const {self.vec}*)({self.state_block('wt_seq', i)} + {last_row});"
-            for i in states
+            for i in range(self.kw)
         ]
         init = ["carry_l[j] = 0;", *[f"carry_w{i}_l[j] = 0;" for i in states]]
         init += [f"acc_{c}[j] = 0;" for c in learn]

@@ -114,19 +114,29 @@ class Program:
             backward_args(cnames, learn, self.k), (*_BACKWARD_SLOTS, *ptrs, *strides, *grads)
         )
         self._launchers: dict[tuple[Any, ...], Launch] = {}
-        self._needs_x: bool | None = None
+        self._flags: dict[str, bool] = {}
+
+    def _flag(self, name: str) -> bool:
+        """A derived yes/no fact of the backward, cached on disk (no SymPy on a warm start)."""
+        found = self._flags.get(name)
+        if found is None:
+
+            def make() -> str:
+                return str(int(getattr(derivation.derive(self.neuron), name)))
+
+            text = cache.generated((self.key, name), ".txt", make, valid=_is_flag)
+            found = self._flags[name] = text == "1"
+        return found
 
     @property
     def needs_x(self) -> bool:
         """Whether the backward reads X (then the forward's caller keeps it)."""
-        if self._needs_x is None:
+        return self._flag("needs_x")
 
-            def make() -> str:
-                return str(int(derivation.derive(self.neuron).needs_x))
-
-            flag = cache.generated((self.key, "needs_x"), ".txt", make, valid=_is_flag)
-            self._needs_x = flag == "1"
-        return self._needs_x
+    @property
+    def needs_wt(self) -> bool:
+        """Whether the backward reads W̃ (then the training forward saves it)."""
+        return self.k > 0 and self._flag("needs_wt")
 
     # -- compile and launch -------------------------------------------------
     def _launcher(self, name: str, tensor: torch.Tensor) -> Launch:
@@ -199,7 +209,8 @@ class Program:
     ) -> tuple[torch.Tensor, torch.Tensor, Any, Any, Any]:
         """Forward over ``x_seq`` [T, N]: (spike_seq, v_out [T or 1, N], h_seq [T, N],
         w_out [k, T or 1, N], wt_seq [k, T, N]), with None for H and W̃ when not stored
-        and for the state outputs of a neuron without extra states. ``params`` are [N]
+        (W̃ is stored only when the backward reads it: :attr:`needs_wt`) and for the state
+        outputs of a neuron without extra states. ``params`` are [N]
         tensors (stride 0 for a scalar) or 0-dim tensors in the compute dtype;
         ``v_init=None`` / ``w_init=None`` start from v_reset / each state's init without a
         tensor."""
@@ -210,7 +221,7 @@ class Program:
         v_out = x_seq.new_empty((rows, n))
         h_seq = x_seq.new_empty((t_len, n)) if store_h else None
         w_out = x_seq.new_empty((k, rows, n)) if k else None
-        wt_seq = x_seq.new_empty((k, t_len, n)) if k and store_h else None
+        wt_seq = x_seq.new_empty((k, t_len, n)) if store_h and self.needs_wt else None
         if n == 0:
             return spike, v_out, h_seq, w_out, wt_seq
         slots = [
