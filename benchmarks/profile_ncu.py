@@ -160,6 +160,23 @@ def summarise(row: dict[str, Any], model: str, dtype: str, t_len: int, n: int) -
     return out
 
 
+def read_csv(path: Path, t_len: int, n: int) -> list[dict[str, Any]]:
+    """The summaries of a CSV file :func:`profile` wrote (``ncu-<models>-<dtype>-T<T>.csv``)."""
+    dtype = path.stem.split("-")[-2]
+    return summaries(parse_raw(path.read_text()), ALL_MODELS, dtype, t_len, n)
+
+
+def summaries(rows: list[dict[str, Any]], models: list[str], dtype: str, t_len: int,
+              n: int) -> list[dict[str, Any]]:  # fmt: skip
+    """:func:`summarise` of each row, its model found from the kernel name's prefix."""
+    names = kernel_models(models)
+    out = []
+    for row in rows:
+        prefix = re.split(r"_(?:forward|backward)_", row.get("Kernel Name", "?"))[0]
+        out.append(summarise(row, names.get(prefix, prefix), dtype, t_len, n))
+    return out
+
+
 def kernel_models(models: list[str]) -> dict[str, str]:
     """Kernel name prefix (the neuron's name) -> zoo model."""
     from bench_neurons import make_neuron
@@ -186,12 +203,27 @@ def profile(models: list[str], dtype: str, t_len: int, n: int, out_dir: Path,
     if proc.returncode != 0 or len(rows) != 2 * len(models):
         tail = (proc.stderr or proc.stdout)[-600:]
         print(f"# {tag}: ncu rc={proc.returncode}, {len(rows)} rows\n{tail}", flush=True)
-    names = kernel_models(models)
-    out = []
-    for row in rows:
-        prefix = re.split(r"_(?:forward|backward)_", row.get("Kernel Name", "?"))[0]
-        out.append(summarise(row, names.get(prefix, prefix), dtype, t_len, n))
-    return out
+    return summaries(rows, models, dtype, t_len, n)
+
+
+#: a kernel is bound by memory at this DRAM throughput (% of ncu's peak; the copy floor's
+#: 3.0 TB/s is about 90 % of it), by arithmetic (issue slots) at this issue-slot use
+MEMORY_PCT, ISSUE_PCT = 75.0, 60.0
+
+
+def bound(r: dict[str, Any]) -> str:
+    """What limits a kernel, from its counters: "memory" (DRAM near its practical peak),
+    "arithmetic" (issue slots near full: the step's instructions), "latency" (neither,
+    with loads outstanding: long-scoreboard stalls first; too few bytes in flight), or
+    "mixed: <stall>" (neither, another stall first: ``wait``, a dependent instruction's
+    fixed latency with too few warps to hide it; ``no_instruction``, instruction-cache
+    misses of a long step)."""
+    if (r.get("dram_pct") or 0) >= MEMORY_PCT:
+        return "memory"
+    if (r.get("issue_pct") or 0) >= ISSUE_PCT:
+        return "arithmetic"
+    first = next(iter(r.get("stalls") or {}), "")
+    return "latency" if first == "long_scoreboard" else f"mixed: {first}"
 
 
 def _fmt(v: Any, spec: str) -> str:
@@ -200,8 +232,8 @@ def _fmt(v: Any, spec: str) -> str:
 
 def table(results: list[dict[str, Any]]) -> str:
     head = ("| model | dtype | kernel | µs | DRAM % | B/elem (floor) | SM % | issue % | occ % "
-            "| regs | top stalls (cycles/issue) |")  # fmt: skip
-    lines = [head, "|" + " --- |" * 11]
+            "| regs | top stalls (cycles/issue) | bound |")  # fmt: skip
+    lines = [head, "|" + " --- |" * 12]
     for r in results:
         kern = "fwd" if "_forward_" in r["kernel"] else "bwd"
         stalls = ", ".join(f"{k} {v:.1f}" for k, v in list(r["stalls"].items())[:3])
@@ -210,7 +242,7 @@ def table(results: list[dict[str, Any]]) -> str:
             f"| {r['model']} | {r['dtype']} | {kern} | {_fmt(r['time_us'], '.0f')} "
             f"| {_fmt(r['dram_pct'], '.0f')} | {bpe} | {_fmt(r['sm_pct'], '.0f')} "
             f"| {_fmt(r['issue_pct'], '.0f')} | {_fmt(r['occupancy_pct'], '.0f')} "
-            f"| {_fmt(r['registers'], '.0f')} | {stalls} |"
+            f"| {_fmt(r['registers'], '.0f')} | {stalls} | {bound(r)} |"
         )
     return "\n".join(lines)
 
@@ -224,11 +256,17 @@ def main() -> None:
     p.add_argument("--out-dir", default=os.environ.get("OUT", "."))
     p.add_argument("--chunk", type=int, default=5, help="models per ncu process")
     p.add_argument("--budget-s", type=float, default=480, help="stop starting chunks after")
+    p.add_argument("--from-csv", nargs="+", default=None, metavar="CSV",
+                   help="no profiling: the table of CSV files an earlier run wrote")  # fmt: skip
     p.add_argument("--child", nargs=4, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         models, dtype, t_len, n = args.child
         child(models.split(","), dtype, int(t_len), int(n))
+        return
+    if args.from_csv:
+        rows = [r for path in args.from_csv for r in read_csv(Path(path), args.T, args.N)]
+        print(table(rows))
         return
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
