@@ -53,10 +53,11 @@ a straight-through surrogate), eager and `simulate_reference` under `torch.compi
 METHOD_TEXT = """\
 **Floor model** (DESIGN.md §5). Minimal traffic per element: inference 8 B (read X, write S),
 training 24 B (forward: read X, write S and H; backward: read dL/dS and H, write dL/dX); half
-of that for fp16/bf16. A model with extra states (Izhikevich, ALIF) saves one more [T, N]
-tensor per state for the backward (W̃, written in the forward and read in the backward), so its
-training floor is 32 B fp32 (16 B 16-bit). *floor* = (bytes / copy bandwidth) / time, so 1.0
-means copy speed.
+of that for fp16/bf16. A model whose backward reads its extra states' W̃ (ALIF: its threshold)
+saves one more [T, N] tensor per state for the backward (written in the forward, read in the
+backward), so its training floor is 32 B fp32 (16 B 16-bit); one whose backward does not
+(Izhikevich) saves none and has the single-state floor. *floor* = (bytes / copy bandwidth) /
+time, so 1.0 means copy speed.
 *wall* = median over calls, each started from an idle GPU (synchronize, time the call and
 `spikes.sum().backward()` from the host, synchronize): host overhead counts. *GPU* = median
 CUDA-event time per call, with a GPU sleep queued ahead of each batch of calls so that the

@@ -1,0 +1,68 @@
+"""``benchmarks/zoo_report.py`` on the H100 results on main: one row per zoo model whose
+fractions are the result file's own, the page on main is what the script writes from
+those files, and the before/after rows are exactly the stateful models saving no W̃."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "benchmarks"
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+
+import zoo_report  # noqa: E402
+
+RESULTS = BENCH / "results"
+ZOO = RESULTS / "NVIDIA-H100-2026-11-24-zoo.json"
+NCU = RESULTS / "NVIDIA-H100-2026-11-24-ncu"
+BEFORE = RESULTS / "NVIDIA-H100-2026-11-24-zoo-before-needs-wt.json"
+
+
+def _rows(text: str) -> dict[str, list[str]]:
+    out = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| ") and cells[0] not in ("model", "---"):
+            out.setdefault(cells[0], cells)
+    return out
+
+
+def test_one_row_per_zoo_model_with_the_results_fractions() -> None:
+    import symneuron as sn
+
+    text = zoo_report.report(ZOO, NCU, None)
+    rows = _rows(text)
+    assert set(rows) == set(sn.models.ZOO)
+    records = json.loads(ZOO.read_text())["records"]
+    for r in records:
+        if r["peer"] == "symneuron" and r["mode"] == "training":
+            column = 2 + ["fp32", "bf16"].index(r["dtype"]) * 2 + [16, 64].index(r["T"])
+            cell = rows[r["model"]][column]
+            assert cell.split()[0] == f"{r['floor_frac_gpu']:.2f}"
+            assert cell.endswith("✓") == (r["floor_frac_gpu"] >= zoo_report.TARGET)
+    assert rows["IF"][-2:] == ["memory / memory", "memory / memory"]
+    assert "(+4 B)" in rows["PLIF"][-2]  # its backward re-reads X (4 B in fp32)
+
+
+def test_the_page_on_main_is_generated_from_these_files() -> None:
+    page = (REPO / "docs" / "performance_zoo.md").read_text()
+    assert page == zoo_report.report(ZOO, NCU, BEFORE)
+
+
+def test_before_after_rows_are_the_models_that_save_no_w_tilde() -> None:
+    import symneuron as sn
+    from symneuron import derivation
+
+    text = zoo_report.report(ZOO, NCU, BEFORE)
+    after = text.split("## Models whose backward reads no W̃")[1]
+    expected = {
+        m
+        for m in sn.models.ZOO
+        if getattr(sn.models, m)().states
+        and not derivation.derive(getattr(sn.models, m)()).needs_wt
+    }
+    assert set(_rows(after)) == expected
+    assert len(expected) == 6
