@@ -2,14 +2,14 @@
 """``docs/performance_zoo.md``: every zoo model's training kernels against its own floor,
 with the bound each kernel meets in a hardware profile.
 
-Inputs: a ``bench_neurons.py --models zoo --modes training`` result (floor fractions in
-GPU time, fp32 and bf16, T = 16 and 64), the CSV files of ``profile_ncu.py`` (T = 64) and,
-optionally, an earlier zoo result to compare GPU times with (``--before``)::
+Inputs: ``bench_neurons.py --models zoo --modes training`` results (floor fractions in GPU
+time, fp32 and bf16, T = 16 and 64; several files are merged, a later file's record
+replacing an earlier one's), the CSV files of ``profile_ncu.py`` (T = 64) and, optionally,
+an earlier zoo result to compare GPU times with (``--before``)::
 
-    python3 benchmarks/zoo_report.py benchmarks/results/NVIDIA-H100-2026-11-24-zoo.json \\
-        --ncu benchmarks/results/NVIDIA-H100-2026-11-24-ncu \\
-        --before benchmarks/results/NVIDIA-H100-2026-11-24-zoo-before-needs-wt.json \\
-        -o docs/performance_zoo.md
+    R=benchmarks/results/NVIDIA-H100-2026-11-24
+    python3 benchmarks/zoo_report.py $R-zoo-rcp-t16.json $R-zoo-rcp.json --ncu $R-ncu \\
+        --before $R-zoo-before-needs-wt.json -o docs/performance_zoo.md
 """
 
 from __future__ import annotations
@@ -56,14 +56,16 @@ INTRO = """\
 """
 
 
-def load(path: Path) -> dict[tuple[str, str, int], dict[str, Any]]:
-    """(model, dtype, T) -> the symneuron training record of a bench_neurons result."""
-    data = json.loads(path.read_text())
-    return {
-        (r["model"], r["dtype"], r["T"]): r
-        for r in data["records"]
-        if r.get("peer") == "symneuron" and r.get("mode") == "training" and r.get("status") == "ok"
-    }
+def load(*paths: Path) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """(model, dtype, T) -> the symneuron training record of bench_neurons results (merged
+    in order)."""
+    out = {}
+    for path in paths:
+        for r in json.loads(path.read_text())["records"]:
+            ok = r.get("status") == "ok" and r.get("mode") == "training"
+            if ok and r.get("peer") == "symneuron":
+                out[r["model"], r["dtype"], r["T"]] = r
+    return out
 
 
 def bounds(ncu_dir: Path | None) -> dict[tuple[str, str], str]:
@@ -89,11 +91,11 @@ def _cell(rec: dict[str, Any] | None) -> str:
     return f"{frac:.2f}" + (" ✓" if frac >= TARGET else "")
 
 
-def report(results: Path, ncu_dir: Path | None, before: Path | None) -> str:
-    data = json.loads(results.read_text())
-    recs, bound = load(results), bounds(ncu_dir)
+def report(results: list[Path], ncu_dir: Path | None, before: Path | None) -> str:
+    data = json.loads(results[-1].read_text())
+    recs, bound = load(*results), bounds(ncu_dir)
     meta, copy = data.get("meta", {}), data.get("copy", {})
-    sources = ", ".join(f"`{p.name}`" for p in [results, *([ncu_dir] if ncu_dir else []),
+    sources = ", ".join(f"`{p.name}`" for p in [*results, *([ncu_dir] if ncu_dir else []),
                                                  *([before] if before else [])])  # fmt: skip
     gpu = meta.get("gpu") or "?"
     versions = meta.get("versions", {})
@@ -126,29 +128,29 @@ def report(results: Path, ncu_dir: Path | None, before: Path | None) -> str:
 
 
 def _before_after(old: dict, new: dict) -> list[str]:
-    """GPU µs per training call at T = 64 for the models that no longer save W̃."""
-    import symneuron as sn
-
+    """GPU µs per training call at T = 64, every model: the earlier result against this."""
     rows = []
     for model in dict.fromkeys(m for m, _, _ in new):
-        if not getattr(sn.models, model)().states or floor.extra_states(model):
-            continue
         cells = [model]
         for d in DTYPES:
             a, b = old.get((model, d, 64)), new.get((model, d, 64))
             if a is None or b is None:
                 cells.append("—")
                 continue
-            cells.append(f"{a['gpu_s'] * 1e6:.0f} → {b['gpu_s'] * 1e6:.0f} µs "
-                         f"({b['gpu_s'] / a['gpu_s'] - 1:+.0%})")  # fmt: skip
+            change = b["gpu_s"] / a["gpu_s"] - 1
+            pct = "±0%" if abs(change) < 0.005 else f"{change:+.0%}"
+            cells.append(f"{a['gpu_s'] * 1e6:.0f} → {b['gpu_s'] * 1e6:.0f} µs ({pct})")
         rows.append("| " + " | ".join(cells) + " |")
     return [
         "",
-        "## Models whose backward reads no W̃",
+        "## Against the earlier result",
         "",
-        "Their forward no longer saves W̃ (one [T, N] tensor per state written, and "
-        "allocated, for nothing). GPU time per training call, T = 64, N = 2^20, before → "
-        "after:",
+        "GPU time per training call, T = 64, N = 2^20, the `--before` result → this one. "
+        "On 2026-11-24 two kernel changes came between them: a W̃ the backward never "
+        "reads is no longer saved (Izhikevich, Izhikevich2003, CuLIF, AdEx, AdEx2005, "
+        "iaf_psc_exp), and a division by a parameter became a product with its "
+        "reciprocal (`docs/architecture.md`). Differences within ±3 % are run-to-run "
+        "noise.",
         "",
         "| model | fp32 | bf16 |",
         "| --- | --- | --- |",
@@ -158,7 +160,7 @@ def _before_after(old: dict, new: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("results", type=Path, help="a bench_neurons.py --models zoo result JSON")
+    p.add_argument("results", type=Path, nargs="+", help="bench_neurons.py --models zoo results")
     p.add_argument("--ncu", type=Path, default=None, help="profile_ncu.py CSV directory")
     p.add_argument("--before", type=Path, default=None, help="an earlier zoo result JSON")
     p.add_argument("-o", "--output", type=Path, default=None, help="markdown (default: print)")

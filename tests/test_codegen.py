@@ -85,3 +85,26 @@ def test_every_cuda_variant_compiles_with_nvrtc(name: str, kw: dict[str, object]
 def test_c_source_rejects_half_types() -> None:
     with pytest.raises(TypeError, match="cpu backend supports"):
         sn.models.LIF().source("cpu", "float16")
+
+
+@pytest.mark.parametrize(
+    ("model", "divisors"),
+    [("IF", []), ("LIF", ["p0_tau"]), ("Izhikevich", ["p0_tau", "p4_tau_w"])],
+)
+def test_division_by_a_param_is_a_product_with_its_reciprocal(
+    model: str, divisors: list[str]
+) -> None:
+    """Each lane computes 1/p once for the params an expression divides by; no step divides
+    by a param (the quotient rounds twice: documented in docs/architecture.md)."""
+    from symneuron import derivation
+    from symneuron.codegen import render_source
+    from symneuron.codegen.steps import _divisors
+
+    spec = derivation.derive(getattr(sn.models, model)())
+    assert [str(p) for p in _divisors(spec)] == divisors
+    for backend, dtype in [("cuda", "bfloat16"), ("cpu", "float64")]:
+        lines = render_source(spec, backend, dtype).splitlines()
+        source = "\n".join(line for line in lines if not line.lstrip().startswith("//"))
+        for p in divisors:
+            assert f"{p}_rcp_l[j] = " in source
+            assert f"/{p}" not in source.replace(f"/{p}_l[j]", "")

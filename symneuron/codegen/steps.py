@@ -34,6 +34,23 @@ def _lane_loop(lines: list[str]) -> list[str]:
     return ["#pragma unroll", "for (int j = 0; j < K; ++j) {", *indent(lines), "}"]
 
 
+def _divisors(spec: KernelSpec) -> dict[sp.Symbol, sp.Symbol]:
+    """param symbol -> its reciprocal's symbol (``<param>_rcp``), for each param that some
+    kernel expression raises to a negative integer power (divides by)."""
+    exprs = [spec.threshold]
+    for block in (spec.charge, spec.surrogate, spec.reset, spec.backward, spec.updates,
+                  spec.state_resets):  # fmt: skip
+        exprs += [line.expr for line in block]
+    params = set(spec.param_symbols.values())
+    found = {
+        a.base
+        for e in exprs
+        for a in sp.sympify(e).atoms(sp.Pow)
+        if a.base in params and a.exp.is_Integer and a.exp < 0
+    }
+    return {p: sp.Symbol(f"{p}_rcp", real=True) for p in sorted(found, key=str)}
+
+
 class StepPrinter:
     """Prints the bodies of one spec's kernels for one dtype and dialect: the lane
     set-up, the time loop with one step per iteration, and the final stores."""
@@ -48,13 +65,22 @@ class StepPrinter:
         #: W̃ rows the training forward saves and the backward reads (all or none)
         self.kw = self.k if spec.needs_wt else 0
         self.needs_prev = spec.needs_v or spec.needs_w
+        #: params some expression divides by: each lane keeps 1/p, so that a step
+        #: multiplies (an IEEE division is about ten instructions on the serial chain)
+        self.rcp = _divisors(spec)
 
     @property
     def vec(self) -> str:
         return self.dialect.vector.format(st=self.dt.storage)
 
     def expr(self, e: sp.Expr) -> str:
-        return str(self.printer.doprint(sp.sympify(e)))
+        e = sp.sympify(e)
+        if self.rcp:
+            e = e.replace(
+                lambda a: a.is_Pow and a.base in self.rcp and a.exp.is_Integer and a.exp < 0,
+                lambda a: self.rcp[a.base] ** (-a.exp),
+            )
+        return str(self.printer.doprint(e))
 
     def lines(
         self, assigns: tuple[Assign, ...], declare_last: bool = True, h: str = "h"
@@ -128,6 +154,9 @@ class StepPrinter:
         decl = [f"{ct} {c}_l[K];" for c in self.pnames.values()]
         decl += [f"{ct} V_l[K];"]
         body = [f"{c}_l[j] = {c}_ptr[(i0 + j) * {c}_stride];" for c in self.pnames.values()]
+        one = self.expr(sp.Float(1.0))
+        decl += [f"{ct} {r}_l[K];" for r in self.rcp.values()]
+        body += [f"{r}_l[j] = {one}/{p}_l[j];" for p, r in self.rcp.items()]
         start = self.expr(sp.Float(self.spec.v_start))
         body += [f"V_l[j] = v_init ? {self.load('v_init[i0 + j]')} : {start};"]
         for i, init in enumerate(self.spec.state_init):
@@ -139,6 +168,7 @@ class StepPrinter:
     def lane_params(self) -> list[str]:
         ct = self.dt.compute
         out = [f"const {ct} {c} = {c}_l[j];" for c in self.pnames.values()]
+        out += [f"const {ct} {r} = {r}_l[j];" for r in self.rcp.values()]
         return out + ([] if self.spec.threshold_per_step else [self.v_th_line()])
 
     def forward(self, store_h: bool, v_mode: str) -> list[str]:
