@@ -1571,7 +1571,7 @@ def kernel_times(local: Local, neuron: Any, dtype: Any, t_len: int, n: int) -> s
 
     from symneuron import derivation
 
-    k = len(neuron.states) if derivation.derive(neuron).needs_wt else 0  # floor.extra_states
+    k = derivation.derive(neuron).saved_states  # as floor.extra_states
     size = x.element_size() * t_len * n
     passes = [("fwd", forward, floor.tensors("forward", k))]
     passes += [("bwd", backward, floor.tensors("backward", k, grad_spike_read=False))]

@@ -33,8 +33,7 @@ def extra_states(model: str) -> int:
     import symneuron as sn
     from symneuron import derivation
 
-    neuron = getattr(sn.models, model)()
-    return len(neuron.states) if derivation.derive(neuron).needs_wt else 0
+    return derivation.derive(getattr(sn.models, model)()).saved_states
 
 
 def tensors(mode: str, states: int = 0, grad_spike_read: bool = True) -> int:

@@ -127,6 +127,12 @@ class KernelSpec:
     crossing: bool = False
     hard_reset: bool = False
 
+    @property
+    def saved_states(self) -> int:
+        """How many [T, N] W̃ tensors the training forward saves for the backward: every
+        state's when the backward reads W̃ (:attr:`needs_wt`), else none."""
+        return len(self.states) if self.needs_wt else 0
+
 
 def c_identifier(name: str, index: int) -> str:
     """The kernel-side name of parameter ``name``: ``p<index>_<name>`` (ASCII).

@@ -122,8 +122,7 @@ def floor_bytes(neuron: Neuron, steps: int, n: int, itemsize: int) -> int:
     reads dL/dS, H and each W̃ and writes dL/dX (3 + k). k counts the states only when
     the backward reads their W̃ (``needs_wt``); else the forward saves none.
     """
-    k = len(neuron.states) if derivation.derive(neuron).needs_wt else 0
-    return (6 + 2 * k) * steps * n * itemsize
+    return (6 + 2 * derivation.derive(neuron).saved_states) * steps * n * itemsize
 
 
 def _median_ms(run: Callable[[], Any], repeat: int) -> float:

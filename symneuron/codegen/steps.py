@@ -63,7 +63,7 @@ class StepPrinter:
         self.pnames = dict(spec.param_cnames)
         self.k = len(spec.states)
         #: W̃ rows the training forward saves and the backward reads (all or none)
-        self.kw = self.k if spec.needs_wt else 0
+        self.kw = spec.saved_states
         self.needs_prev = spec.needs_v or spec.needs_w
         #: params some expression divides by: each lane keeps 1/p, so that a step
         #: multiplies (an IEEE division is about ten instructions on the serial chain)
