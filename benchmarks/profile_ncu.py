@@ -139,13 +139,8 @@ def summarise(row: dict[str, Any], model: str, dtype: str, t_len: int, n: int) -
         if out[key] is not None:
             out[key] *= to_b.get(row["_units"].get(COLUMNS[key], "byte"), 1)
     stalls = {}
-    for col, val in row.items():
-        if (
-            isinstance(col, str)
-            and isinstance(val, str)
-            and col.startswith(STALL_PREFIX)
-            and col.endswith(STALL_SUFFIX)
-        ):
+    for col, val in row.items():  # "_units" (a dict) matches neither end
+        if col.startswith(STALL_PREFIX) and col.endswith(STALL_SUFFIX):
             v = _float(val)
             if v is not None:
                 stalls[col[len(STALL_PREFIX) : -len(STALL_SUFFIX)]] = v
