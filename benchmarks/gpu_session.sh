@@ -10,6 +10,10 @@
 #       then the CUDA tests; compare with `python3 benchmarks/roofline.py` (the static
 #       estimate of each model's bound)
 #
+# The measured bound of each kernel (Nsight Compute, about 3 minutes for the zoo):
+#   python3 benchmarks/profile_ncu.py --models zoo --dtypes bf16,fp32 --out-dir $OUT/ncu
+# and the page that joins both: benchmarks/zoo_report.py (docs/performance_zoo.md).
+#
 # device call:  command: bash benchmarks/gpu_session.sh [zoo]   timeout_s: 600
 set -uo pipefail
 cd "$(dirname "$0")/.."
