@@ -425,6 +425,14 @@ def sj_kwargs(model: str, neuron: Any) -> dict[str, Any]:
     return kw
 
 
+def bench_input(model: str, shape: tuple[int, ...], gen: Any, device: Any) -> Any:
+    """The benchmark's input for ``model``: U(-0.2, 2) times its ``INPUT_SCALE`` (float32)."""
+    import torch
+
+    scale = INPUT_SCALE.get(model, 1.0)
+    return scale * (2.2 * torch.rand(shape, generator=gen, device=device) - 0.2)
+
+
 def reference_spikes(neuron: Any, x: Any, params: dict[str, Any], round_h_to: Any = None) -> Any:
     """The spikes of symneuron's torch reference, started where ``sn.simulate`` starts
     without a ``v_init``: the neuron's ``v_init``, else v_reset (0 under soft reset)."""
@@ -453,10 +461,7 @@ class Inputs:
         nbuf = math.ceil(settings["rotate_mb"] * 2**20 / x_bytes)
         self.nbuf = int(max(1, min(settings["max_bufs"], nbuf)))
         self.raw = [
-            (
-                INPUT_SCALE.get(cfg["model"], 1.0)
-                * (2.2 * torch.rand((t_len, n), generator=gen, device=device) - 0.2)
-            ).to(self.dtype)
+            bench_input(cfg["model"], (t_len, n), gen, device).to(self.dtype)
             for _ in range(self.nbuf)
         ]
         self.half = self.dtype in (torch.float16, torch.bfloat16)

@@ -67,17 +67,15 @@ def child(models: list[str], dtype: str, t_len: int, n: int) -> None:
     """Per model, three training calls; ncu profiles the third one's kernels (the NVTX
     range ``profile``)."""
     import torch
-    from bench_neurons import INPUT_SCALE, make_neuron
+    from bench_neurons import bench_input, make_neuron
 
     import symneuron as sn
 
     dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     for model in models:
-        torch.manual_seed(0)
+        gen = torch.Generator(device="cuda").manual_seed(0)
         neuron = make_neuron(model)
-        scale = INPUT_SCALE.get(model, 1.0)
-        x = (scale * (2.2 * torch.rand(t_len, n, device="cuda") - 0.2)).to(dt)
-        x.requires_grad_(True)
+        x = bench_input(model, (t_len, n), gen, "cuda").to(dt).requires_grad_(True)
         params = {k: torch.tensor(v, device="cuda", requires_grad=True)
                   for k, v in neuron.params.items() if k in neuron.learnable}  # fmt: skip
         for i in range(3):
