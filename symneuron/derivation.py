@@ -10,8 +10,8 @@ The step map of a neuron is a small graph of named nodes evaluated in order:
 The backward step is the transposed Jacobian of this map, built here by reverse
 accumulation over the nodes with SymPy partials, with SG standing in for the
 step function's derivative. Extra state variables are more nodes in the same
-graph (docs/architecture.md, "Multi-state neurons"); the single-state neuron is
-the k = 0 case.
+graph (docs/architecture.md, "Neurons with several state variables"); the
+single-state neuron is the k = 0 case.
 
 The result is plain data: named expressions after common-subexpression
 elimination and the inputs each step needs. Nothing here prints code.
@@ -19,17 +19,22 @@ elimination and the inputs each step needs. Nothing here prints code.
 
 from __future__ import annotations
 
-import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property
+from typing import NamedTuple
 
 import sympy as sp
 
 from .definition import Definition, H, S, V, X
+from .memo import memoized
+from .signature import param_cnames
 from .surrogate import u as U_SURROGATE
 from .validate import check_expression
 
-__all__ = ["KernelSpec", "Assign", "K", "derive", "partials", "partial_definitions"]
+__all__ = [
+    "KernelSpec", "Assign", "Block", "K", "StepMap", "derive", "partials", "partial_definitions",
+]  # fmt: skip
 
 
 class K:
@@ -54,6 +59,33 @@ class Assign:
 
 
 @dataclass(frozen=True)
+class Block:
+    """The lines of one CSE'd block: temporaries first, then one line per target.
+
+    Iterating gives the lines; :attr:`targets` names what the block computes and
+    :attr:`reads` what it uses from outside itself.
+    """
+
+    lines: tuple[Assign, ...] = ()
+    targets: tuple[sp.Symbol, ...] = ()
+
+    def __iter__(self) -> Iterator[Assign]:
+        return iter(self.lines)
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def __getitem__(self, i: int) -> Assign:
+        return self.lines[i]
+
+    @cached_property
+    def reads(self) -> frozenset[sp.Symbol]:
+        """The symbols the block's expressions use that no line of it defines."""
+        used = set().union(*(line.expr.free_symbols for line in self.lines))
+        return frozenset(used - {line.target for line in self.lines})
+
+
+@dataclass(frozen=True)
 class Node:
     """One node of the step map: ``symbol = expr`` (``spike`` marks S = Θ(H − Vth))."""
 
@@ -63,9 +95,28 @@ class Node:
     is_reset: bool = False
 
 
+class StepMap(NamedTuple):
+    """The forward step map by its parts, in evaluation order (:attr:`nodes`)."""
+
+    charge: Node
+    updates: tuple[Node, ...]
+    threshold: Node
+    spike: Node
+    reset: Node
+    state_resets: tuple[Node, ...]
+
+    @property
+    def nodes(self) -> list[Node]:
+        return [self.charge, *self.updates, self.threshold, self.spike, self.reset,
+                *self.state_resets]  # fmt: skip
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """Everything the code generators need, as named SymPy expressions.
+
+    What each kernel reads is derived from the expressions (:attr:`needs_x`,
+    :attr:`needs_v`, :attr:`needs_w`, :attr:`needs_wt`), not kept beside them.
 
     Attributes
     ----------
@@ -73,33 +124,24 @@ class KernelSpec:
     params : all parameter names in kernel-argument order.
     learnable : the parameters that get gradients (a subset of ``params``).
     param_symbols : name -> SymPy symbol used inside the expressions (``p<i>_<name>``).
-    param_cnames : name -> that symbol's name, a C identifier.
-    charge : CSE'd lines computing ``h`` from ``V``, ``X`` and the params.
-    threshold : ``v_th`` as an expression in the params.
-    surrogate : CSE'd lines computing ``sg`` from ``u = h − v_th``.
-    reset : CSE'd lines computing the new state ``V`` from ``h``, ``s`` and ``v_th``.
-    backward : CSE'd lines computing ``grad_V`` (dL/dV[t−1]), ``grad_X`` and
-        ``grad_<θ>`` from ``h, s, sg, V, X``, the params, ``grad_s`` (∂L/∂S[t]) and
-        ``grad_v`` (total dL/dV[t]).
-    needs_v, needs_x : whether the backward step reads V[t−1] and X[t].
+    charge : block computing ``h`` from ``V``, ``X`` and the params.
+    threshold : ``v_th`` as an expression in the params (and the ``wt<i>``).
+    surrogate : block computing ``sg`` from ``u = h − v_th``.
+    reset : block computing the new state ``V`` from ``h``, ``s`` and ``v_th``.
+    backward : block computing ``grad_V`` (dL/dV[t−1]), ``grad_W<i>``, ``grad_X`` and
+        ``grad_<θ>`` from ``h, s, sg, V, X``, the params, ``grad_s`` (∂L/∂S[t]),
+        ``grad_v`` (total dL/dV[t]) and ``grad_w<i>`` (total dL/dW_i[t]).
     v_start : V[0] when no ``v_init`` is given (a numeric v_reset, else 0; a
         v_reset that is an expression in the params always comes as a v_init tensor).
     partials : the derived partials of the charge, by readable name.
     states : names of the extra state variables W_i (empty for single-state neurons).
         Inside the expressions W_i[t−1] is ``w<i>``, its update W̃_i is ``wt<i>``.
     state_init : W_i[0] when no initial value is given.
-    updates : CSE'd lines computing each ``wt<i>`` from V, the ``w<i>``, X, h, params.
-    state_resets : CSE'd lines computing the new ``w<i>`` from the ``wt<i>``, s, params.
-    threshold_per_step : the threshold uses the states, so it changes every step.
-    needs_w : whether the backward step needs W[t−1] (recomputed from W̃[t−1], S[t−1]).
-    needs_wt : whether the backward reads the W̃ the forward saves (its expressions, the
-        threshold or the recomputed step t−1 use them); when not, the training forward
-        saves none: Izhikevich's W̃, for one, enters the step only linearly.
-    crossing : spikes on an upward crossing (``gate`` = [V[t−1] < v_th]), no reset.
+    updates : block computing each ``wt<i>`` from V, the ``w<i>``, X, h, params.
+    state_resets : block computing the new ``w<i>`` from the ``wt<i>``, s, params.
+    firing : ``"level"`` or ``"crossing"`` (spikes on an upward crossing, no reset).
     hard_reset : V ← H(1 − S) + V_reset·S; the kernels add +0 after it, so that
         −0.0·(1 − S) leaves +0.0 as the reference's ``+ V_reset·S`` does.
-    The backward also computes ``grad_W<i>`` (dL/dW_i[t−1]) from ``grad_w<i>`` (total
-    dL/dW_i[t]).
     """
 
     name: str
@@ -107,25 +149,59 @@ class KernelSpec:
     params: tuple[str, ...]
     learnable: tuple[str, ...]
     param_symbols: dict[str, sp.Symbol]
-    param_cnames: dict[str, str]
-    charge: tuple[Assign, ...]
+    charge: Block
     threshold: sp.Expr
-    surrogate: tuple[Assign, ...]
-    reset: tuple[Assign, ...]
-    backward: tuple[Assign, ...]
-    needs_v: bool
-    needs_x: bool
+    surrogate: Block
+    reset: Block
+    backward: Block
     v_start: float
     partials: dict[str, sp.Expr] = field(compare=False)
     states: tuple[str, ...] = ()
     state_init: tuple[float, ...] = ()
-    updates: tuple[Assign, ...] = ()
-    state_resets: tuple[Assign, ...] = ()
-    threshold_per_step: bool = False
-    needs_w: bool = False
-    needs_wt: bool = False
-    crossing: bool = False
+    updates: Block = Block()
+    state_resets: Block = Block()
+    firing: str = "level"
     hard_reset: bool = False
+
+    @property
+    def param_cnames(self) -> dict[str, str]:
+        """name -> the param's kernel name (:func:`symneuron.signature.param_cnames`)."""
+        return dict(zip(self.params, param_cnames(self.params), strict=True))
+
+    @property
+    def crossing(self) -> bool:
+        """Spikes on an upward crossing (``gate`` = [V[t−1] < v_th]), no reset."""
+        return self.firing == "crossing"
+
+    @cached_property
+    def needs_x(self) -> bool:
+        """Whether the backward step reads X[t] (then the forward's caller keeps it)."""
+        return X in self.backward.reads
+
+    @cached_property
+    def needs_v(self) -> bool:
+        """Whether the backward step reads V[t−1] (recomputed from H[t−1])."""
+        return V in self.backward.reads or K.gate in self.backward.reads
+
+    @cached_property
+    def needs_w(self) -> bool:
+        """Whether the backward step reads W[t−1] (recomputed from W̃[t−1], S[t−1])."""
+        return bool(self.backward.reads & set(state_symbols(len(self.states))[0]))
+
+    @cached_property
+    def threshold_per_step(self) -> bool:
+        """The threshold uses the states, so it changes every step."""
+        return bool(self.threshold.free_symbols & set(state_symbols(len(self.states))[1]))
+
+    @cached_property
+    def needs_wt(self) -> bool:
+        """Whether the backward reads the W̃ the forward saves: its lines, the spike (the
+        threshold) or, when it recomputes step t−1, that step's reset use them. When not,
+        the training forward saves none (Izhikevich's W̃ enters its step only linearly)."""
+        read = self.backward.reads | self.threshold.free_symbols
+        if self.needs_v or self.needs_w:
+            read |= self.reset.reads
+        return self.needs_w or bool(read & set(state_symbols(len(self.states))[1]))
 
     @property
     def saved_states(self) -> int:
@@ -134,27 +210,19 @@ class KernelSpec:
         return len(self.states) if self.needs_wt else 0
 
 
-def c_identifier(name: str, index: int) -> str:
-    """The kernel-side name of parameter ``name``: ``p<index>_<name>`` (ASCII).
-
-    Parameters are renamed before derivation, so no user name can clash with the
-    step map's own symbols (h, s, sg, grad_v, CSE temporaries, ...).
-    """
-    clean = re.sub(r"\W", "_", name.encode("ascii", "replace").decode())
-    return f"p{index}_{clean}"
-
-
 def grad_symbol(name: str) -> sp.Symbol:
     """Symbol of the backward output for input ``name`` (``V``, ``X`` or a param)."""
     return sp.Symbol(f"grad_{name}", real=True)
 
 
-def _cse(targets: list[tuple[sp.Symbol, sp.Expr]], prefix: str) -> tuple[Assign, ...]:
+def _cse(targets: list[tuple[sp.Symbol, sp.Expr]], prefix: str) -> Block:
+    if not targets:
+        return Block()
     symbols = sp.numbered_symbols(prefix, real=True)
     temps, reduced = sp.cse([e for _, e in targets], symbols=symbols, optimizations="basic")
     lines = [Assign(t, e) for t, e in temps]
     lines += [Assign(target, e) for (target, _), e in zip(targets, reduced, strict=True)]
-    return tuple(lines)
+    return Block(tuple(lines), tuple(target for target, _ in targets))
 
 
 def partial_definitions(neuron: Definition) -> dict[str, tuple[sp.Expr, sp.Symbol]]:
@@ -176,7 +244,7 @@ def partial_definitions(neuron: Definition) -> dict[str, tuple[sp.Expr, sp.Symbo
     return out
 
 
-@lru_cache(maxsize=256)
+@memoized(256, "derivation.partials")
 def partials(neuron: Definition) -> dict[str, sp.Expr]:
     """The derived partials (see :func:`partial_definitions`), keyed by readable names."""
     out = {key: sp.diff(f, z) for key, (f, z) in partial_definitions(neuron).items()}
@@ -199,17 +267,13 @@ def grad_w_seed(i: int) -> sp.Symbol:
     return sp.Symbol(f"grad_w{i}", real=True)
 
 
-def step_nodes(neuron: Definition, rename: dict[sp.Symbol, sp.Symbol]) -> list[Node]:
-    """The forward step map as nodes in evaluation order, params renamed by ``rename``.
-
-    Order: H, W̃_i, V_th, S, V_new, W_i new; k = 0 leaves H, V_th, S, V_new.
-    """
+def step_map(neuron: Definition, rename: dict[sp.Symbol, sp.Symbol]) -> StepMap:
+    """The forward step map by its parts, params renamed by ``rename``: H, W̃_i, V_th, S,
+    V_new, W_i new (k = 0 leaves H, V_th, S, V_new)."""
     prev, tilde, new = state_symbols(len(neuron.states))
     publics = list(neuron.state_symbols.values())
     as_prev = {**rename, **dict(zip(publics, prev, strict=True))}
     as_tilde = {**rename, **dict(zip(publics, tilde, strict=True))}
-    charge = neuron.charge.xreplace(as_prev)
-    v_th = sp.sympify(neuron.v_threshold).xreplace(as_tilde)
     if neuron.firing == "crossing":
         v_new = K.h
     elif neuron.v_reset is None:
@@ -217,22 +281,20 @@ def step_nodes(neuron: Definition, rename: dict[sp.Symbol, sp.Symbol]) -> list[N
     else:
         v_new = K.h * (1 - K.s) + sp.sympify(neuron.v_reset).xreplace(rename) * K.s
     states = list(neuron.states.values())
-    updates = [
-        Node(wt, sp.sympify(st.update).xreplace({**as_prev, H: K.h}))
-        for wt, st in zip(tilde, states, strict=True)
-    ]
-    resets = [
-        Node(wn, sp.sympify(st.on_spike).xreplace({**as_tilde, S: K.s}), is_reset=True)
-        for wn, st in zip(new, states, strict=True)
-    ]
-    return [
-        Node(K.h, charge),
-        *updates,
-        Node(K.v_th, v_th),
-        Node(K.s, K.h - K.v_th, spike=True),
-        Node(K.v_new, v_new, is_reset=True),
-        *resets,
-    ]
+    return StepMap(
+        charge=Node(K.h, neuron.charge.xreplace(as_prev)),
+        updates=tuple(
+            Node(wt, sp.sympify(st.update).xreplace({**as_prev, H: K.h}))
+            for wt, st in zip(tilde, states, strict=True)
+        ),
+        threshold=Node(K.v_th, sp.sympify(neuron.v_threshold).xreplace(as_tilde)),
+        spike=Node(K.s, K.h - K.v_th, spike=True),
+        reset=Node(K.v_new, v_new, is_reset=True),
+        state_resets=tuple(
+            Node(wn, sp.sympify(st.on_spike).xreplace({**as_tilde, S: K.s}), is_reset=True)
+            for wn, st in zip(new, states, strict=True)
+        ),
+    )
 
 
 def transpose(
@@ -267,13 +329,12 @@ def transpose(
     return adjoint
 
 
-@lru_cache(maxsize=256)
+@memoized(256, "derivation.derive")
 def derive(neuron: Definition) -> KernelSpec:
     """Differentiate ``neuron``'s step map and return its :class:`KernelSpec`."""
     found = dict(partials(neuron))
-    k = len(neuron.states)
-    prev, tilde, new = state_symbols(k)
-    cnames = {n: c_identifier(n, i) for i, n in enumerate(neuron.params)}
+    prev, _tilde, new = state_symbols(len(neuron.states))
+    cnames = dict(zip(neuron.params, param_cnames(tuple(neuron.params)), strict=True))
     rename = {neuron.symbols[n]: sp.Symbol(c, real=True) for n, c in cnames.items()}
     symbol_of = {"V": V, "X": X, **{n: rename[neuron.symbols[n]] for n in neuron.params}}
     symbol_of.update(dict(zip(neuron.states, prev, strict=True)))
@@ -282,52 +343,33 @@ def derive(neuron: Definition) -> KernelSpec:
         symbol_of[n]: found[f"dH/d{n}"].xreplace(as_internal)
         for n in ["V", "X", *neuron.states, *neuron.learnable]
     }
-    nodes = step_nodes(neuron, rename)
-    charge, threshold = nodes[0].expr, nodes[1 + k].expr
+    step = step_map(neuron, rename)
     seeds = {K.s: K.grad_s, K.v_new: K.grad_v, **{wn: grad_w_seed(i) for i, wn in enumerate(new)}}
     crossing = neuron.firing == "crossing"
-    adjoint = transpose(nodes, seeds, charge_partials, neuron.detach_reset, crossing)
+    adjoint = transpose(step.nodes, seeds, charge_partials, neuron.detach_reset, crossing)
     inputs = ["V", *neuron.states, "X", *neuron.learnable]
     grad_names = {"V": "V", "X": "X", **cnames, **{w: f"W{i}" for i, w in enumerate(neuron.states)}}
     targets = [
         (grad_symbol(grad_names[n]), adjoint.get(symbol_of[n], sp.Integer(0))) for n in inputs
     ]
-    backward = _cse(targets, "b")
-    used = set().union(*(line.expr.free_symbols for line in backward))
     sg = neuron.surrogate.derivative().subs(U_SURROGATE, K.u)
-    update_nodes, reset_nodes = nodes[1 : 1 + k], nodes[-k:] if k else []
-    needs_v, needs_w = V in used or K.gate in used, bool(used & set(prev))
-    reset = _cse([(V, nodes[3 + k].expr)], "r")
-    # what the backward step evaluates: its lines and the spike (threshold), and, when it
-    # recomputes step t-1, that step's reset (the new W from W̃ only when W[t-1] is used)
-    read = used | threshold.free_symbols
-    if needs_v or needs_w:
-        read |= set().union(*(line.expr.free_symbols for line in reset))
     return KernelSpec(
         name=neuron.name,
         key=neuron.key(),
         params=tuple(neuron.params),
         learnable=neuron.learnable,
         param_symbols={n: rename[neuron.symbols[n]] for n in neuron.params},
-        param_cnames=cnames,
-        charge=_cse([(K.h, charge)], "c"),
-        threshold=threshold,
+        charge=_cse([(K.h, step.charge.expr)], "c"),
+        threshold=step.threshold.expr,
         surrogate=_cse([(K.sg, sg)], "g"),
-        reset=reset,
-        backward=backward,
-        needs_v=needs_v,
-        needs_x=X in used,
+        reset=_cse([(V, step.reset.expr)], "r"),
+        backward=_cse(targets, "b"),
         v_start=neuron.v_start if isinstance(neuron.v_start, float) else 0.0,
         partials=found,
         states=tuple(neuron.states),
         state_init=tuple(s.init for s in neuron.states.values()),
-        updates=_cse([(n.symbol, n.expr) for n in update_nodes], "a") if k else (),
-        state_resets=(
-            _cse([(w, n.expr) for w, n in zip(prev, reset_nodes, strict=True)], "q") if k else ()
-        ),
-        threshold_per_step=bool(threshold.free_symbols & set(tilde)),
-        needs_w=needs_w,
-        needs_wt=needs_w or bool(read & set(tilde)),
-        crossing=crossing,
+        updates=_cse([(n.symbol, n.expr) for n in step.updates], "a"),
+        state_resets=_cse([(w, n.expr) for w, n in zip(prev, step.state_resets, strict=True)], "q"),
+        firing=neuron.firing,
         hard_reset=neuron.v_reset is not None,  # crossing firing has v_reset None
     )

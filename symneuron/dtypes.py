@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from .memo import BoundedTable
+
 __all__ = ["DType", "DTYPES", "dtype_name", "lookup", "supported"]
 
 
@@ -95,7 +97,7 @@ def supported(backend: str) -> list[str]:
 
 #: (backend, dtype as given) -> its row, filled by :func:`lookup` (host time: the
 #: kernels look their dtype up several times per call)
-_ROWS: dict[tuple[str, Any], DType] = {}
+_ROWS: BoundedTable[tuple[str, Any], DType] = BoundedTable(64, "dtypes.rows")
 
 
 def lookup(backend: str, dtype: torch.dtype | str) -> DType:
@@ -106,7 +108,7 @@ def lookup(backend: str, dtype: torch.dtype | str) -> DType:
     row = DTYPES[backend].get(dtype_name(dtype))
     if row is not None:
         if not torch.compiler.is_compiling():
-            _ROWS[(backend, dtype)] = row
+            _ROWS.put((backend, dtype), row)
         return row
     raise TypeError(
         f"The {backend} backend supports dtypes {sorted(DTYPES[backend])}, not "

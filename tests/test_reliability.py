@@ -15,6 +15,7 @@ import torch
 from conftest import generator
 
 import symneuron as sn
+from symneuron.memo import BoundedTable
 from symneuron.reference import spike
 from symneuron.runtime import cpu
 from symneuron.validate import NonFiniteError
@@ -41,7 +42,7 @@ def compiler_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch
     """Change $CC / $PATH for one test: the compiler is looked up again before and after."""
     cpu._command.cache_clear()
     cpu._probe.cache_clear()
-    monkeypatch.setattr(simulate_module, "_WARNED", set())
+    monkeypatch.setattr(simulate_module, "_WARNED", BoundedTable(16))
     yield monkeypatch
     monkeypatch.undo()
     cpu._command.cache_clear()

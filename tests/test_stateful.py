@@ -128,7 +128,7 @@ def test_w_tilde_saved_only_when_the_backward_reads_it(name: str) -> None:
     assert prog.needs_wt is READS_WT[name]
     x = torch.rand(5, 7, generator=generator(seed_of("wt", name)), dtype=torch.float64)
     params = [torch.full((7,), v, dtype=torch.float64) for v in neuron.params.values()]
-    wt_seq = prog.forward(x, None, None, params, True, "last")[4]
+    wt_seq = prog.forward(x, None, None, params, True, "last").wt_seq
     assert (wt_seq is not None) is READS_WT[name]
     if wt_seq is not None:
         assert wt_seq.shape == (len(neuron.states), 5, 7)

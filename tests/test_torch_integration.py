@@ -19,6 +19,7 @@ from torch.autograd.gradcheck import GradcheckError
 
 import symneuron as sn
 import symneuron.binding as F
+from symneuron.signature import FORWARD
 
 
 def op_args(
@@ -42,11 +43,11 @@ def test_opcheck_forward(model: str, v_mode: str) -> None:
     args = op_args(
         neuron, seed_of("opcheck", model, v_mode), store_h=True, v_mode=v_mode, requires_grad=True
     )
-    spike, v_out, h_seq, w_out, wt_seq = F.forward_op(*args)
-    assert w_out.shape[0] == 0 and wt_seq.numel() == 0  # single-state: no extra states
-    assert_fires_sometimes(spike)
-    assert v_out.shape == ((7 if v_mode == "seq" else 1), 10)
-    assert h_seq.shape == (7, 10)
+    out = FORWARD.returns(*F.forward_op(*args))  # the op's outputs by name
+    assert out.w_out.numel() == 0 and out.wt_seq.numel() == 0  # single-state: no states
+    assert_fires_sometimes(out.spike_seq)
+    assert out.v_seq.shape == ((7 if v_mode == "seq" else 1), 10)
+    assert out.h_seq.shape == (7, 10)
     torch.library.opcheck(F.forward_op, args)
 
 
@@ -59,7 +60,7 @@ def test_opcheck_forward_inference(v_mode: str) -> None:
         v_mode=v_mode,
         requires_grad=False,
     )
-    assert F.forward_op(*args)[2].numel() == 0
+    assert FORWARD.returns(*F.forward_op(*args)).h_seq.numel() == 0
     torch.library.opcheck(F.forward_op, args)
 
 
@@ -69,8 +70,7 @@ def test_opcheck_backward(grad_v_mode: str) -> None:
     key, backend, x_seq, v_init, _, params, _, _ = op_args(
         neuron, seed_of("opcheck-bw"), store_h=True, v_mode="seq", requires_grad=False
     )
-    out = F.forward_op(key, backend, x_seq, v_init, None, params, True, "seq")
-    h_seq, wt_seq = out[2], out[4]
+    out = FORWARD.returns(*F.forward_op(key, backend, x_seq, v_init, None, params, True, "seq"))
     gen = generator(seed_of("opcheck-bw-grads"))
     grad_spike = torch.randn(7, 10, generator=gen, dtype=torch.float64)
     rows = {"seq": 7, "last": 1}
@@ -80,20 +80,12 @@ def test_opcheck_backward(grad_v_mode: str) -> None:
         else torch.randn(rows[grad_v_mode], 10, generator=gen, dtype=torch.float64)
     )
     grad_w = None if grad_v is None else grad_v.new_zeros((0, *grad_v.shape))
-    args = (
-        key,
-        backend,
-        grad_spike,
-        grad_v,
-        grad_w,
-        grad_v_mode,
-        h_seq,
-        wt_seq,
-        x_seq,
-        v_init,
-        None,
-        params,
-    )
+    given = dict(
+        grad_spike=grad_spike, grad_v_seq=grad_v, grad_w_seq=grad_w, h_seq=out.h_seq,
+        wt_seq=None, x_seq=x_seq, v_init=v_init, w_init=None, params=params,
+        grad_v_mode=grad_v_mode,
+    )  # fmt: skip
+    args = (key, backend, *[given[name] for name in F.OP_ARGS["backward"][2:]])
     torch.library.opcheck(F.backward_op, args)
 
 

@@ -1,9 +1,11 @@
-"""The target languages as data: what wraps the shared step bodies in C and in CUDA.
+"""The target languages: what wraps the shared step bodies in C and in CUDA.
 
-A :class:`Dialect` supplies only the scaffolding around the step bodies that
-:mod:`~symneuron.codegen.steps` prints: qualifiers, the loop over neurons, the
-K-lane vector type and helper functions. The storage and compute types come from
-:mod:`symneuron.dtypes`.
+A :class:`Dialect` knows a language's scaffolding around the step bodies that
+:mod:`~symneuron.codegen.steps` prints: the prelude, the K-lane vector type, the loop
+over a thread's lanes and its unroll hints, the loop over neurons and its bounds check,
+barriers and shared memory, and how one body becomes exported kernels. :class:`C` and
+:class:`CUDA` are its subclasses (as tinygrad's renderers are built); the storage and
+compute types come from :mod:`symneuron.dtypes`.
 
 * CUDA: one thread per K adjacent neurons (K = 1 or the dtype's lanes, a template
   parameter), a loop over t inside the thread, no CUDA headers: 16-bit values are
@@ -12,57 +14,130 @@ K-lane vector type and helper functions. The storage and compute types come from
 * C: the same step bodies, one function per K: 1, or the dtype's lanes, K adjacent
   neurons per loop iteration, whose lane loops the compiler vectorises (the last
   N mod K neurons run one at a time in the same function), and an OpenMP loop over
-  neurons (only for large N).
+  neurons (only for large N). One thread runs a block's neurons in order, so a
+  barrier is nothing and shared memory is a local array.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..dtypes import DType
 
-__all__ = ["Dialect", "C", "CUDA", "DIALECTS"]
+__all__ = ["Dialect", "C", "CUDA", "DIALECTS", "INDENT", "indent"]
+
+INDENT = "    "
 
 
-@dataclass(frozen=True)
+def indent(lines: list[str], depth: int = 1) -> list[str]:
+    return [INDENT * depth + line if line else line for line in lines]
+
+
 class Dialect:
-    """Scaffolding of one target language around the shared step bodies.
+    """Scaffolding of one target language around the shared step bodies."""
 
-    ``vector`` names the K-lane vector type of a storage type (``{st}``);
-    ``template`` says whether the lane count K is a C++ template parameter
-    (several exported kernels) or a macro set around each exported function, with
-    ``vector`` a macro naming that K's struct (C).
-    """
+    name = ""
+    #: pointer qualifier promising no aliasing
+    restrict = ""
 
-    name: str
-    prelude: str
-    restrict: str
-    vector: str
-    loop_open: str
-    loop_close: str
-    template: bool
+    def prelude(self, dtype: DType, lanes: tuple[int, ...]) -> str:
+        """Definitions every kernel of a source uses (vector types, conversions)."""
+        raise NotImplementedError
+
+    def vector(self, dtype: DType) -> str:
+        """The type of K adjacent storage values, loaded and stored as one."""
+        raise NotImplementedError
+
+    def unroll(self, factor: str | None = None) -> list[str]:
+        """A hint to unroll the loop that follows (``factor`` times, or fully)."""
+        return []
+
+    def lane_loop(self, body: list[str]) -> list[str]:
+        """``body`` once per lane ``j`` of the thread's K neurons."""
+        return [*self.unroll(), "for (int j = 0; j < K; ++j) {", *indent(body), "}"]
+
+    def neuron_loop(
+        self, body: list[str], begin: str = "0", end: str = "N", parallel: bool = True
+    ) -> list[str]:
+        """``body`` for the K neurons from ``i0`` on, for every ``i0`` in [begin, end)."""
+        raise NotImplementedError
+
+    def barrier(self) -> str:
+        """Wait until every thread of the block got here (and their writes are seen)."""
+        raise NotImplementedError
+
+    def shared(self, ctype: str, name: str, count: str) -> str:
+        """An array of ``count`` values the threads of one block share."""
+        raise NotImplementedError
+
+    def kernels(
+        self, name: str, params: list[str], body: list[str], lanes: dict[int, str],
+        one_lane: bool = False,
+    ) -> str:  # fmt: skip
+        """``body`` as one exported kernel per lane count (``lanes``: K -> exported name);
+        ``one_lane``: the wide kernel runs one neuron per iteration (C only)."""
+        raise NotImplementedError
 
 
-_C_PRELUDE = """#include <math.h>
-"""
+class CDialect(Dialect):
+    """C99: K lanes per loop iteration (macros set around each function), OpenMP."""
 
-#: the C struct of K storage values (one per lane count, before the functions using it)
-C_VECTOR = """typedef struct {{
-    {{st}} v[{k}];
-}} sn_vec{k};
-"""
+    name = "c"
+    restrict = "restrict"
+    #: neurons from which the loop over neurons runs in parallel (below, contention with
+    #: torch's own thread pool made calls slower)
+    parallel_from = 262144
 
-C = Dialect(
-    name="c",
-    prelude=_C_PRELUDE,
-    restrict="restrict",
-    vector="sn_vec",
-    # {begin}, {end}: the neurons this loop covers, K at a time (skeleton._c_function)
-    loop_open=(
-        "#pragma omp parallel for schedule(static) if ({end} >= 262144)\n"
-        "for (long long i0 = {begin}; i0 < {end}; i0 += K) {{"
-    ),
-    loop_close="}",
-    template=False,
-)
+    def prelude(self, dtype: DType, lanes: tuple[int, ...]) -> str:
+        vectors = "".join(
+            f"typedef struct {{\n{INDENT}{dtype.storage} v[{k}];\n}} sn_vec{k};\n" for k in lanes
+        )
+        return "#include <math.h>\n" + vectors
+
+    def vector(self, dtype: DType) -> str:
+        return "sn_vec"  # a macro naming the struct of the K in force
+
+    def neuron_loop(
+        self, body: list[str], begin: str = "0", end: str = "N", parallel: bool = True
+    ) -> list[str]:
+        omp = f"#pragma omp parallel for schedule(static) if ({end} >= {self.parallel_from})"
+        head = f"for (long long i0 = {begin}; i0 < {end}; i0 += K) {{"
+        return [*([omp] if parallel else []), head, *indent(body), "}"]
+
+    def barrier(self) -> str:
+        return ""
+
+    def shared(self, ctype: str, name: str, count: str) -> str:
+        return f"{ctype} {name}[{count}];"
+
+    def kernels(
+        self, name: str, params: list[str], body: list[str], lanes: dict[int, str],
+        one_lane: bool = False,
+    ) -> str:  # fmt: skip
+        joined = f",\n{INDENT}".join(params)
+        return "\n".join(
+            self._function(joined, body, 1 if one_lane else k, exported)
+            for k, exported in lanes.items()
+        )
+
+    def _with_lanes(self, count: int, loop: list[str]) -> list[str]:
+        defines = [f"#define K {count}", f"#define sn_vec sn_vec{count}"]
+        return [*defines, *indent(loop), "#undef sn_vec", "#undef K"]
+
+    def _function(self, joined: str, body: list[str], k: int, exported: str) -> str:
+        """C kernel ``exported`` with ``k`` lanes; the last N mod K neurons take the same
+        body with one lane (vector loads and stores of K values never run past the end)
+        and no parallel region."""
+        if k == 1:
+            lines = self._with_lanes(1, self.neuron_loop(body))
+        else:
+            wide = f"{INDENT}const long long n_wide = N - N % {k};"
+            lines = [
+                wide,
+                *self._with_lanes(k, self.neuron_loop(body, "0", "n_wide")),
+                *self._with_lanes(1, self.neuron_loop(body, "n_wide", "N", parallel=False)),
+            ]
+        text = "\n".join(lines)
+        return f"void {exported}(\n{INDENT}{joined}) {{\n{text}\n}}\n"
+
 
 _CUDA_PRELUDE = r"""
 template <typename T, int K>
@@ -90,18 +165,62 @@ __device__ __forceinline__ unsigned short sn_f2b(float f) {
 }
 """
 
-CUDA = Dialect(
-    name="cuda",
-    prelude=_CUDA_PRELUDE,
-    restrict="__restrict__",
-    vector="sn_vec<{st}, K>",
-    loop_open=(
-        "const long long i0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * K;\n"
-        "if (i0 >= N) return;"
-    ),
-    loop_close="",
-    template=True,
-)
+
+class CUDADialect(Dialect):
+    """CUDA C++ for NVRTC: K lanes as a template parameter, one thread per K neurons."""
+
+    name = "cuda"
+    restrict = "__restrict__"
+
+    def prelude(self, dtype: DType, lanes: tuple[int, ...]) -> str:
+        return _CUDA_PRELUDE
+
+    def vector(self, dtype: DType) -> str:
+        return f"sn_vec<{dtype.storage}, K>"
+
+    def unroll(self, factor: str | None = None) -> list[str]:
+        return ["#pragma unroll" + (f" {factor}" if factor else "")]
+
+    def neuron_loop(
+        self, body: list[str], begin: str = "0", end: str = "N", parallel: bool = True,
+        early_exit: bool = True,
+    ) -> list[str]:  # fmt: skip
+        """One thread's K neurons. ``early_exit``: threads past ``end`` return at once;
+        a kernel with barriers keeps them (no ``return`` before a barrier) and guards
+        their work instead."""
+        first = "const long long i0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * K"
+        index = f"{first}{f' + {begin}' if begin != '0' else ''};"
+        if early_exit:
+            return [index, f"if (i0 >= {end}) return;", *body]
+        return [index, f"if (i0 < {end}) {{", *indent(body), "}"]
+
+    def barrier(self) -> str:
+        return "__syncthreads();"
+
+    def shared(self, ctype: str, name: str, count: str) -> str:
+        return f"__shared__ {ctype} {name}[{count}];"
+
+    def kernels(
+        self, name: str, params: list[str], body: list[str], lanes: dict[int, str],
+        one_lane: bool = False,
+    ) -> str:  # fmt: skip
+        joined = f",\n{INDENT}".join(params)
+        text = "\n".join(indent(self.neuron_loop(body)))
+        call = ", ".join(p.split()[-1] for p in params)
+        out = [
+            "template <int K>\n"
+            f"__device__ __forceinline__ void {name}(\n{INDENT}{joined}) {{\n{text}\n}}\n"
+        ]
+        for k, exported in lanes.items():
+            out.append(
+                f'extern "C" __global__ void {exported}(\n{INDENT}{joined}) {{\n'
+                f"{INDENT}{name}<{k}>({call});\n}}\n"
+            )
+        return "\n".join(out)
+
+
+C = CDialect()
+CUDA = CUDADialect()
 
 #: backend -> dialect
 DIALECTS: dict[str, Dialect] = {"cpu": C, "cuda": CUDA}

@@ -5,33 +5,51 @@ A thread owns ``K`` adjacent neurons ("lanes"): at each step it loads and stores
 lane from registers. The forward runs t = 0..T−1 and stores S (and H, W̃ for the
 backward, V every step or the last); the backward runs t = T−1..0, recomputing
 V[t−1] (and W[t−1]) from the stored H[t−1] and W̃[t−1] when its partials need
-them, and carries dL/dV (and dL/dW) from step to step. Both dialects (CUDA and C)
-print these same bodies; :mod:`~symneuron.codegen.skeleton` wraps them into
-kernels.
+them, and carries dL/dV (and dL/dW) from step to step.
+
+What a pass touches is one table (:class:`StepIO`): the arrays it reads and writes
+each step (:class:`Stream`: array, vector register, the value's name in the body)
+and the per-lane registers it carries from step to step. The loads, stores and
+declarations are printed from it, so the names agree by construction. Both
+dialects print these same bodies; :mod:`~symneuron.codegen.skeleton` wraps them.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import sympy as sp
 
-from ..derivation import Assign, K, KernelSpec, grad_symbol
+from ..derivation import Block, K, KernelSpec, grad_symbol
 from ..dtypes import DType
-from .dialects import Dialect
+from .dialects import INDENT, Dialect, indent
 from .printer import KernelPrinter
 
-__all__ = ["StepPrinter", "T_UNROLL", "INDENT", "indent"]
+__all__ = ["StepPrinter", "Stream", "StepIO", "T_UNROLL"]
 
-#: Unroll factor of the loop over t: lets the compiler issue later steps' loads early.
+#: Unroll factor of the loop over t (NVRTC honours it; it lets the compiler issue later
+#: steps' loads early). The C dialect prints no unroll hints.
 T_UNROLL = "(K == 1 ? 8 : 4)"
-INDENT = "    "
 
 
-def indent(lines: list[str], depth: int = 1) -> list[str]:
-    return [INDENT * depth + line if line else line for line in lines]
+class Stream(NamedTuple):
+    """An array a step reads or writes K values of: the kernel argument, the vector
+    register holding this step's K values, the value's name in the step body, and the
+    state's block of a [k, rows, N] array (None for a [rows, N] one)."""
+
+    array: str
+    register: str
+    value: str
+    state: int | None = None
 
 
-def _lane_loop(lines: list[str]) -> list[str]:
-    return ["#pragma unroll", "for (int j = 0; j < K; ++j) {", *indent(lines), "}"]
+class StepIO(NamedTuple):
+    """What one pass touches each step: arrays read and written (in declaration
+    order), and the per-lane registers carried to the next step (name -> value)."""
+
+    reads: tuple[Stream, ...]
+    writes: tuple[Stream, ...]
+    carries: tuple[tuple[str, str], ...]
 
 
 def _divisors(spec: KernelSpec) -> dict[sp.Symbol, sp.Symbol]:
@@ -64,15 +82,51 @@ class StepPrinter:
         self.k = len(spec.states)
         #: W̃ rows the training forward saves and the backward reads (all or none)
         self.kw = spec.saved_states
-        self.needs_prev = spec.needs_v or spec.needs_w
         #: params some expression divides by: each lane keeps 1/p, so that a step
         #: multiplies (an IEEE division is about ten instructions on the serial chain)
         self.rcp = _divisors(spec)
+        self.vec = dialect.vector(dtype)
 
-    @property
-    def vec(self) -> str:
-        return self.dialect.vector.format(st=self.dt.storage)
+    # -- the tables ---------------------------------------------------------
+    def streams(self, name: str) -> list[Stream]:
+        """Every stream of one kind, one per state for the per-state kinds."""
+        states = range(self.k)
+        table = {
+            "x": [Stream("x_seq", "x_v", "X")],
+            "spike": [Stream("spike_seq", "s_v", "s")],
+            "h": [Stream("h_seq", "h_v", "h")],
+            "h_prev": [Stream("h_seq", "hp_v", "h_prev")],
+            "v": [Stream("v_seq", "v_v", "V")],
+            "wt": [Stream("wt_seq", f"wt{i}_v", f"wt{i}", i) for i in range(self.kw)],
+            "wt_prev": [Stream("wt_seq", f"wtp{i}_v", f"wt{i}", i) for i in range(self.kw)],
+            "w_out": [Stream("w_out", f"wo{i}_v", f"w{i}", i) for i in states],
+            "grad_spike": [Stream("grad_spike", "gs_v", str(K.grad_s))],
+            "grad_v": [Stream("grad_v_seq", "gv_v", str(K.grad_v))],
+            "grad_w": [Stream("grad_w_seq", f"gw{i}_v", f"grad_w{i}", i) for i in states],
+            "grad_x": [Stream("grad_x_seq", "gx_v", str(grad_symbol("X")))],
+        }
+        return table[name]
 
+    def forward_io(self, store_h: bool, v_mode: str) -> StepIO:
+        seq = v_mode == "seq"
+        writes = [*self.streams("spike"), *(self.streams("h") if store_h else [])]
+        writes += [*(self.streams("v") if seq else []), *(self.streams("wt") if store_h else [])]
+        writes += self.streams("w_out") if seq else []
+        carries = (("V_l", "V"), *[(f"w{i}_l", f"w{i}") for i in range(self.k)])
+        return StepIO(tuple(self.streams("x")), tuple(writes), carries)
+
+    def backward_io(self, grad_v_mode: str) -> StepIO:
+        carried = self.carries()
+        reads = [*self.streams("h_prev" if carried else "h"), *self.streams("wt_prev")]
+        reads += [*(self.streams("x") if self.spec.needs_x else []), *self.streams("grad_spike")]
+        if grad_v_mode == "seq":
+            reads += [*self.streams("grad_v"), *self.streams("grad_w")]
+        carries = (("carry_l", str(grad_symbol("V"))),) + tuple(
+            (f"carry_w{i}_l", str(grad_symbol(f"W{i}"))) for i in range(self.k)
+        )
+        return StepIO(tuple(reads), tuple(self.streams("grad_x")), carries)
+
+    # -- printing helpers ---------------------------------------------------
     def expr(self, e: sp.Expr) -> str:
         e = sp.sympify(e)
         if self.rcp:
@@ -82,40 +136,30 @@ class StepPrinter:
             )
         return str(self.printer.doprint(e))
 
-    def lines(
-        self, assigns: tuple[Assign, ...], declare_last: bool = True, h: str = "h"
-    ) -> list[str]:
+    def block(
+        self, block: Block, h: str = "h", mutable: bool = False, rounded: bool = False,
+        declare: bool = True,
+    ) -> list[str]:  # fmt: skip
+        """A CSE block: temporaries declared ``const``; each target declared (rounded to
+        storage if ``rounded``), or assigned when ``mutable`` or not ``declare``."""
         subs = {K.h: sp.Symbol(h, real=True)}
         out = []
-        for i, line in enumerate(assigns):
-            target = str(line.target)
-            last = i == len(assigns) - 1
-            decl = f"const {self.dt.compute} " if (declare_last or not last) else ""
-            out.append(f"{decl}{target} = {self.expr(line.expr.xreplace(subs))};")
-        return out
-
-    def targets(
-        self, assigns: tuple[Assign, ...], mutable: bool, h: str = "h", rounded: bool = False
-    ) -> list[str]:
-        """A CSE block with several targets: temporaries declared ``const``; each target
-        declared (rounded to storage if ``rounded``) or, if ``mutable``, assigned."""
-        subs = {K.h: sp.Symbol(h, real=True)}
-        names = {line.target for line in assigns[-self.k :]} if self.k else set()
-        out = []
-        for line in assigns:
+        for line in block:
             value = self.expr(line.expr.xreplace(subs))
-            if line.target not in names:
+            if line.target not in block.targets:
                 out.append(f"const {self.dt.compute} {line.target} = {value};")
-            elif mutable:
+            elif mutable or not declare:
                 out.append(f"{line.target} = {value};")
             else:
                 value = self.dt.rounded(value) if rounded else value
                 out.append(f"const {self.dt.compute} {line.target} = {value};")
         return out
 
-    def state_block(self, array: str, i: int, rows: str = "T") -> str:
-        """Start of state ``i``'s block in a [k, rows, N] array."""
-        return f"({array} + (long long){i} * {rows} * N)"
+    def array(self, stream: Stream, rows: str = "T") -> str:
+        """Start of a stream's [rows, N] block (a state's block of a [k, rows, N] array)."""
+        if stream.state is None:
+            return stream.array
+        return f"({stream.array} + (long long){stream.state} * {rows} * N)"
 
     def v_th_line(self) -> str:
         return f"const {self.dt.compute} v_th = {self.expr(self.spec.threshold)};"
@@ -126,11 +170,18 @@ class StepPrinter:
     def store(self, value: str) -> str:
         return self.dt.store.format(value)
 
-    def load_vec(self, var: str, array: str, offset: str = "k") -> str:
-        return f"const {self.vec} {var} = *(const {self.vec}*)({array} + {offset});"
+    def read_vector(self, stream: Stream, offset: str = "k") -> str:
+        vec = self.vec
+        return f"const {vec} {stream.register} = *(const {vec}*)({self.array(stream)} + {offset});"
 
-    def store_vec(self, var: str, array: str, offset: str = "k") -> str:
-        return f"*({self.vec}*)({array} + {offset}) = {var};"
+    def write_vector(self, stream: Stream) -> str:
+        return f"*({self.vec}*)({self.array(stream)} + k) = {stream.register};"
+
+    def read_lane(self, stream: Stream) -> str:
+        return f"const {self.dt.compute} {stream.value} = {self.load(f'{stream.register}.v[j]')};"
+
+    def write_lane(self, stream: Stream) -> str:
+        return f"{stream.register}.v[j] = {self.store(stream.value)};"
 
     def fire(self, h: str) -> list[str]:
         """u = h − v_th and the spike s (crossing firing: gated by [V[t−1] < v_th])."""
@@ -163,7 +214,7 @@ class StepPrinter:
             decl.append(f"{ct} w{i}_l[K];")
             first = self.load(f"w_init[(long long){i} * N + i0 + j]")
             body.append(f"w{i}_l[j] = w_init ? {first} : {self.expr(sp.Float(init))};")
-        return decl + _lane_loop(body)
+        return decl + self.dialect.lane_loop(body)
 
     def lane_params(self) -> list[str]:
         ct = self.dt.compute
@@ -171,74 +222,75 @@ class StepPrinter:
         out += [f"const {ct} {r} = {r}_l[j];" for r in self.rcp.values()]
         return out + ([] if self.spec.threshold_per_step else [self.v_th_line()])
 
-    def forward(self, store_h: bool, v_mode: str) -> list[str]:
-        ct = self.dt.compute
-        charge = self.lines(self.spec.charge)
-        charge[-1] = f"const {ct} h = {self.dt.rounded(self.expr(self.spec.charge[-1].expr))};"
-        states, saved = range(self.k), range(self.kw)
-        seq = v_mode == "seq"
-        lane = [
+    def time_loop(self, head: str, step: list[str]) -> list[str]:
+        return [*self.dialect.unroll(T_UNROLL), head, *indent(step), "}"]
+
+    # -- the forward --------------------------------------------------------
+    def forward_lane(self, io: StepIO) -> list[str]:
+        """One lane's step: charge, updates, spike, resets; each written value stored
+        into its vector register right after it is computed."""
+        ct, spec = self.dt.compute, self.spec
+        written = {s.value: s for s in io.writes}
+
+        def put(*values: str) -> list[str]:
+            return [self.write_lane(written[v]) for v in values if v in written]
+
+        charge = self.block(spec.charge)
+        charge[-1] = f"const {ct} h = {self.dt.rounded(self.expr(spec.charge[-1].expr))};"
+        return [
             *self.lane_params(),
-            f"{ct} V = V_l[j];",
-            *[f"{ct} w{i} = w{i}_l[j];" for i in states],
-            f"const {ct} X = {self.load('x_v.v[j]')};",
+            *[f"{ct} {value} = {carry}[j];" for carry, value in io.carries],
+            *[self.read_lane(s) for s in io.reads],
             *charge,
-            *([f"h_v.v[j] = {self.store('h')};"] if store_h else []),
-            *self.targets(self.spec.updates, mutable=False, rounded=True),
-            *([f"wt{i}_v.v[j] = {self.store(f'wt{i}')};" for i in saved] if store_h else []),
-            *([self.v_th_line()] if self.spec.threshold_per_step else []),
+            *put("h"),
+            *self.block(spec.updates, rounded=True),
+            *put(*[f"wt{i}" for i in range(self.k)]),
+            *([self.v_th_line()] if spec.threshold_per_step else []),
             *self.fire("h"),
-            f"s_v.v[j] = {self.store('s')};",
-            *self.lines(self.spec.reset, declare_last=False),
+            *put("s"),
+            *self.block(spec.reset, declare=False),
             *self.positive_zero(),
-            *self.targets(self.spec.state_resets, mutable=True),
-            *([f"v_v.v[j] = {self.store('V')};"] if seq else []),
-            *([f"wo{i}_v.v[j] = {self.store(f'w{i}')};" for i in states] if seq else []),
-            "V_l[j] = V;",
-            *[f"w{i}_l[j] = w{i};" for i in states],
+            *self.block(spec.state_resets, mutable=True),
+            *put("V", *[f"w{i}" for i in range(self.k)]),
+            *[f"{carry}[j] = {value};" for carry, value in io.carries],
         ]
-        outputs = ["s_v", *(["h_v"] if store_h else []), *(["v_v"] if seq else [])]
-        outputs += [f"wt{i}_v" for i in saved] if store_h else []
-        outputs += [f"wo{i}_v" for i in states] if seq else []
+
+    def forward(self, store_h: bool, v_mode: str) -> list[str]:
+        io = self.forward_io(store_h, v_mode)
         step = [
             "const long long k = (long long)t * N + i0;",
-            self.load_vec("x_v", "x_seq"),
-            f"{self.vec} {', '.join(outputs)};",
-            *_lane_loop(lane),
-            self.store_vec("s_v", "spike_seq"),
-            *([self.store_vec("h_v", "h_seq")] if store_h else []),
-            *([self.store_vec("v_v", "v_seq")] if seq else []),
-            *[self.store_vec(f"wt{i}_v", self.state_block("wt_seq", i)) for i in saved if store_h],
-            *[self.store_vec(f"wo{i}_v", self.state_block("w_out", i)) for i in states if seq],
+            *[self.read_vector(s) for s in io.reads],
+            f"{self.vec} {', '.join(s.register for s in io.writes)};",
+            *self.dialect.lane_loop(self.forward_lane(io)),
+            *[self.write_vector(s) for s in io.writes],
         ]
         last = [f"v_seq[i0 + j] = {self.store('V_l[j]')};"]
         last += [
-            f"w_out[(long long){i} * N + i0 + j] = {self.store(f'w{i}_l[j]')};" for i in states
+            f"w_out[(long long){i} * N + i0 + j] = {self.store(f'w{i}_l[j]')};"
+            for i in range(self.k)
         ]
         return [
             *self.lane_state(),
-            f"#pragma unroll {T_UNROLL}",
-            "for (int t = 0; t < T; ++t) {",
-            *indent(step),
-            "}",
-            *(_lane_loop(last) if v_mode == "last" else []),
+            *self.time_loop("for (int t = 0; t < T; ++t) {", step),
+            *(self.dialect.lane_loop(last) if v_mode == "last" else []),
         ]
 
+    # -- the backward -------------------------------------------------------
     def recompute_v(self) -> list[str]:
         """V[t-1] (and each W[t-1]) of this lane: the resets of step t-1, or the initial
         values at t = 0. Step t-1 is recomputed from H[t-1] and W̃[t-1] alone."""
         ct, states = self.dt.compute, range(self.kw)  # W[t-1] only when W̃ is saved
         inner = [
-            f"const {ct} h_prev = {self.load('hp_v.v[j]')};",
-            *[f"const {ct} wt{i} = {self.load(f'wtp{i}_v.v[j]')};" for i in states],
+            self.read_lane(self.streams("h_prev")[0]),
+            *[self.read_lane(s) for s in self.streams("wt_prev")],
             *([self.v_th_line()] if self.spec.threshold_per_step else []),
             # crossing firing has no reset: V[t-1] = H[t-1] needs no spike (nor V[t-2])
             *(self.fire("h_prev") if not self.spec.crossing else []),
         ]
-        inner += self.lines(self.spec.reset, declare_last=False, h="h_prev")
+        inner += self.block(self.spec.reset, h="h_prev", declare=False)
         inner += self.positive_zero()
         if self.kw:
-            inner += self.targets(self.spec.state_resets, mutable=True, h="h_prev")
+            inner += self.block(self.spec.state_resets, mutable=True, h="h_prev")
         return [
             f"{ct} V;",
             *[f"{ct} w{i};" for i in states],
@@ -250,108 +302,94 @@ class StepPrinter:
             "}",
         ]
 
-    def grad_in(self, target: str, carry: str, seq: str, last: str, mode: str) -> str:
-        """``target`` = the gradient carried from step t+1 plus, by ``mode``, this step's
-        from the loss (``seq``: a vector lane, ``last``: read at t = T − 1 only)."""
+    def grad_in(self, stream: Stream, carry: str, mode: str) -> str:
+        """A gradient carried from step t+1 plus, by ``mode``, this step's from the loss
+        (``seq``: its vector lane, ``last``: read at t = T − 1 only)."""
+        state = "" if stream.state is None else f"(long long){stream.state} * N + "
         extra = {
             "none": "",
-            "seq": f" + {self.load(seq)}",
-            "last": f" + (t == T - 1 ? {self.load(last)} : 0)",
+            "seq": f" + {self.load(f'{stream.register}.v[j]')}",
+            "last": f" + (t == T - 1 ? {self.load(f'{stream.array}[{state}i0 + j]')} : 0)",
         }[mode]
-        return f"const {self.dt.compute} {target} = {carry}{extra};"
-
-    def grad_v_in(self, mode: str) -> str:
-        return self.grad_in(str(K.grad_v), "carry_l[j]", "gv_v.v[j]", "grad_v_seq[i0 + j]", mode)
-
-    def grad_w_in(self, mode: str, i: int) -> str:
-        last = f"grad_w_seq[(long long){i} * N + i0 + j]"
-        return self.grad_in(f"grad_w{i}", f"carry_w{i}_l[j]", f"gw{i}_v.v[j]", last, mode)
+        return f"const {self.dt.compute} {stream.value} = {carry}[j]{extra};"
 
     def carries(self) -> bool:
         """Whether H (and W̃) of step t-1 are loaded each step and carried to the next."""
         return self.spec.needs_v or self.kw > 0
 
-    def backward_loads(self, grad_v_mode: str) -> list[str]:
-        spec, vec = self.spec, self.vec
-        if self.carries():
-            out = [f"{vec} hp_v;", f"if (t > 0) hp_v = *(const {vec}*)(h_seq + k - N);"]
-            for i in range(self.kw):
-                block = self.state_block("wt_seq", i)
-                out += [
-                    f"{vec} wtp{i}_v;",
-                    f"if (t > 0) wtp{i}_v = *(const {vec}*)({block} + k - N);",
-                ]
-        else:
-            out = [self.load_vec("h_v", "h_seq")]
-        if spec.needs_x:
-            out.append(self.load_vec("x_v", "x_seq"))
-        out += [f"{vec} gs_v;", "if (grad_spike_scalar) {"]
-        out += indent(_lane_loop(["gs_v.v[j] = gs_scalar;"]))
-        out += ["} else {", f"{INDENT}gs_v = *(const {vec}*)(grad_spike + k);", "}"]
-        if grad_v_mode == "seq":
-            out.append(self.load_vec("gv_v", "grad_v_seq"))
-            for i in range(self.k):
-                out.append(self.load_vec(f"gw{i}_v", self.state_block("grad_w_seq", i)))
+    def backward_loads(self, io: StepIO) -> list[str]:
+        out, previous = [], {*self.streams("h_prev"), *self.streams("wt_prev")}
+        for s in io.reads:
+            if s in previous:  # step t-1's values, carried to the next iteration
+                out += [f"{self.vec} {s.register};", f"if (t > 0) {s.register} = "
+                        f"*(const {self.vec}*)({self.array(s)} + k - N);"]  # fmt: skip
+            elif s.array == "grad_spike":
+                out += [f"{self.vec} gs_v;", "if (grad_spike_scalar) {"]
+                out += indent(self.dialect.lane_loop(["gs_v.v[j] = gs_scalar;"]))
+                out += ["} else {", f"{INDENT}gs_v = *(const {self.vec}*)(grad_spike + k);", "}"]
+            else:
+                out.append(self.read_vector(s))
         return out
 
-    def backward(self, grad_v_mode: str) -> list[str]:
-        ct, at, spec = self.dt.compute, self.dt.accum, self.spec
-        learn = [self.pnames[n] for n in spec.learnable]
-        states = range(self.k)
-        lane = [
+    def backward_lane(self, io: StepIO, grad_v_mode: str) -> list[str]:
+        at, spec = self.dt.accum, self.spec
+        # H and W̃ of step t from their registers (loaded, or carried from step t+1)
+        plain = [*self.streams("h"), *self.streams("wt")]
+        plain += self.streams("x") if spec.needs_x else []
+        (grad_v, *grad_w), carries = self.streams("grad_v") + self.streams("grad_w"), io.carries
+        return [
             *self.lane_params(),
-            *(self.recompute_v() if self.needs_prev else []),
-            f"const {ct} h = {self.load('h_v.v[j]')};",
-            *[f"const {ct} wt{i} = {self.load(f'wt{i}_v.v[j]')};" for i in range(self.kw)],
-            *([f"const {ct} X = {self.load('x_v.v[j]')};"] if spec.needs_x else []),
+            *(self.recompute_v() if spec.needs_v or spec.needs_w else []),
+            *[self.read_lane(s) for s in plain],
             *([self.v_th_line()] if spec.threshold_per_step else []),
             *self.fire("h"),
-            *self.lines(spec.surrogate),
-            f"const {ct} {K.grad_s} = {self.load('gs_v.v[j]')};",
-            self.grad_v_in(grad_v_mode),
-            *[self.grad_w_in(grad_v_mode, i) for i in states],
-            *self.lines(spec.backward),
-            f"gx_v.v[j] = {self.store(str(grad_symbol('X')))};",
-            *[f"acc_{c}[j] += ({at})grad_{c};" for c in learn],
-            f"carry_l[j] = {grad_symbol('V')};",
-            *[f"carry_w{i}_l[j] = {grad_symbol(f'W{i}')};" for i in states],
+            *self.block(spec.surrogate),
+            self.read_lane(self.streams("grad_spike")[0]),
+            *[
+                self.grad_in(s, c, grad_v_mode)
+                for s, (c, _) in zip([grad_v, *grad_w], carries, strict=True)
+            ],
+            *self.block(spec.backward),
+            *[self.write_lane(s) for s in io.writes],
+            *[f"acc_{c}[j] += ({at})grad_{c};" for c in self.learnable()],
+            *[f"{carry}[j] = {value};" for carry, value in carries],
         ]
+
+    def learnable(self) -> list[str]:
+        return [self.pnames[n] for n in self.spec.learnable]
+
+    def backward(self, grad_v_mode: str) -> list[str]:
+        ct, at = self.dt.compute, self.dt.accum
+        io, learn, vec = self.backward_io(grad_v_mode), self.learnable(), self.vec
         carried = ["h_v = hp_v;", *[f"wt{i}_v = wtp{i}_v;" for i in range(self.kw)]]
         step = [
             "const long long k = (long long)t * N + i0;",
-            *self.backward_loads(grad_v_mode),
-            f"{self.vec} gx_v;",
-            *_lane_loop(lane),
-            self.store_vec("gx_v", "grad_x_seq"),
+            *self.backward_loads(io),
+            f"{vec} {', '.join(s.register for s in io.writes)};",
+            *self.dialect.lane_loop(self.backward_lane(io, grad_v_mode)),
+            *[self.write_vector(s) for s in io.writes],
             *(carried if self.carries() else []),
         ]
         last_row = "(long long)(T - 1) * N + i0"
-        first_h = [f"{self.vec} h_v = *(const {self.vec}*)(h_seq + {last_row});"]
-        first_h += [
-            f"{self.vec} wt{i}_v = "
-            f"*(const {self.vec}*)({self.state_block('wt_seq', i)} + {last_row});"
-            for i in range(self.kw)
-        ]
-        init = ["carry_l[j] = 0;", *[f"carry_w{i}_l[j] = 0;" for i in states]]
+        first = [self.streams("h")[0], *self.streams("wt")]
+        first_h = [f"{vec} {s.register} = *(const {vec}*)({self.array(s)} + {last_row});"
+                   for s in first]  # fmt: skip
+        init = [f"{carry}[j] = 0;" for carry, _ in io.carries]
         init += [f"acc_{c}[j] = 0;" for c in learn]
         final = [f"if (grad_v_init) grad_v_init[i0 + j] = {self.store('carry_l[j]')};"]
         final += [
             f"if (grad_w_init) grad_w_init[(long long){i} * N + i0 + j] = "
             f"{self.store(f'carry_w{i}_l[j]')};"
-            for i in states
+            for i in range(self.k)
         ]
         final += [f"grad_{c}_ptr[i0 + j] = acc_{c}[j];" for c in learn]
         return [
             *self.lane_state(),
-            f"{ct} carry_l[K];",
-            *[f"{ct} carry_w{i}_l[K];" for i in states],
+            *[f"{ct} {carry}[K];" for carry, _ in io.carries],
             *[f"{at} acc_{c}[K];" for c in learn],
-            *_lane_loop(init),
+            *self.dialect.lane_loop(init),
             f"const {self.dt.storage} gs_scalar = grad_spike_scalar ? grad_spike[0] : 0;",
             *(first_h if self.carries() else []),
-            f"#pragma unroll {T_UNROLL}",
-            "for (int t = T - 1; t >= 0; --t) {",
-            *indent(step),
-            "}",
-            *_lane_loop(final),
+            *self.time_loop("for (int t = T - 1; t >= 0; --t) {", step),
+            *self.dialect.lane_loop(final),
         ]

@@ -42,14 +42,13 @@ import hashlib
 import os
 import shutil
 import tempfile
-import threading
 import warnings
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Generic, TypeVar
 
 import sympy as sp
+
+from ..memo import BoundedTable
 
 __all__ = [
     "BoundedTable",
@@ -304,44 +303,3 @@ def clear() -> int:
             continue
         removed += 1
     return removed
-
-
-K = TypeVar("K")
-T = TypeVar("T")
-
-
-class BoundedTable(Generic[K, T]):
-    """A dict of at most ``bound`` entries that forgets the least recently used one.
-
-    The process-wide tables of programs, libraries and modules are these, so that a
-    process that meets thousands of distinct neurons keeps its memory flat.
-    """
-
-    def __init__(self, bound: int) -> None:
-        self.bound = bound
-        self._items: OrderedDict[K, T] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: K) -> T | None:
-        """The value of ``key`` (now the most recently used), or None."""
-        with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-            return value
-
-    def put(self, key: K, value: T) -> T:
-        """Store ``value`` under ``key``, forgetting the oldest entries beyond the bound."""
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.bound:
-                self._items.popitem(last=False)
-        return value
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def clear(self) -> None:
-        """Forget every entry."""
-        self._items.clear()

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from ..memo import BoundedTable
+from ..signature import Geometry
 from . import Packed, cache
 
 __all__ = ["compiler", "available", "problem", "load", "launcher"]
@@ -34,7 +36,7 @@ __all__ = ["compiler", "available", "problem", "load", "launcher"]
 _BASE_FLAGS = ("-O2", "-std=c99", "-shared", "-fPIC", "-fno-fast-math", "-fno-trapping-math")
 _CTYPES = {"P": ctypes.c_void_p, "q": ctypes.c_longlong, "i": ctypes.c_int}
 #: source hash -> loaded library (loaded libraries stay mapped; the table is bounded)
-_LIBRARIES: cache.BoundedTable[str, ctypes.CDLL] = cache.BoundedTable(256)
+_LIBRARIES: BoundedTable[str, ctypes.CDLL] = BoundedTable(256, "runtime.cpu.libraries")
 _LOADS = itertools.count()
 _FIX = (
     "Install gcc or clang (e.g. `apt install gcc`), or set CC to a working C compiler, "
@@ -180,15 +182,16 @@ def load(source: str, device: int = -1) -> ctypes.CDLL:
     return library
 
 
-Launch = Callable[[list[Packed], int], None]
+Launch = Callable[[list[Packed], Geometry], None]
 
 
 def launcher(library: ctypes.CDLL, name: str, device: int = -1) -> Launch:
-    """``launch(args, n)`` for kernel ``name`` (the neuron count ``n`` is among the args)."""
+    """``launch(args, geometry)`` for kernel ``name`` (one call runs every neuron: the
+    geometry is the GPU's concern; the neuron count is among the args)."""
     fn = getattr(library, name)
     fn.restype = None
 
-    def launch(args: list[Packed], n: int) -> None:
+    def launch(args: list[Packed], geometry: Geometry) -> None:
         if fn.argtypes is None:  # a kernel's argument kinds never change: set them once
             fn.argtypes = tuple(_CTYPES[kind] for kind, _ in args)
         fn(*[value for _, value in args])

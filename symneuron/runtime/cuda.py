@@ -19,12 +19,14 @@ from typing import Any
 
 import torch
 
-from . import Packed, cache, nvrtc, settings
+from ..memo import BoundedTable
+from ..signature import Geometry
+from . import Packed, cache, nvrtc
 
 __all__ = ["available", "load", "launcher"]
 
 #: (source hash, device) -> loaded module
-_MODULES: cache.BoundedTable[tuple[str, int], Any] = cache.BoundedTable(256)
+_MODULES: BoundedTable[tuple[str, int], Any] = BoundedTable(256, "runtime.cuda.modules")
 _OPTIONS = ("-std=c++17",)
 
 
@@ -110,8 +112,8 @@ _PARAM_END, _PARAM_BUFFER, _PARAM_SIZE = 0, 1, 2
 _EXTRA = ctypes.c_void_p * 5
 
 
-def launcher(module: Any, name: str, device: int) -> Callable[[list[Packed], int], None]:
-    """``launch(args, threads)`` for kernel ``name`` of ``module`` on ``device``.
+def launcher(module: Any, name: str, device: int) -> Callable[[list[Packed], Geometry], None]:
+    """``launch(args, geometry)`` for kernel ``name`` of ``module`` on ``device``.
 
     Each launch packs the arguments into one buffer (native C alignment, as the
     kernel expects) and hands it to ``cuLaunchKernel`` on torch's current stream:
@@ -128,7 +130,7 @@ def launcher(module: Any, name: str, device: int) -> Callable[[list[Packed], int
     address = ctypes.addressof
     formats: dict[tuple[str, ...], str] = {}
 
-    def launch(args: list[Packed], threads: int, _module: Any = module) -> None:
+    def launch(args: list[Packed], geometry: Geometry, _module: Any = module) -> None:
         kinds, values = zip(*args, strict=True)
         fmt = formats.get(kinds)
         if fmt is None:
@@ -137,13 +139,12 @@ def launcher(module: Any, name: str, device: int) -> Callable[[list[Packed], int
         buffer = ctypes.create_string_buffer(packed, len(packed))
         size = ctypes.c_size_t(len(packed))
         extra = _EXTRA(_PARAM_BUFFER, address(buffer), _PARAM_SIZE, address(size), _PARAM_END)
-        block = settings.cuda_block
-        grid = (threads + block - 1) // block
+        grid, block, shared = geometry.grid, geometry.block, geometry.shared
         stream = raw_stream(device)
         if device != current_device():
             with torch.cuda.device(device):
-                launch_kernel(fn, grid, 1, 1, block, 1, 1, 0, stream, 0, address(extra))
+                launch_kernel(fn, grid, 1, 1, block, 1, 1, shared, stream, 0, address(extra))
             return
-        launch_kernel(fn, grid, 1, 1, block, 1, 1, 0, stream, 0, address(extra))
+        launch_kernel(fn, grid, 1, 1, block, 1, 1, shared, stream, 0, address(extra))
 
     return launch

@@ -3,16 +3,15 @@
 :func:`program` returns the :class:`Program` of a (definition, backend) pair,
 one per process. A program renders, compiles and looks up each kernel variant
 the first time it runs (so a first call compiles only what it uses), packs each
-launch's arguments from the one signature in :mod:`symneuron.codegen.signature`
-by name, and launches on the backend of the :data:`BACKENDS` table. It needs no
-derivation when the cache (:mod:`symneuron.runtime.cache`) already holds the
-generated sources: names, parameter order and state count come from the
-definition itself.
+launch's values by name in the order of the pass's named arguments
+(:mod:`symneuron.signature`), and launches it with the variant's geometry on the
+backend of the :data:`BACKENDS` table. It needs no derivation when the cache
+(:mod:`symneuron.runtime.cache`) already holds the generated sources: names,
+parameter order and state count come from the definition itself.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, NamedTuple
@@ -21,8 +20,9 @@ import torch
 
 from .. import derivation, dtypes
 from ..codegen import render_source
-from ..codegen.signature import Arg, backward_args, backward_name, forward_args, forward_name
 from ..definition import Definition, find
+from ..memo import BoundedTable
+from ..signature import BACKWARD, FORWARD, Arg, Geometry, Pass, Variant, param_cnames
 from . import Packed, cache, cpu, cuda, settings
 
 __all__ = ["Backend", "BACKENDS", "Program", "program", "lookup"]
@@ -46,48 +46,58 @@ BACKENDS: dict[str, Backend] = {
     "cuda": Backend(cuda, ".cu", simt=True),
 }
 
-Launch = Callable[[list[Packed], int], None]
+Launch = Callable[[list[Packed], Geometry], None]
+
+
+class Layout(NamedTuple):
+    """A pass's outputs for one call: dims by name, which exist, the accumulator dtype."""
+
+    dims: dict[str, int]
+    present: dict[str, bool]
+    accum: torch.dtype | None
 
 
 def _is_flag(text: str) -> bool:
     return text in ("0", "1")
 
 
-def _ptr(value: torch.Tensor | None) -> int:
-    """A pointer argument: a tensor's address, or NULL for None."""
-    return 0 if value is None else value.data_ptr()
+def _pointers(value: Any) -> list[int]:
+    """Each parameter's address, or each row's of an [rows, N] tensor (none for None)."""
+    if value is None:
+        return []
+    if isinstance(value, torch.Tensor):
+        row = value.shape[1] * value.element_size()
+        return [value.data_ptr() + j * row for j in range(value.shape[0])]
+    return [p.data_ptr() for p in value]
 
 
-#: The arguments each pass fills itself, in the order it lists their values; the
-#: params' pointers and strides follow (then, in the backward, the gradient rows).
-_FORWARD_SLOTS = (
-    "x_seq", "v_init", "w_init", "spike_seq", "h_seq", "v_seq", "wt_seq", "w_out", "T", "N",
-)  # fmt: skip
-_BACKWARD_SLOTS = (
-    "grad_spike", "grad_v_seq", "grad_w_seq", "h_seq", "wt_seq", "x_seq", "v_init",
-    "w_init", "grad_x_seq", "grad_v_init", "grad_w_init", "grad_spike_scalar", "T", "N",
-)  # fmt: skip
+def _packer(args: tuple[Arg, ...]) -> Callable[[dict[str, Any]], list[Packed]]:
+    """Packs a pass's values, given by name, in its arguments' order (pointers as
+    addresses, None as NULL, one entry per parameter for the expanded arguments)."""
+    recipe = tuple((a.name, a.pack, a.pointer, a.each is not None) for a in args)
 
+    def pack(values: dict[str, Any]) -> list[Packed]:
+        out: list[Packed] = []
+        for name, kind, pointer, each in recipe:
+            value = values[name]
+            if each:
+                out += [(kind, v) for v in (_pointers(value) if pointer else value)]
+            elif pointer:
+                out.append((kind, 0 if value is None else value.data_ptr()))
+            else:
+                out.append((kind, value))
+        return out
 
-class _Plan(NamedTuple):
-    """A signature computed once: its struct formats, and a getter that picks the
-    argument values in signature order out of the pass's slot values."""
-
-    packs: tuple[str, ...]
-    pick: Callable[[Sequence[Any]], tuple[Any, ...]]
-
-
-def _plan(signature: tuple[Arg, ...], slots: Sequence[str]) -> _Plan:
-    index = {name: i for i, name in enumerate(slots)}
-    order = [index[a.name] for a in signature]
-    return _Plan(tuple(a.pack for a in signature), operator.itemgetter(*order))
+    return pack
 
 
 class Program:
     """The kernels of ``neuron`` on ``backend``.
 
-    :meth:`forward` and :meth:`backward` allocate the outputs and launch one
-    variant each; the autograd binding (:mod:`symneuron.binding`) calls them.
+    :meth:`forward` and :meth:`backward` take their values by the names of the pass's
+    arguments, allocate the outputs and launch one variant each; they return the
+    pass's named tuple (:attr:`symneuron.signature.Pass.returns`). The autograd binding
+    (:mod:`symneuron.binding`) calls them.
     """
 
     def __init__(self, neuron: Definition, backend: str) -> None:
@@ -98,23 +108,25 @@ class Program:
         self.name = neuron.name
         self.k = len(neuron.states)
         params = list(neuron.params)
-        cnames = tuple(derivation.c_identifier(n, i) for i, n in enumerate(params))
-        learn = tuple(cnames[params.index(n)] for n in neuron.learnable)
-        self.n_learnable = len(learn)
+        self.n_params = len(params)
+        self.n_learnable = len(neuron.learnable)
         #: (gradient row, param index) for each learnable param
         self.learnable_rows = tuple(
             (j, params.index(name)) for j, name in enumerate(neuron.learnable)
         )
-        self.n_params = len(params)
-        ptrs, strides = [f"{c}_ptr" for c in cnames], [f"{c}_stride" for c in cnames]
-        grads = [f"grad_{c}_ptr" for c in learn]
-        #: each signature as struct formats and a getter of its values in order
-        self._forward_plan = _plan(forward_args(cnames, self.k), (*_FORWARD_SLOTS, *ptrs, *strides))
-        self._backward_plan = _plan(
-            backward_args(cnames, learn, self.k), (*_BACKWARD_SLOTS, *ptrs, *strides, *grads)
-        )
+        states = bool(self.k)
+        self._pack = {p.name: _packer(p.of(states)) for p in (FORWARD, BACKWARD)}
+        #: the tensors of each pass (for the lane count and the launcher's dtype, device)
+        self._tensors = {
+            p.name: tuple(a.name for a in p.of(states) if a.pointer and a.each is None)
+            for p in (FORWARD, BACKWARD)
+        }
         self._launchers: dict[tuple[Any, ...], Launch] = {}
         self._flags: dict[str, bool] = {}
+
+    @property
+    def cnames(self) -> tuple[str, ...]:
+        return param_cnames(tuple(self.neuron.params))
 
     def _flag(self, name: str) -> bool:
         """A derived yes/no fact of the backward, cached on disk (no SymPy on a warm start)."""
@@ -162,42 +174,52 @@ class Program:
             return lanes
         if n % lanes or n < lanes * settings.min_vector_threads:
             return 1
-        if any(t is not None and t.numel() > 1 and t.data_ptr() % 16 for t in tensors):
-            return 1
+        for t in tensors:  # a broadcast (all strides 0) is read as one value, not vectors
+            if t is not None and t.numel() > 1 and any(t.stride()) and t.data_ptr() % 16:
+                return 1
         return lanes
 
     def _launch(
-        self,
-        variant: tuple[Any, ...],
-        plan: _Plan,
-        slots: list[Any],
-        tensors: Sequence[torch.Tensor | None],
-        n: int,
+        self, pass_: Pass, options: tuple[Any, ...], values: dict[str, Any], n: int
     ) -> None:
-        """Pack ``slots`` (the pass's argument values, pointers as addresses) in the
-        signature's order and launch ``variant`` over ``n`` neurons:
-        ``("forward", store_h, v_mode)`` or ``("backward", grad_v_mode)``."""
+        """Launch the variant of ``pass_`` with ``options`` over ``n`` neurons, its
+        arguments packed by name from ``values``."""
+        tensors = [values[name] for name in self._tensors[pass_.name]]
         first = tensors[0]
-        assert first is not None
         lanes = self._lanes(tensors, n)
-        lkey = (first.dtype, first.device, variant, lanes)
+        variant = Variant(pass_.name, options, lanes)
+        lkey = (first.dtype, first.device, variant)
         launch = self._launchers.get(lkey)
         if launch is None:
-            if variant[0] == "forward":
-                name = forward_name(self.name, variant[1], variant[2], lanes)
-            else:
-                name = backward_name(self.name, variant[1], lanes)
-            launch = self._launchers[lkey] = self._launcher(name, first)
-        launch(list(zip(plan.packs, plan.pick(slots), strict=True)), n // lanes)
+            launch = self._launchers[lkey] = self._launcher(variant.exported(self.name), first)
+        launch(self._pack[pass_.name](values), variant.geometry(n, settings.cuda_block))
 
-    def _param_slots(self, slots: list[Any], params: Sequence[torch.Tensor]) -> None:
-        """Append the params' pointers, then their strides (0 for a 0-dim tensor)."""
+    def _check_params(self, params: Sequence[torch.Tensor]) -> list[int]:
+        """The params' strides (0 for a 0-dim tensor), after checking their count."""
         if len(params) != self.n_params:
             raise ValueError(f"{self.name} takes {self.n_params} params, got {len(params)}")
-        slots += [p.data_ptr() for p in params]
-        slots += [p.stride(0) if p.dim() else 0 for p in params]
+        return [p.stride(0) if p.dim() else 0 for p in params]
 
     # -- the two passes -----------------------------------------------------
+    def forward_layout(self, x_seq: torch.Tensor, store_h: bool, v_mode: str) -> Layout:
+        """The forward's output dims and which outputs exist (also for fake tensors)."""
+        t_len, n = x_seq.shape
+        rows = t_len if v_mode == "seq" else 1
+        dims = {"T": t_len, "N": n, "rows": rows, "k": self.k}
+        present = {"states": self.k > 0, "store_h": store_h, "store_wt": store_h and self.needs_wt}
+        return Layout(dims, present, None)
+
+    def backward_layout(
+        self, h_seq: torch.Tensor, v_init: torch.Tensor | None, w_init: torch.Tensor | None
+    ) -> Layout:
+        """The backward's output dims, which outputs exist and the accumulator dtype."""
+        dims = {"T": h_seq.shape[0], "N": h_seq.shape[1], "k": self.k, "P": self.n_learnable}
+        present = {
+            "states": self.k > 0, "v_init": v_init is not None, "w_init": w_init is not None,
+            "learnable": self.n_learnable > 0,
+        }  # fmt: skip
+        return Layout(dims, present, dtypes.lookup(self.backend, h_seq.dtype).torch_accum)
+
     def forward(
         self,
         x_seq: torch.Tensor,
@@ -206,98 +228,65 @@ class Program:
         params: Sequence[torch.Tensor],
         store_h: bool,
         v_mode: str,
-    ) -> tuple[torch.Tensor, torch.Tensor, Any, Any, Any]:
-        """Forward over ``x_seq`` [T, N]: (spike_seq, v_out [T or 1, N], h_seq [T, N],
-        w_out [k, T or 1, N], wt_seq [k, T, N]), with None for H and W̃ when not stored
-        (W̃ is stored only when the backward reads it: :attr:`needs_wt`) and for the state
-        outputs of a neuron without extra states. ``params`` are [N]
-        tensors (stride 0 for a scalar) or 0-dim tensors in the compute dtype;
-        ``v_init=None`` / ``w_init=None`` start from v_reset / each state's init without a
-        tensor."""
-        k = self.k
+        **extra: Any,
+    ) -> Any:
+        """Forward over ``x_seq`` [T, N]: :data:`~symneuron.signature.FORWARD`'s outputs
+        (spike_seq, h_seq [T, N], v_seq [T or 1, N], wt_seq [k, T, N], w_out
+        [k, T or 1, N]), None for H and W̃ when not stored (W̃ is stored only when the
+        backward reads it: :attr:`needs_wt`) and for the state outputs of a neuron
+        without extra states. ``params`` are [N] tensors (stride 0 for a scalar) or
+        0-dim tensors in the compute dtype; ``v_init=None`` / ``w_init=None`` start from
+        v_reset / each state's init without a tensor."""
         t_len, n = x_seq.shape
-        rows = t_len if v_mode == "seq" else 1
-        spike = torch.empty_like(x_seq)
-        v_out = x_seq.new_empty((rows, n))
-        h_seq = x_seq.new_empty((t_len, n)) if store_h else None
-        w_out = x_seq.new_empty((k, rows, n)) if k else None
-        wt_seq = x_seq.new_empty((k, t_len, n)) if store_h and self.needs_wt else None
+        out = FORWARD.allocate(x_seq, *self.forward_layout(x_seq, store_h, v_mode))
         if n == 0:
-            return spike, v_out, h_seq, w_out, wt_seq
-        slots = [
-            x_seq.data_ptr(),
-            _ptr(v_init),
-            _ptr(w_init),
-            spike.data_ptr(),
-            _ptr(h_seq),
-            v_out.data_ptr(),
-            _ptr(wt_seq),
-            _ptr(w_out),
-            t_len,
-            n,
-        ]  # in _FORWARD_SLOTS order
-        self._param_slots(slots, params)
-        tensors = [x_seq, spike, h_seq, v_out, w_out, wt_seq]
-        self._launch(("forward", store_h, v_mode), self._forward_plan, slots, tensors, n)
-        return spike, v_out, h_seq, w_out, wt_seq
+            return out
+        values = dict(
+            FORWARD.defaults, x_seq=x_seq, v_init=v_init, w_init=w_init, params=params,
+            **out._asdict(), param_strides=self._check_params(params), T=t_len, N=n, **extra,
+        )  # fmt: skip
+        self._launch(FORWARD, (store_h, v_mode), values, n)
+        return out
 
     def backward(
         self,
         grad_spike: torch.Tensor,
-        grad_v: torch.Tensor | None,
-        grad_w: torch.Tensor | None,
-        grad_v_mode: str,
+        grad_v_seq: torch.Tensor | None,
+        grad_w_seq: torch.Tensor | None,
         h_seq: torch.Tensor,
         wt_seq: torch.Tensor | None,
         x_seq: torch.Tensor | None,
         v_init: torch.Tensor | None,
         w_init: torch.Tensor | None,
         params: Sequence[torch.Tensor],
-    ) -> tuple[torch.Tensor, Any, Any, Any]:
-        """Backward through time: (grad_x [T, N], grad_v_init [N], grad_w_init [k, N],
-        grad_params [P, N] in the accumulator dtype), with None for the initial-state
-        gradients of absent initial states and when no param is learnable. ``grad_v``
-        and ``grad_w`` are given in ``grad_v_mode`` "seq" or "last", None in "none"; a
-        ``grad_spike`` with all strides 0 is read as one scalar."""
-        k, learnable = self.k, self.n_learnable
+        grad_v_mode: str,
+        **extra: Any,
+    ) -> Any:
+        """Backward through time: :data:`~symneuron.signature.BACKWARD`'s outputs
+        (grad_x_seq [T, N], grad_v_init [N], grad_w_init [k, N], grad_params [P, N] in
+        the accumulator dtype), None for the initial-state gradients of absent initial
+        states and when no param is learnable. ``grad_v_seq`` and ``grad_w_seq`` are
+        given in ``grad_v_mode`` "seq" or "last", None in "none"; a ``grad_spike`` with
+        all strides 0 is read as one scalar."""
         t_len, n = h_seq.shape
-        grad_x = torch.empty_like(h_seq)
-        grad_v_init = None if v_init is None else h_seq.new_empty((n,))
-        grad_w_init = None if w_init is None else h_seq.new_empty((k, n))
-        accum = dtypes.lookup(self.backend, h_seq.dtype).torch_accum
-        grad_params = h_seq.new_empty((learnable, n), dtype=accum) if learnable else None
+        out = BACKWARD.allocate(h_seq, *self.backward_layout(h_seq, v_init, w_init))
         if n == 0:
-            return grad_x, grad_v_init, grad_w_init, grad_params
-        spike_scalar = grad_spike.numel() > 1 and not any(grad_spike.stride())
-        slots = [
-            grad_spike.data_ptr(),
-            _ptr(grad_v),
-            _ptr(grad_w),
-            h_seq.data_ptr(),
-            _ptr(wt_seq),
-            _ptr(x_seq),
-            _ptr(v_init),
-            _ptr(w_init),
-            grad_x.data_ptr(),
-            _ptr(grad_v_init),
-            _ptr(grad_w_init),
-            int(spike_scalar),
-            t_len,
-            n,
-        ]  # in _BACKWARD_SLOTS order
-        self._param_slots(slots, params)
-        if grad_params is not None:  # one row per learnable param, addressed without views
-            base, row = grad_params.data_ptr(), n * grad_params.element_size()
-            slots += [base + j * row for j in range(learnable)]
-        spike_tensor = None if spike_scalar else grad_spike
-        tensors = [h_seq, grad_x, x_seq, grad_v, grad_w, wt_seq, spike_tensor]
-        self._launch(("backward", grad_v_mode), self._backward_plan, slots, tensors, n)
-        return grad_x, grad_v_init, grad_w_init, grad_params
+            return out
+        scalar = grad_spike.numel() > 1 and not any(grad_spike.stride())
+        values = dict(
+            BACKWARD.defaults, grad_spike=grad_spike, grad_v_seq=grad_v_seq,
+            grad_w_seq=grad_w_seq, h_seq=h_seq, wt_seq=wt_seq, x_seq=x_seq, v_init=v_init,
+            w_init=w_init, params=params, **out._asdict(),
+            param_strides=self._check_params(params), grad_spike_scalar=int(scalar),
+            T=t_len, N=n, **extra,
+        )  # fmt: skip
+        self._launch(BACKWARD, (grad_v_mode,), values, n)
+        return out
 
 
 #: (neuron key, backend) -> Program; the least recently used are forgotten (a forgotten
 #: program is made again on its next use, its kernels loaded from the tables below it)
-_PROGRAMS: cache.BoundedTable[tuple[str, str], Program] = cache.BoundedTable(256)
+_PROGRAMS: BoundedTable[tuple[str, str], Program] = BoundedTable(256, "runtime.programs")
 
 
 def program(neuron: Definition, backend: str) -> Program:

@@ -1,0 +1,298 @@
+"""The kernel calling convention, written once: named arguments, variants, geometry.
+
+Each pass (forward, backward) is one ordered tuple of :class:`Arg` (:data:`FORWARD`,
+:data:`BACKWARD`). Everything that depends on the convention is computed from it:
+
+* the C parameter list of every generated kernel (:mod:`symneuron.codegen.skeleton`);
+* the packing of a launch's values, by name (:mod:`symneuron.runtime.kernels`);
+* the outputs a pass allocates, with their shapes, and the named tuple it returns;
+* the custom ops' schemas, their fake outputs and the autograd positions
+  (:mod:`symneuron.binding`).
+
+So a new kernel argument is one new entry here. Exported kernel names:
+
+    <name>_forward_<h|n>_<seq|last>_k<K>   store H for backward or not; V every step or last
+    <name>_backward_<none|seq|last>_k<K>   which gradient of V (and W) autograd supplies
+
+``K`` is the number of adjacent neurons one thread owns ("lanes"): 1, or the dtype's
+vector width (:attr:`symneuron.dtypes.DType.lanes`). This module uses no SymPy.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import namedtuple
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "Arg",
+    "Pass",
+    "FORWARD",
+    "BACKWARD",
+    "V_MODES",
+    "GRAD_V_MODES",
+    "Variant",
+    "Geometry",
+    "param_cnames",
+    "lane_counts",
+]
+
+#: How V (and each extra state) is returned: after every step, or only after the last.
+V_MODES = ("seq", "last")
+#: Which gradient of V (and W) the backward receives: none, one per step, or the last only.
+GRAD_V_MODES = ("none", "seq", "last")
+_POINTERS = ("storage", "compute", "accum")
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One named kernel argument.
+
+    Attributes
+    ----------
+    name : the argument's name in Python (and in C unless ``each`` expands it).
+    role : ``"storage"``, ``"compute"`` or ``"accum"`` for a pointer to that dtype role
+        (:class:`symneuron.dtypes.DType`), ``"int"`` or ``"long long"`` for a scalar.
+    const : a pointer the kernel only reads (an input); a non-const pointer is an output.
+    shape : an output's dims by name (``T``, ``N``, ``rows``, ``k``, ``P``).
+    when : an output is allocated only when this condition of the call holds (else the
+        kernel gets NULL); an input with ``when`` may be None.
+    each : ``"param"`` or ``"learnable"``: one C argument per (learnable) parameter,
+        named ``cname.format(<param's kernel name>)``.
+    derived : the runtime computes the value from the others (sizes, strides, flags);
+        callers never pass it.
+    states : present only in the kernels of neurons with extra states.
+    default : the value of an input its callers do not pass (None: they must, or NULL).
+    """
+
+    name: str
+    role: str
+    const: bool = False
+    shape: tuple[str, ...] = ()
+    when: str | None = None
+    each: str | None = None
+    cname: str = "{}"
+    derived: bool = False
+    states: bool = False
+    default: Any = None
+
+    @property
+    def pointer(self) -> bool:
+        return self.role in _POINTERS
+
+    @property
+    def output(self) -> bool:
+        return self.pointer and not self.const
+
+    @property
+    def pack(self) -> str:
+        """The ``struct`` format character of the value: pointer, int or long long."""
+        return "P" if self.pointer else ("i" if self.role == "int" else "q")
+
+    def exists(self, present: dict[str, bool]) -> bool:
+        """Whether this argument has a value in a call whose conditions are ``present``
+        (``"states"``: the neuron has extra states; each ``when`` name)."""
+        return (not self.states or present["states"]) and (self.when is None or present[self.when])
+
+    def c_names(self, cnames: Sequence[str], learn: Sequence[str]) -> list[str]:
+        """The C parameter names this argument stands for."""
+        if self.each is None:
+            return [self.name]
+        return [self.cname.format(c) for c in (cnames if self.each == "param" else learn)]
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass's kernel arguments in C order and the variant options of its kernels."""
+
+    name: str
+    args: tuple[Arg, ...]
+    #: option name -> its schema type (``"bool"``, ``"str"``)
+    options: tuple[tuple[str, str], ...]
+
+    def of(self, states: bool) -> tuple[Arg, ...]:
+        """The arguments of a neuron with (or without) extra states."""
+        return tuple(a for a in self.args if states or not a.states)
+
+    @property
+    def inputs(self) -> tuple[Arg, ...]:
+        """What a caller passes, by name: every argument neither derived nor an output."""
+        return tuple(a for a in self.args if not a.derived and not a.output)
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """The inputs that have a default, with it."""
+        return {a.name: a.default for a in self.inputs if a.default is not None}
+
+    @property
+    def outputs(self) -> tuple[Arg, ...]:
+        return tuple(a for a in self.args if a.output)
+
+    @property
+    def returns(self) -> type:
+        """The named tuple a pass returns: one field per output, None where absent."""
+        return _RETURNS[self.name]
+
+    def allocate(
+        self, like: Any, dims: dict[str, int], present: dict[str, bool], accum: Any
+    ) -> Any:
+        """The outputs (:attr:`returns`) as new tensors like ``like``, ``accum`` the dtype of
+        accumulator rows; None where an output's ``when`` is false."""
+        return self.returns(
+            *[
+                None
+                if not a.exists(present)
+                else like.new_empty(
+                    tuple(dims[d] for d in a.shape), dtype=accum if a.role == "accum" else None
+                )
+                for a in self.outputs
+            ]
+        )
+
+
+def _tensor(name: str, **kw: Any) -> Arg:
+    return Arg(name, "storage", const=True, **kw)
+
+
+def _out(name: str, shape: str, **kw: Any) -> Arg:
+    return Arg(name, "storage", shape=tuple(shape.split()), **kw)
+
+
+def _params() -> Arg:
+    return Arg("params", "compute", const=True, each="param", cname="{}_ptr")
+
+
+def _strides() -> Arg:
+    return Arg("param_strides", "long long", each="param", cname="{}_stride", derived=True)
+
+
+def _sizes() -> tuple[Arg, Arg]:
+    return Arg("T", "int", derived=True), Arg("N", "long long", derived=True)
+
+
+#: The forward kernels: X in, S (H, W̃ for the backward) and V (W) out.
+FORWARD = Pass(
+    "forward",
+    (
+        _tensor("x_seq"),
+        _tensor("v_init", when="v_init"),
+        _tensor("w_init", when="w_init", states=True),
+        _params(),
+        _out("spike_seq", "T N"),
+        _out("h_seq", "T N", when="store_h"),
+        _out("v_seq", "rows N"),
+        _out("wt_seq", "k T N", when="store_wt", states=True),
+        _out("w_out", "k rows N", states=True),
+        _strides(),
+        *_sizes(),
+    ),
+    (("store_h", "bool"), ("v_mode", "str")),
+)
+
+#: The backward kernels: the loss's gradients and what the forward saved in, dL/dX,
+#: dL/dV[0] (dL/dW[0]) and one accumulated row per learnable parameter out.
+BACKWARD = Pass(
+    "backward",
+    (
+        _tensor("grad_spike"),
+        _tensor("grad_v_seq", when="grad_v"),
+        _tensor("grad_w_seq", when="grad_v", states=True),
+        _tensor("h_seq"),
+        _tensor("wt_seq", when="store_wt", states=True),
+        _tensor("x_seq", when="needs_x"),
+        _tensor("v_init", when="v_init"),
+        _tensor("w_init", when="w_init", states=True),
+        _params(),
+        _out("grad_x_seq", "T N"),
+        _out("grad_v_init", "N", when="v_init"),
+        _out("grad_w_init", "k N", when="w_init", states=True),
+        Arg(
+            "grad_params",
+            "accum",
+            shape=("P", "N"),
+            when="learnable",
+            each="learnable",
+            cname="grad_{}_ptr",
+        ),  # fmt: skip
+        _strides(),
+        Arg("grad_spike_scalar", "int", derived=True),
+        *_sizes(),
+    ),
+    (("grad_v_mode", "str"),),
+)
+
+PASSES = {"forward": FORWARD, "backward": BACKWARD}
+_RETURNS = {
+    p.name: namedtuple(f"{p.name.capitalize()}Outputs", [a.name for a in p.outputs])
+    for p in PASSES.values()
+}
+
+
+def param_cnames(params: Sequence[str]) -> tuple[str, ...]:
+    """The kernel-side names of the parameters, in order: ``p<index>_<name>`` (ASCII).
+
+    Parameters are renamed before derivation, so no user name can clash with the step
+    map's own symbols (h, s, sg, grad_v, CSE temporaries, ...).
+    """
+    ascii_names = (name.encode("ascii", "replace").decode() for name in params)
+    return tuple(f"p{i}_{re.sub(r'[^0-9A-Za-z_]', '_', a)}" for i, a in enumerate(ascii_names))
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """How a variant is launched: blocks, threads per block, shared memory bytes."""
+
+    grid: int
+    block: int
+    shared: int = 0
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One exported kernel: its pass, option values and lanes, and its launch geometry.
+
+    ``options`` are the pass's option values in order: ``(store_h, v_mode)`` for the
+    forward, ``(grad_v_mode,)`` for the backward.
+    """
+
+    pass_name: str
+    options: tuple[Any, ...]
+    lanes: int = 1
+
+    @property
+    def base(self) -> str:
+        """The variant's name without the neuron's name and the lane count."""
+        if self.pass_name == "forward":
+            store_h, v_mode = self.options
+            return f"forward_{'h' if store_h else 'n'}_{v_mode}"
+        return f"backward_{self.options[0]}"
+
+    def function(self, neuron: str) -> str:
+        """The name of the function the variant's kernels share (a template on CUDA)."""
+        return f"{neuron}_{self.base}"
+
+    def exported(self, neuron: str) -> str:
+        """The exported kernel name."""
+        return f"{self.function(neuron)}_k{self.lanes}"
+
+    def geometry(self, n: int, block: int) -> Geometry:
+        """One thread per ``lanes`` adjacent neurons of ``n``, ``block`` threads a block."""
+        threads = math.ceil(n / self.lanes)
+        return Geometry(math.ceil(threads / block), block)
+
+
+def variants(lanes: int) -> list[Variant]:
+    """Every exported kernel of a source for a dtype of vector width ``lanes``, in order."""
+    out = [
+        Variant("forward", (h, m), k) for h in (True, False) for m in V_MODES
+        for k in lane_counts(lanes)
+    ]  # fmt: skip
+    return out + [Variant("backward", (m,), k) for m in GRAD_V_MODES for k in lane_counts(lanes)]
+
+
+def lane_counts(lanes: int) -> tuple[int, ...]:
+    """The lane counts a source exports for a dtype of vector width ``lanes``."""
+    return (1, lanes) if lanes > 1 else (1,)
