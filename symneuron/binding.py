@@ -64,21 +64,29 @@ def _schema_input(arg: Arg) -> str:
     if not arg.pointer:
         return f"int {arg.name}" + ("" if arg.default is None else f"={arg.default}")
     optional = arg.when is not None or arg.default is not None
-    return f"Tensor{'?' if optional else ''} {arg.name}" + ("=None" if arg.default else "")
+    return f"Tensor{'?' if optional else ''} {arg.name}" + ("" if arg.default is None else "=None")
+
+
+def _op_args(pass_: Pass) -> list[tuple[str, str]]:
+    """A pass's op arguments after key and backend, (name, schema text) in schema order:
+    the inputs, the variant options, then the inputs with a default (a schema lists
+    arguments with defaults last)."""
+    given = [(a.name, _schema_input(a)) for a in pass_.inputs if a.default is None]
+    options = [(name, f"{kind} {name}") for name, kind in pass_.options]
+    defaulted = [(a.name, _schema_input(a)) for a in pass_.inputs if a.default is not None]
+    return given + options + defaulted
 
 
 def _schema(pass_: Pass) -> str:
     """A pass's op schema: its inputs and options by name, one Tensor per output."""
-    inputs = [_schema_input(a) for a in pass_.inputs]
-    options = [f"{kind} {name}" for name, kind in pass_.options]
+    args = ", ".join(text for _, text in _op_args(pass_))
     outputs = ", ".join("Tensor" for _ in pass_.outputs)
-    return f"(str key, str backend, {', '.join(inputs + options)}) -> ({outputs})"
+    return f"(str key, str backend, {args}) -> ({outputs})"
 
 
 #: Each op's argument names in schema order (the autograd formula's positions).
 OP_ARGS = {
-    p.name: ("key", "backend", *[a.name for a in p.inputs], *[n for n, _ in p.options])
-    for p in (FORWARD, BACKWARD)
+    p.name: ("key", "backend", *[name for name, _ in _op_args(p)]) for p in (FORWARD, BACKWARD)
 }
 
 
@@ -97,13 +105,13 @@ def _absent_as_none(pass_: Pass, out: tuple[Any, ...], present: dict[str, bool])
 @torch.library.custom_op("symneuron::forward", mutates_args=(), schema=_schema(FORWARD))
 def forward_op(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
     """:meth:`Program.forward` as a custom op; its outputs in :data:`FORWARD`'s order."""
-    given = dict(zip(OP_ARGS["forward"][2:], args, strict=True))
+    given = dict(zip(OP_ARGS["forward"][2:], args, strict=False))  # defaults may be left out
     return _placeholders(lookup(key, backend).forward(**given), given["x_seq"])
 
 
 @forward_op.register_fake
 def _(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
-    given = dict(zip(OP_ARGS["forward"][2:], args, strict=True))
+    given = dict(zip(OP_ARGS["forward"][2:], args, strict=False))  # defaults may be left out
     x_seq = given["x_seq"]
     layout = lookup(key, backend).forward_layout(x_seq, given["store_h"], given["v_mode"])
     return _placeholders(FORWARD.allocate(x_seq, *layout), x_seq)
@@ -112,13 +120,13 @@ def _(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
 @torch.library.custom_op("symneuron::backward", mutates_args=(), schema=_schema(BACKWARD))
 def backward_op(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
     """:meth:`Program.backward` as a custom op; its outputs in :data:`BACKWARD`'s order."""
-    given = dict(zip(OP_ARGS["backward"][2:], args, strict=True))
+    given = dict(zip(OP_ARGS["backward"][2:], args, strict=False))  # defaults may be left out
     return _placeholders(lookup(key, backend).backward(**given), given["h_seq"])
 
 
 @backward_op.register_fake
 def _(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
-    given = dict(zip(OP_ARGS["backward"][2:], args, strict=True))
+    given = dict(zip(OP_ARGS["backward"][2:], args, strict=False))  # defaults may be left out
     h_seq = given["h_seq"]
     layout = lookup(key, backend).backward_layout(h_seq, given["v_init"], given["w_init"])
     return _placeholders(BACKWARD.allocate(h_seq, *layout), h_seq)
