@@ -177,7 +177,8 @@ def _gradients(ctx: Any, grad_spike: Any, grad_v: Any, grad_w: Any, compiled: bo
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
-    given = dict(zip(OP_ARGS["forward"], inputs, strict=True))
+    given = dict(zip(OP_ARGS["forward"], inputs, strict=False))  # defaults may be left out
+    ctx.op_args = OP_ARGS["forward"][: len(inputs)]
     prog = lookup(given["key"], given["backend"])
     present = prog.forward_layout(given["x_seq"], given["store_h"], given["v_mode"]).present
     out = _absent_as_none(FORWARD, output, present)
@@ -189,7 +190,7 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor
 def _backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
     grad = FORWARD.returns(*grads)
     found = _gradients(ctx, grad.spike_seq, grad.v_seq, grad.w_out, True)
-    return tuple(found.get(name) for name in OP_ARGS["forward"])
+    return tuple(found.get(name) for name in ctx.op_args)
 
 
 forward_op.register_autograd(_backward, setup_context=_setup_context)
