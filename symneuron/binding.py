@@ -68,18 +68,24 @@ def _schema_input(arg: Arg) -> str:
 
 
 def _op_args(pass_: Pass) -> list[tuple[str, str]]:
-    """A pass's op arguments after key and backend, (name, schema text) in schema order:
-    the inputs, the variant options, then the inputs with a default (a schema lists
-    arguments with defaults last)."""
+    """A pass's positional op arguments after key and backend, (name, schema text) in
+    schema order: the inputs without a default, then the variant options. Inputs with a
+    default are keyword-only (:func:`_op_kwargs`): not differentiable, and callers may
+    leave them out."""
     given = [(a.name, _schema_input(a)) for a in pass_.inputs if a.default is None]
     options = [(name, f"{kind} {name}") for name, kind in pass_.options]
-    defaulted = [(a.name, _schema_input(a)) for a in pass_.inputs if a.default is not None]
-    return given + options + defaulted
+    return given + options
+
+
+def _op_kwargs(pass_: Pass) -> list[str]:
+    """The schema text of a pass's keyword-only op arguments (its inputs with a default)."""
+    return [_schema_input(a) for a in pass_.inputs if a.default is not None]
 
 
 def _schema(pass_: Pass) -> str:
     """A pass's op schema: its inputs and options by name, one Tensor per output."""
-    args = ", ".join(text for _, text in _op_args(pass_))
+    kwargs = _op_kwargs(pass_)
+    args = ", ".join([text for _, text in _op_args(pass_)] + (["*", *kwargs] if kwargs else []))
     outputs = ", ".join("Tensor" for _ in pass_.outputs)
     return f"(str key, str backend, {args}) -> ({outputs})"
 
@@ -103,30 +109,30 @@ def _absent_as_none(pass_: Pass, out: tuple[Any, ...], present: dict[str, bool])
 
 
 @torch.library.custom_op("symneuron::forward", mutates_args=(), schema=_schema(FORWARD))
-def forward_op(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
+def forward_op(key: str, backend: str, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
     """:meth:`Program.forward` as a custom op; its outputs in :data:`FORWARD`'s order."""
-    given = dict(zip(OP_ARGS["forward"][2:], args, strict=False))  # defaults may be left out
-    return _placeholders(lookup(key, backend).forward(**given), given["x_seq"])
+    given = dict(zip(OP_ARGS["forward"][2:], args, strict=True))
+    return _placeholders(lookup(key, backend).forward(**given, **kwargs), given["x_seq"])
 
 
 @forward_op.register_fake
-def _(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
-    given = dict(zip(OP_ARGS["forward"][2:], args, strict=False))  # defaults may be left out
+def _(key: str, backend: str, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+    given = dict(zip(OP_ARGS["forward"][2:], args, strict=True))
     x_seq = given["x_seq"]
     layout = lookup(key, backend).forward_layout(x_seq, given["store_h"], given["v_mode"])
     return _placeholders(FORWARD.allocate(x_seq, *layout), x_seq)
 
 
 @torch.library.custom_op("symneuron::backward", mutates_args=(), schema=_schema(BACKWARD))
-def backward_op(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
+def backward_op(key: str, backend: str, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
     """:meth:`Program.backward` as a custom op; its outputs in :data:`BACKWARD`'s order."""
-    given = dict(zip(OP_ARGS["backward"][2:], args, strict=False))  # defaults may be left out
-    return _placeholders(lookup(key, backend).backward(**given), given["h_seq"])
+    given = dict(zip(OP_ARGS["backward"][2:], args, strict=True))
+    return _placeholders(lookup(key, backend).backward(**given, **kwargs), given["h_seq"])
 
 
 @backward_op.register_fake
-def _(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
-    given = dict(zip(OP_ARGS["backward"][2:], args, strict=False))  # defaults may be left out
+def _(key: str, backend: str, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+    given = dict(zip(OP_ARGS["backward"][2:], args, strict=True))
     h_seq = given["h_seq"]
     layout = lookup(key, backend).backward_layout(h_seq, given["v_init"], given["w_init"])
     return _placeholders(BACKWARD.allocate(h_seq, *layout), h_seq)
@@ -176,9 +182,10 @@ def _gradients(ctx: Any, grad_spike: Any, grad_v: Any, grad_w: Any, compiled: bo
             "params": grads}  # fmt: skip
 
 
-def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
-    given = dict(zip(OP_ARGS["forward"], inputs, strict=False))  # defaults may be left out
-    ctx.op_args = OP_ARGS["forward"][: len(inputs)]
+def _setup_context(
+    ctx: Any, inputs: tuple[Any, ...], output: Any, keyword_only_inputs: Any = None
+) -> None:
+    given = dict(zip(OP_ARGS["forward"], inputs, strict=True))
     prog = lookup(given["key"], given["backend"])
     present = prog.forward_layout(given["x_seq"], given["store_h"], given["v_mode"]).present
     out = _absent_as_none(FORWARD, output, present)
@@ -190,7 +197,7 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor
 def _backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
     grad = FORWARD.returns(*grads)
     found = _gradients(ctx, grad.spike_seq, grad.v_seq, grad.w_out, True)
-    return tuple(found.get(name) for name in ctx.op_args)
+    return tuple(found.get(name) for name in OP_ARGS["forward"])
 
 
 forward_op.register_autograd(_backward, setup_context=_setup_context)
