@@ -34,7 +34,8 @@ from typing import Any
 import sympy as sp
 from sympy.codegen.cfunctions import expm1
 
-from .definition import State, V, X
+from .definition import State, V
+from .symbols import RESERVED, allowed_in
 from .validate import check_expression, finite_float, named
 
 __all__ = ["ODEState", "ODESystem", "METHODS", "discretise", "phi1", "PHI1_BAND"]
@@ -169,7 +170,9 @@ def discretise(
                 f"State {wname!r} has no equation; give ODEState(ode=dW/dt, ...) "
                 "(0 for a state that changes only on spikes)."
             )
-    names = {"V": V, "X": X, **{w: sp.Symbol(w, real=True) for w in odes}}
+    reserved = sorted(allowed_in("ode"))
+    names = {n: RESERVED[n].symbol for n in reserved}
+    names.update({w: sp.Symbol(w, real=True) for w in odes})
     names.update({n: sp.Symbol(n, real=True) for n in named(params, "parameter")})
 
     def canonical(expr: Any, what: str) -> sp.Expr:
@@ -179,8 +182,9 @@ def discretise(
         unknown = sorted({s.name for s in expr.free_symbols} - set(names))
         if unknown:
             raise ValueError(
-                f"{what} uses unknown symbols {unknown}; it may use V, X, the states "
-                f"{sorted(odes)} and the params (give each a default in params={{...}})."
+                f"{what} uses unknown symbols {unknown}; it may use {', '.join(reserved)}, "
+                f"the states {sorted(odes)} and the params (give each a default in "
+                "params={...})."
             )
         out = expr.xreplace({s: names[s.name] for s in expr.free_symbols})
         check_expression(out, what)

@@ -3,12 +3,13 @@ describe what happens after the charge (stage 0: imports nothing of symneuron)."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import sympy as sp
 
-__all__ = ["State", "firing_mode", "FIRING"]
+__all__ = ["State", "firing_mode", "check_crossing_states", "FIRING"]
 
 #: How a neuron fires: on the level of H (then a reset) or on an upward crossing.
 FIRING = ("level", "crossing")
@@ -61,3 +62,17 @@ def firing_mode(firing: Any, v_reset: Any) -> str:
             "leave v_reset out (V[0] comes from v_init), or use firing='level'."
         )
     return str(firing)
+
+
+def check_crossing_states(
+    firing: str, states: Mapping[str, State], symbols: Mapping[str, sp.Symbol]
+) -> None:
+    """Reject on-spike rules under ``firing="crossing"``, which has no reset."""
+    if firing != "crossing":
+        return
+    with_reset = sorted(n for n, s in states.items() if s.on_spike != symbols[n])
+    if with_reset:
+        raise ValueError(
+            f"firing='crossing' neurons have no reset, but the states {with_reset} have "
+            "on_spike rules; drop them or use firing='level' with a v_reset."
+        )

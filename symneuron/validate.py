@@ -6,6 +6,7 @@ and the fix.
 
 from __future__ import annotations
 
+import difflib
 import math
 import sys
 import warnings
@@ -16,12 +17,17 @@ import sympy as sp
 import torch
 from sympy.core.function import AppliedUndef
 
+from .symbols import RESERVED
+
 __all__ = [
     "NonFiniteError",
     "param_name",
     "named",
     "finite_float",
     "flag",
+    "not_reserved",
+    "identifier",
+    "learnable_names",
     "check_expression",
     "constants_beyond",
     "narrowed_symbols",
@@ -109,6 +115,60 @@ def finite_float(value: Any, what: str) -> float:
     if not math.isfinite(out):
         raise ValueError(f"{what} must be finite, got {out}.")
     return out
+
+
+def not_reserved(name: str, what: str, params: Iterable[str] = ()) -> None:
+    """Reject a parameter or state ``name`` that is a reserved symbol's (V, X, H, S, ...:
+    :data:`symneuron.symbols.RESERVED`) or, for a state, a parameter's."""
+    if name in RESERVED:
+        raise ValueError(
+            f"{what} name {name!r} is reserved ({name} is {RESERVED[name].meaning}); "
+            f"rename the {what.lower()}."
+        )
+    if name in params:
+        raise ValueError(f"{what} name {name!r} is a parameter's name; rename one of them.")
+
+
+def identifier(name: Any, default: str) -> str:
+    """A neuron's ``name`` (``default`` for None): a str that is an identifier, since it
+    names the kernels."""
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a str (used in kernel names), got {name!r}")
+    if name is not None and not name.isidentifier():
+        raise ValueError(f"name must be an identifier (used in kernel names), got {name!r}")
+    return name or default
+
+
+def learnable_names(learnable: Any, params: Mapping[str, float], used: set[str]) -> tuple[str, ...]:
+    """The names of the ``learnable`` parameters (symbols or names), each one of
+    ``params`` and among the ``used`` names (else it would never get a gradient)."""
+    if isinstance(learnable, (str, sp.Symbol)):
+        learnable = [learnable]
+    if not isinstance(learnable, Iterable):
+        raise TypeError(
+            f"learnable must be a list of parameter names or symbols, got {learnable!r}; "
+            'e.g. learnable=["tau"]'
+        )
+    out: list[str] = []
+    for key in learnable:
+        pname = param_name(key)
+        if pname not in params:
+            close = difflib.get_close_matches(pname, list(params), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"Learnable parameter {pname!r} is not in params (this neuron has "
+                f"{sorted(params)}).{hint} A new parameter of your own neuron needs "
+                "a default in params={...}."
+            )
+        if pname not in used:
+            raise ValueError(
+                f"Learnable parameter {pname!r} does not appear in the charge (or the "
+                "threshold or reset), so it would never get a gradient; remove it from "
+                "learnable."
+            )
+        if pname not in out:
+            out.append(pname)
+    return tuple(out)
 
 
 def _check_real(expr: sp.Expr, what: str) -> None:
