@@ -20,6 +20,7 @@ from typing import Any
 
 import sympy as sp
 
+from . import assumptions as _assumptions
 from . import surrogate as _surrogate
 from . import validate as _validate
 from .state import State, check_crossing_states, firing_mode
@@ -37,6 +38,15 @@ def _surrogate_or_default(surrogate: Any) -> _surrogate.Surrogate:
             f"surrogate must be a symneuron.surrogate.Surrogate, got {type(surrogate).__name__}"
         )
     return surrogate
+
+
+def _user_expressions(given: Mapping[str, Any]) -> list[Any]:
+    """The parameters' keys and the expressions as the user wrote them: their symbols
+    carry the assumptions SymPy simplified with."""
+    states = given["states"] or {}
+    parts = [e for st in states.values() for e in (st.update, st.on_spike)]
+    keys = list(given["params"] or {})
+    return [*keys, given["charge"], given["v_threshold"], given["v_reset"], *parts]
 
 
 def _level_key(level: float | sp.Expr | None) -> str:
@@ -84,6 +94,10 @@ class Definition:
         set_(self, "v_reset", level)
         set_(self, "v_init", None if v_init is None else finite_float(v_init, "v_init"))
         set_(self, "states", MappingProxyType(self._validate_states(states)))
+        assumptions = _assumptions.param_assumptions(self.params, _user_expressions(given))
+        for pname, kinds in assumptions.items():
+            _assumptions.check_assumption(pname, kinds, self.params[pname])
+        set_(self, "param_assumptions", MappingProxyType(assumptions))
         check_crossing_states(self.firing, self.states, self.state_symbols)
         updates = [st.update for st in self.states.values() if st.update is not None]
         uses_x = [self.charge.has(X), *(u.has(X) for u in updates)]
@@ -114,6 +128,10 @@ class Definition:
     firing: str
     """``"level"`` (S = Θ(H − θ), then the reset) or ``"crossing"`` (S = 1 when H
     crosses θ from below, no reset)."""
+    param_assumptions: Mapping[str, tuple[str, ...]]
+    """Each parameter whose symbol carries SymPy assumptions that narrow its value ->
+    those assumptions (``{"tau": ("positive",)}``); a value given at run time must
+    satisfy them (:func:`symneuron.assumptions.check_assumption`)."""
     v_init: float | None
     """V[0] when ``simulate`` gets no ``v_init`` (None: v_reset, or 0)."""
     states: Mapping[str, State]
@@ -211,7 +229,7 @@ class Definition:
                 "The charge does not depend on V; H = f(V, X, params) must use the previous "
                 "state V."
             )
-        _validate.warn_narrowed(expr, what, {*RESERVED, *self.state_symbols})
+        _assumptions.warn_narrowed(expr, what, {*RESERVED, *self.state_symbols})
         out = expr.xreplace({s: self._canonical(s.name) for s in expr.free_symbols})
         if part == "charge":
             _validate.check_depends_on_v(expr, out, V)

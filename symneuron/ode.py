@@ -173,20 +173,21 @@ def discretise(
     reserved = sorted(allowed_in("ode"))
     names = {n: RESERVED[n].symbol for n in reserved}
     names.update({w: sp.Symbol(w, real=True) for w in odes})
-    names.update({n: sp.Symbol(n, real=True) for n in named(params, "parameter")})
+    param_names = set(named(params, "parameter"))
 
     def canonical(expr: Any, what: str) -> sp.Expr:
         expr = sp.sympify(expr)
         if not isinstance(expr, sp.Expr):
             raise TypeError(f"{what} must be a SymPy expression, got {type(expr).__name__}")
-        unknown = sorted({s.name for s in expr.free_symbols} - set(names))
+        unknown = sorted({s.name for s in expr.free_symbols} - set(names) - param_names)
         if unknown:
             raise ValueError(
                 f"{what} uses unknown symbols {unknown}; it may use {', '.join(reserved)}, "
                 f"the states {sorted(odes)} and the params (give each a default in "
                 "params={...})."
             )
-        out = expr.xreplace({s: names[s.name] for s in expr.free_symbols})
+        # the params keep the user's symbols: the neuron reads their assumptions
+        out = expr.xreplace({s: names[s.name] for s in expr.free_symbols if s.name in names})
         check_expression(out, what)
         return out
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import difflib
 import math
 import sys
-import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -30,8 +29,6 @@ __all__ = [
     "learnable_names",
     "check_expression",
     "constants_beyond",
-    "narrowed_symbols",
-    "warn_narrowed",
     "check_depends_on_v",
     "raise_if_not_finite",
 ]
@@ -97,17 +94,25 @@ def named(
 _NP_BOOL = ("bool", "bool_")  # NumPy 2's name, NumPy 1's
 
 
+def _is_bool(value: Any) -> bool:
+    """Python's or NumPy's bool."""
+    kind = type(value)
+    return isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in _NP_BOOL)
+
+
 def flag(value: Any, what: str) -> bool:
     """``value`` if it is a bool (Python's or NumPy's), else TypeError: a string such as
     ``"no"`` is truthy and would silently mean True."""
-    kind = type(value)
-    if isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in _NP_BOOL):
+    if _is_bool(value):
         return bool(value)
     raise TypeError(f"{what} must be True or False, got {value!r}")
 
 
 def finite_float(value: Any, what: str) -> float:
-    """``value`` as a float; TypeError if it is not a real number, ValueError if not finite."""
+    """``value`` as a float; TypeError if it is not a real number (a bool is not),
+    ValueError if not finite."""
+    if _is_bool(value) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+        raise TypeError(f"{what} must be a real number, not a bool ({value!r}); pass a float.")
     try:
         out = float(value)
     except (TypeError, ValueError):
@@ -199,44 +204,6 @@ def constants_beyond(expr: sp.Basic, limit: float) -> list[str]:
         if not value <= limit:  # also inf and NaN
             out.append(str(part.evalf(6)))
     return out
-
-
-#: assumptions a real symbol does not carry by itself, which let SymPy rewrite an
-#: expression as it is built (Abs(V) -> V for a positive V)
-_NARROWING = (
-    "positive", "negative", "nonnegative", "nonpositive", "zero", "nonzero", "integer",
-    "rational", "irrational", "even", "odd", "prime", "composite",
-)  # fmt: skip
-
-
-def narrowed_symbols(expr: sp.Basic, names: Iterable[str]) -> dict[str, list[str]]:
-    """The symbols of ``expr`` named in ``names`` that carry narrowing assumptions
-    (``Symbol("V", positive=True)``), each with those assumptions."""
-    wanted = set(names)
-    out: dict[str, list[str]] = {}
-    for symbol in expr.free_symbols:
-        if isinstance(symbol, sp.Symbol) and symbol.name in wanted:
-            given = getattr(symbol, "_assumptions_orig", None) or symbol.assumptions0
-            narrowing = [a for a in _NARROWING if given.get(a) is True]
-            if narrowing:
-                out[symbol.name] = narrowing
-    return out
-
-
-def warn_narrowed(expr: sp.Expr, what: str, names: Iterable[str]) -> None:
-    """Warn when a symbol that takes any real value at run time (V, X, H, S, a state)
-    carries assumptions such as ``positive=True``: SymPy has already used them on the
-    user's expression (``Abs(V)`` -> ``V``), which cannot be undone."""
-    narrowed = narrowed_symbols(expr, names)
-    if narrowed:
-        warnings.warn(
-            f"The {what} uses symbols with SymPy assumptions {narrowed}; SymPy may already "
-            "have simplified it with them (Abs(V) -> V, sqrt(V**2) -> V), which is wrong "
-            "when the value has another sign at run time. Use sn.V, sn.X, ... or "
-            "sympy.Symbol(name, real=True).",
-            UserWarning,
-            stacklevel=5,
-        )
 
 
 def check_depends_on_v(given: sp.Expr, charge: sp.Expr, v: sp.Symbol) -> None:

@@ -19,6 +19,7 @@ PACKAGE = Path(sn.__file__).parent
 #: The pipeline, bottom first: a module may import only modules of its own or a lower rank.
 STAGES: dict[str, int] = {
     "symbols": 0,
+    "assumptions": 0,
     "validate": 0,
     "state": 0,
     "dtypes": 0,
