@@ -23,7 +23,7 @@ import sympy as sp
 from . import assumptions as _assumptions
 from . import surrogate as _surrogate
 from . import validate as _validate
-from .state import State, check_crossing_states, firing_mode
+from .state import State, check_crossing_states, check_on_spike, firing_mode
 from .symbols import RESERVED, H, S, V, X, allowed_in, reserved_symbol
 from .validate import check_expression, finite_float, named
 
@@ -197,9 +197,11 @@ class Definition:
             symbol = self.state_symbols[wname]
             update = symbol if state.update is None else state.update
             on_spike = symbol if state.on_spike is None else state.on_spike
+            rule = self._validate_expr(on_spike, f"on_spike of state {wname!r}", "on_spike")
+            check_on_spike(wname, symbol, rule)
             out[wname] = State(
                 update=self._validate_expr(update, f"update of state {wname!r}", "update"),
-                on_spike=self._validate_expr(on_spike, f"on_spike of state {wname!r}", "on_spike"),
+                on_spike=rule,
                 init=finite_float(state.init, f"init of state {wname!r}"),
             )
         return out
