@@ -103,8 +103,12 @@ class Definition:
         uses_x = [self.charge.has(X), *(u.has(X) for u in updates)]
         if not any(uses_x):
             raise ValueError(
-                "The neuron does not depend on the input X: use X in the charge or in a "
-                "state's update (e.g. a synaptic current I with update 0.9*I + X)."
+                "The neuron does not depend on the input X: use X in the charge, or in a state "
+                "whose new value the charge reads. A synaptic current I that passes X on in "
+                "the same step (snnTorch's Synaptic, sn.models.CuLIF) is written into the "
+                "charge: I_new = 0.5*I + X; sn.Neuron(charge=0.8*V + I_new, "
+                "states={I: sn.State(update=I_new)}). A charge that reads I itself sees "
+                "I[t-1], so X reaches V one step late."
             )
         set_(self, "learnable", _validate.learnable_names(learnable, self.params, self._used()))
         set_(self, "surrogate", _surrogate_or_default(surrogate))

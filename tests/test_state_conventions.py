@@ -78,3 +78,65 @@ def test_the_form_the_error_shows_is_brian2s_reset() -> None:
     torch.testing.assert_close(spikes[:, 0], torch.tensor(ss, dtype=torch.float64))
     torch.testing.assert_close(v[:, 0], torch.tensor(vs, dtype=torch.float64))
     torch.testing.assert_close(states["w"][:, 0], torch.tensor(ws, dtype=torch.float64))
+
+
+# -- a synaptic current: the same-step form --------------------------------------------
+
+
+def test_the_error_for_a_neuron_without_input_shows_the_same_step_form() -> None:
+    """It used to suggest a state update 0.9*I + X read by the charge: one step late."""
+    with pytest.raises(ValueError) as error:
+        sn.Neuron(0.8 * V + current, states={current: sn.State(update=0.5 * current)})
+    message = str(error.value)
+    assert "does not depend on the input X" in message
+    assert "I_new = 0.5*I + X" in message and "charge=0.8*V + I_new" in message
+    assert "states={I: sn.State(update=I_new)}" in message
+    assert "one step late" in message
+
+
+def _snntorch_v(x: torch.Tensor, alpha: float, beta: float) -> torch.Tensor:
+    snn = pytest.importorskip("snntorch")
+    decay = {"alpha": alpha, "beta": beta}  # as float64: snnTorch would store float32
+    neuron = snn.Synaptic(
+        **{k: torch.tensor(v, dtype=torch.float64) for k, v in decay.items()}, threshold=1e9
+    )  # no spikes, no reset
+    neuron.reset_mem()
+    out = []
+    for t in range(x.shape[0]):
+        _, _, mem = neuron(x[t])
+        out.append(mem)
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "torch"])
+def test_the_same_step_form_matches_snntorch_synaptic(backend: str) -> None:
+    """syn[t] = α·syn[t−1] + x[t], mem[t] = β·mem[t−1] + syn[t] (snnTorch 1.0's Synaptic) is
+    the charge β·V + Ĩ with Ĩ = α·I + X, as CuLIF writes it; the lagged form, whose charge
+    reads I[t−1], is one step behind (the issue's V = [0, 1.0, 1.3] for [1.0, 1.3])."""
+    alpha, beta = 0.5, 0.8
+    x = torch.rand(50, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(25))
+    x[0] = 1.0
+    expected = _snntorch_v(x, alpha, beta)
+    new_current = alpha * current + X
+    same_step = sn.Neuron(
+        beta * V + new_current, states={current: sn.State(update=new_current)}, v_threshold=1e9
+    )
+    _, v, _ = sn.simulate(same_step, x, backend=backend)
+    torch.testing.assert_close(v, expected, rtol=1e-13, atol=1e-13)  # sums in another order
+    lagged = sn.Neuron(
+        beta * V + current, states={current: sn.State(update=new_current)}, v_threshold=1e9
+    )
+    _, v_lagged, _ = sn.simulate(lagged, x, backend=backend)
+    assert float(v_lagged[0].abs().max()) == 0.0
+    torch.testing.assert_close(v_lagged[1:], expected[:-1], rtol=1e-13, atol=1e-13)
+
+
+def test_culif_is_the_same_step_form() -> None:
+    """The zoo's CuLIF: H = V + (Ĩ − V)/τ, Ĩ = I(1 − 1/τ_syn) + X, against snnTorch's
+    Synaptic with α = 1 − 1/τ_syn, β = 1 − 1/τ and the input scaled by 1/τ."""
+    tau, tau_syn = 2.0, 4.0
+    x = torch.rand(40, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(7)) / 4
+    _, v, _ = sn.simulate(sn.models.CuLIF(tau=tau, tau_syn=tau_syn, v_threshold=1e9), x)
+    # H = (1 − 1/τ)V + Ĩ/τ: the scaled current Ĩ/τ follows α·(I/τ) + X/τ
+    expected = _snntorch_v(x / tau, 1 - 1 / tau_syn, 1 - 1 / tau)
+    torch.testing.assert_close(v, expected, rtol=1e-12, atol=1e-13)
