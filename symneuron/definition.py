@@ -12,7 +12,6 @@ class plus its derived views (partials, kernel spec, generated source).
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import weakref
 from collections.abc import Iterable, Mapping
@@ -21,24 +20,33 @@ from typing import Any
 
 import sympy as sp
 
+from . import assumptions as _assumptions
 from . import surrogate as _surrogate
 from . import validate as _validate
-from .state import State, firing_mode
-from .validate import check_expression, finite_float, named, param_name
+from .state import State, check_crossing_states, check_on_spike, firing_mode
+from .symbols import RESERVED, H, S, V, X, allowed_in, reserved_symbol
+from .validate import check_expression, finite_float, named
 
 __all__ = ["V", "X", "H", "S", "State", "Definition", "find"]
 
-#: State before charging, V[t-1].
-V = sp.Symbol("V", real=True)
-#: Input of this step, X[t].
-X = sp.Symbol("X", real=True)
-#: This step's charged potential H[t] (usable in a state's pre-spike update).
-H = sp.Symbol("H", real=True)
-#: This step's spike S[t] (usable in a state's on-spike reset).
-S = sp.Symbol("S", real=True)
+
+def _surrogate_or_default(surrogate: Any) -> _surrogate.Surrogate:
+    if surrogate is None:
+        return _surrogate.Sigmoid(alpha=4.0)
+    if not isinstance(surrogate, _surrogate.Surrogate):
+        raise TypeError(
+            f"surrogate must be a symneuron.surrogate.Surrogate, got {type(surrogate).__name__}"
+        )
+    return surrogate
 
 
-_RESERVED = {"V", "X", "H", "S"}
+def _user_expressions(given: Mapping[str, Any]) -> list[Any]:
+    """The parameters' keys and the expressions as the user wrote them: their symbols
+    carry the assumptions SymPy simplified with."""
+    states = given["states"] or {}
+    parts = [e for st in states.values() for e in (st.update, st.on_spike)]
+    keys = list(given["params"] or {})
+    return [*keys, given["charge"], given["v_threshold"], given["v_reset"], *parts]
 
 
 def _level_key(level: float | sp.Expr | None) -> str:
@@ -77,50 +85,37 @@ class Definition:
         set_(self, "params", MappingProxyType(params_))
         set_(self, "symbols", MappingProxyType({n: sp.Symbol(n, real=True) for n in params_}))
         set_(self, "state_symbols", MappingProxyType(self._validate_state_names(states)))
-        set_(self, "charge", self._validate_charge(charge))
-        set_(
-            self,
-            "v_threshold",
-            self._validate_level(v_threshold, "v_threshold", set(self.state_symbols)),
-        )
+        set_(self, "charge", self._validate_expr(charge, "charge", "charge"))
+        set_(self, "v_threshold", self._validate_level(v_threshold, "v_threshold", "threshold"))
         set_(self, "firing", firing_mode(firing, v_reset))
         if self.firing == "crossing":
             v_reset = None
-        set_(self, "v_reset", None if v_reset is None else self._validate_level(v_reset, "v_reset"))
+        level = None if v_reset is None else self._validate_level(v_reset, "v_reset", "v_reset")
+        set_(self, "v_reset", level)
         set_(self, "v_init", None if v_init is None else finite_float(v_init, "v_init"))
         set_(self, "states", MappingProxyType(self._validate_states(states)))
-        if self.firing == "crossing":
-            with_reset = sorted(
-                n for n, s in self.states.items() if s.on_spike != self.state_symbols[n]
-            )
-            if with_reset:
-                raise ValueError(
-                    f"firing='crossing' neurons have no reset, but the states {with_reset} "
-                    "have on_spike rules; drop them or use firing='level' with a v_reset."
-                )
+        assumptions = _assumptions.param_assumptions(self.params, _user_expressions(given))
+        for pname, kinds in assumptions.items():
+            _assumptions.check_assumption(pname, kinds, self.params[pname])
+        set_(self, "param_assumptions", MappingProxyType(assumptions))
+        check_crossing_states(self.firing, self.states, self.state_symbols)
         updates = [st.update for st in self.states.values() if st.update is not None]
         uses_x = [self.charge.has(X), *(u.has(X) for u in updates)]
         if not any(uses_x):
             raise ValueError(
-                "The neuron does not depend on the input X: use X in the charge or in a "
-                "state's update (e.g. a synaptic current I with update 0.9*I + X)."
+                "The neuron does not depend on the input X: use X in the charge, or in a state "
+                "whose new value the charge reads. A synaptic current I that passes X on in "
+                "the same step (snnTorch's Synaptic, sn.models.CuLIF) is written into the "
+                "charge: I_new = 0.5*I + X; sn.Neuron(charge=0.8*V + I_new, "
+                "states={I: sn.State(update=I_new)}). A charge that reads I itself sees "
+                "I[t-1], so X reaches V one step late."
             )
-        set_(self, "learnable", self._validate_learnable(learnable))
-        if surrogate is None:
-            surrogate = _surrogate.Sigmoid(alpha=4.0)
-        if not isinstance(surrogate, _surrogate.Surrogate):
-            raise TypeError(
-                f"surrogate must be a symneuron.surrogate.Surrogate, got {type(surrogate).__name__}"
-            )
-        set_(self, "surrogate", surrogate)
+        set_(self, "learnable", _validate.learnable_names(learnable, self.params, self._used()))
+        set_(self, "surrogate", _surrogate_or_default(surrogate))
         if not isinstance(detach_reset, bool):
             raise TypeError(f"detach_reset must be a bool, got {detach_reset!r}")
         set_(self, "detach_reset", detach_reset)
-        if name is not None and not isinstance(name, str):
-            raise TypeError(f"name must be a str (used in kernel names), got {name!r}")
-        set_(self, "name", name or "Neuron")
-        if not self.name.isidentifier():
-            raise ValueError(f"name must be an identifier (used in kernel names), got {name!r}")
+        set_(self, "name", _validate.identifier(name, "Neuron"))
         set_(self, "_given", given)
         set_(self, "_key", self._hash())
         _LIVE.setdefault(self._key, self)
@@ -137,6 +132,10 @@ class Definition:
     firing: str
     """``"level"`` (S = Θ(H − θ), then the reset) or ``"crossing"`` (S = 1 when H
     crosses θ from below, no reset)."""
+    param_assumptions: Mapping[str, tuple[str, ...]]
+    """Each parameter whose symbol carries SymPy assumptions that narrow its value ->
+    those assumptions (``{"tau": ("positive",)}``); a value given at run time must
+    satisfy them (:func:`symneuron.assumptions.check_assumption`)."""
     v_init: float | None
     """V[0] when ``simulate`` gets no ``v_init`` (None: v_reset, or 0)."""
     states: Mapping[str, State]
@@ -183,18 +182,14 @@ class Definition:
     def _validate_params(params: Mapping[Any, float] | None) -> dict[str, float]:
         out = named(params, "parameter", hint=" (the default)")
         for pname, value in out.items():
-            if pname in _RESERVED:
-                raise ValueError(f"Parameter name {pname!r} is reserved; rename the parameter.")
+            _validate.not_reserved(pname, "Parameter")
             out[pname] = finite_float(value, f"Default of parameter {pname!r}")
         return out
 
     def _validate_state_names(self, states: Mapping[Any, State] | None) -> dict[str, sp.Symbol]:
         out: dict[str, sp.Symbol] = {}
         for wname, state in named(states, "state", hint=" (an sn.State)").items():
-            if wname in _RESERVED or wname in self.params:
-                raise ValueError(
-                    f"State name {wname!r} is reserved, a parameter's or given twice; rename it."
-                )
+            _validate.not_reserved(wname, "State", self.params)
             if not isinstance(state, State):
                 raise TypeError(f"states[{wname!r}] must be a symneuron.State, got {state!r}")
             out[wname] = sp.Symbol(wname, real=True)
@@ -202,73 +197,61 @@ class Definition:
 
     def _validate_states(self, states: Mapping[Any, State] | None) -> dict[str, State]:
         out: dict[str, State] = {}
-        names = set(self.state_symbols)
         for wname, state in named(states, "state").items():
             symbol = self.state_symbols[wname]
             update = symbol if state.update is None else state.update
             on_spike = symbol if state.on_spike is None else state.on_spike
+            rule = self._validate_expr(on_spike, f"on_spike of state {wname!r}", "on_spike")
+            check_on_spike(wname, symbol, rule)
             out[wname] = State(
-                update=self._validate_expr(
-                    update, f"update of state {wname!r}", names | {"V", "X", "H"}
-                ),
-                on_spike=self._validate_expr(
-                    on_spike, f"on_spike of state {wname!r}", names | {"S"}
-                ),
+                update=self._validate_expr(update, f"update of state {wname!r}", "update"),
+                on_spike=rule,
                 init=finite_float(state.init, f"init of state {wname!r}"),
             )
         return out
 
-    def _validate_expr(self, expr: Any, what: str, allowed: set[str]) -> sp.Expr:
-        """``expr`` in the params and the ``allowed`` names, canonical symbols, checked."""
-        if isinstance(expr, (int, float)):
+    def _validate_expr(self, expr: Any, what: str, part: str) -> sp.Expr:
+        """``expr`` in the params, the states and ``part``'s reserved symbols, with the
+        canonical symbols, checked."""
+        if isinstance(expr, (int, float)) and part != "charge":
             expr = sp.Float(expr)
         if isinstance(expr, str) or not isinstance(expr, sp.Expr):
             raise TypeError(f"The {what} must be a SymPy expression, got {type(expr).__name__}")
         names = {s.name for s in expr.free_symbols}
+        allowed = allowed_in(part) | set(self.state_symbols)
         unknown = sorted(names - set(self.params) - allowed)
+        if unknown and part == "charge":
+            raise ValueError(
+                f"The charge uses unknown symbols {unknown}; give each a default in "
+                "params={...} or replace it by a number."
+            )
         if unknown:
             raise ValueError(
                 f"The {what} uses unknown symbols {unknown}; it may use the params and "
                 f"{sorted(allowed)}."
             )
-        _validate.warn_narrowed(expr, what, {"V", "X", "H", "S", *self.state_symbols})
-        out = expr.xreplace({s: self._canonical(s.name) for s in expr.free_symbols})
-        check_expression(out, what)
-        return out
-
-    def _validate_charge(self, charge: Any) -> sp.Expr:
-        if isinstance(charge, str) or not isinstance(charge, sp.Expr):
-            raise TypeError(f"charge must be a SymPy expression, got {type(charge).__name__}")
-        names = {s.name for s in charge.free_symbols}
-        unknown = sorted(names - set(self.params) - {"V", "X"} - set(self.state_symbols))
-        if unknown:
-            raise ValueError(
-                f"The charge uses unknown symbols {unknown}; give each a default in "
-                f"params={{...}} or replace it by a number."
-            )
-        if "V" not in names:
+        if part == "charge" and "V" not in names:
             raise ValueError(
                 "The charge does not depend on V; H = f(V, X, params) must use the previous "
                 "state V."
             )
-        _validate.warn_narrowed(charge, "charge", {"V", "X", *self.state_symbols})
-        canon = {s: self._canonical(s.name) for s in charge.free_symbols}
-        expr = charge.xreplace(canon)
-        _validate.check_depends_on_v(charge, expr, V)
-        check_expression(expr, "charge")
-        return expr
+        _assumptions.warn_narrowed(expr, what, {*RESERVED, *self.state_symbols})
+        out = expr.xreplace({s: self._canonical(s.name) for s in expr.free_symbols})
+        if part == "charge":
+            _validate.check_depends_on_v(expr, out, V)
+        check_expression(out, what)
+        return out
 
-    def _validate_level(
-        self, value: Any, what: str, states: set[str] | None = None
-    ) -> float | sp.Expr:
+    def _validate_level(self, value: Any, what: str, part: str) -> float | sp.Expr:
         """A threshold or reset level: a finite number, or an expression in the params
         (and, for the threshold, the states' updated values)."""
         if not isinstance(value, sp.Basic) or value.is_number:
             return finite_float(value, what)
         if not isinstance(value, sp.Expr):
             raise TypeError(f"{what} must be a number or a SymPy expression, got {value!r}")
+        states = set(self.state_symbols) if part == "threshold" else set()
         names = {s.name for s in value.free_symbols}
-        unknown = sorted(names - set(self.params) - (states or set()))
+        unknown = sorted(names - set(self.params) - states - allowed_in(part))
         if unknown:
             raise ValueError(
                 f"{what} uses {unknown}, which are not params; a threshold or reset level may "
@@ -281,44 +264,14 @@ class Definition:
         return expr
 
     def _canonical(self, name: str) -> sp.Symbol:
-        fixed = {"V": V, "X": X, "H": H, "S": S}
-        return fixed.get(name) or self.state_symbols.get(name) or self.symbols[name]
+        fixed = reserved_symbol(name)
+        return fixed or self.state_symbols.get(name) or self.symbols[name]
 
-    def _validate_learnable(self, learnable: Iterable[Any]) -> tuple[str, ...]:
-        if isinstance(learnable, (str, sp.Symbol)):
-            learnable = [learnable]
-        if not isinstance(learnable, Iterable):
-            raise TypeError(
-                f"learnable must be a list of parameter names or symbols, got {learnable!r}; "
-                'e.g. learnable=["tau"]'
-            )
-        out: list[str] = []
-        used = {s.name for s in self.charge.free_symbols}
-        for level in (self.v_threshold, self.v_reset):
-            if isinstance(level, sp.Expr):
-                used |= {s.name for s in level.free_symbols}
-        for state in self.states.values():
-            for expr in (state.update, state.on_spike):
-                used |= {s.name for s in expr.free_symbols}  # type: ignore[union-attr]
-        for key in learnable:
-            pname = param_name(key)
-            if pname not in self.params:
-                close = difflib.get_close_matches(pname, list(self.params), n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                raise ValueError(
-                    f"Learnable parameter {pname!r} is not in params (this neuron has "
-                    f"{sorted(self.params)}).{hint} A new parameter of your own neuron needs "
-                    "a default in params={...}."
-                )
-            if pname not in used:
-                raise ValueError(
-                    f"Learnable parameter {pname!r} does not appear in the charge (or the "
-                    "threshold or reset), so it would never get a gradient; remove it from "
-                    "learnable."
-                )
-            if pname not in out:
-                out.append(pname)
-        return tuple(out)
+    def _used(self) -> set[str]:
+        """The names of the symbols the charge, the levels and the states use."""
+        exprs = [self.charge, self.v_threshold, self.v_reset]
+        exprs += [e for st in self.states.values() for e in (st.update, st.on_spike)]
+        return {s.name for e in exprs if isinstance(e, sp.Expr) for s in e.free_symbols}
 
     # -- identity -----------------------------------------------------------
     @property

@@ -101,8 +101,10 @@ class Neuron(Definition):
         >>> import sympy as sp, symneuron as sn
         >>> tau = sp.Symbol("tau")
         >>> lif = sn.Neuron.from_ode((sn.X - sn.V) / tau, dt=1.0, params={tau: 2.0})
-        >>> lif.charge
-        X + (V - X)*exp(-1.0/tau)
+        >>> lif.ode.dv
+        (-V + X)/tau
+        >>> float(lif.charge.subs({sn.V: 0, sn.X: 1, lif.symbols["tau"]: 2}))  # 1 - e^(-1/2)
+        0.3934693402873666
         """
         charge, steps = ode.discretise(dv, dt=dt, method=method, states=states, params=params)
         neuron = cls(charge, params=params, states=steps or None, **kw)

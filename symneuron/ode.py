@@ -18,10 +18,11 @@ f the right-hand sides, h = dt):
 ``"rk4"``        classic Runge–Kutta: y' = y + h/6 (k1 + 2 k2 + 2 k3 + k4)
 ``"exp_euler"``  exponential Euler, for equations linear in their own variable:
                  with dx/dt = A x + B (A, B free of x, the other variables at their
-                 previous values), x' = −B/A + (x + B/A) e^{A h}; x' = x + h B where
-                 A = 0. An equation not linear in its own variable raises a
-                 ``ValueError`` (use ``"euler"``, ``"rk2"`` or ``"rk4"``): no silent
-                 linearisation.
+                 previous values), x' = x + h φ₁(A h) (A x + B), φ₁(z) = (e^z − 1)/z
+                 (Brian2's x' = −B/A + (x + B/A) e^{A h}, written so that it is finite
+                 and does not cancel when A is zero or small at run time). An
+                 equation not linear in its own variable raises a ``ValueError``
+                 (use ``"euler"``, ``"rk2"`` or ``"rk4"``): no silent linearisation.
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import sympy as sp
+from sympy.codegen.cfunctions import expm1
 
-from .definition import State, V, X
+from .definition import State, V
+from .symbols import RESERVED, allowed_in
 from .validate import check_expression, finite_float, named
 
-__all__ = ["ODEState", "ODESystem", "METHODS", "discretise"]
+__all__ = ["ODEState", "ODESystem", "METHODS", "discretise", "phi1", "PHI1_BAND"]
 
 #: The integration methods, by Brian2's names.
 METHODS = ("euler", "exp_euler", "rk2", "rk4")
@@ -93,8 +96,38 @@ def _step(method: str, field: Field, y: dict[sp.Symbol, sp.Expr], h: sp.Expr) ->
     return {z: y[z] + h / 6 * (k1[z] + 2 * k2[z] + 2 * k3[z] + k4[z]) for z in y}
 
 
+#: |z| below which :func:`phi1` is its Taylor polynomial of degree
+#: ``_PHI1_DEGREE``: there the polynomial's error, |z|^10/11! < 3e-18, is below
+#: float64's rounding, and outside it expm1(z)/z and its derivative
+#: exp(z)/z − expm1(z)/z² lose at most ~2·eps/|z| (1.2e-6 in float32) to cancellation.
+PHI1_BAND = 0.1
+_PHI1_DEGREE = 9
+
+
+def phi1(z: sp.Expr) -> sp.Expr:
+    """φ₁(z) = (e^z − 1)/z, 1 at z = 0, stable through z = 0 with its derivative.
+
+    A number for a numeric ``z``; otherwise the Taylor polynomial Σ z^k/(k+1)! (Horner
+    form) for |z| < :data:`PHI1_BAND` and ``expm1(z)/z`` outside. The exact branch reads
+    a guarded z (about 1 inside the band), so neither it nor its derivative is ever 0/0: the
+    torch reference evaluates and differentiates both branches of its ``where``, and
+    common-subexpression elimination may hoist either out of the kernels' ``?:``.
+    """
+    if z.is_number:
+        if z == 0:
+            return sp.Integer(1)
+        return sp.Float((expm1(z) / z).evalf(30), 30)
+    series: sp.Expr = 1 + z / (_PHI1_DEGREE + 1)
+    for k in range(_PHI1_DEGREE, 1, -1):
+        series = 1 + z / k * series
+    near = sp.Abs(z) < sp.Float(PHI1_BAND)
+    # z + (1 − z) inside the band: an Add, which SymPy does not fold into 1/Piecewise
+    guarded = z + sp.Piecewise((1 - z, near), (0, True))
+    return sp.Piecewise((series, near), (expm1(guarded) / guarded, True))
+
+
 def _exp_euler(z: sp.Symbol, rhs: sp.Expr, h: sp.Expr) -> sp.Expr:
-    """Brian2's exponential Euler step of dz/dt = rhs, linear in z."""
+    """The exponential Euler step of dz/dt = rhs, linear in z: z + h φ₁(a h) (a z + b)."""
     a = sp.diff(rhs, z)
     if a.has(z):
         a = sp.simplify(a)  # only when needed: simplify is slow on large systems (HH)
@@ -106,7 +139,7 @@ def _exp_euler(z: sp.Symbol, rhs: sp.Expr, h: sp.Expr) -> sp.Expr:
     b = rhs.xreplace({z: 0})  # rhs = a*z + b with a, b free of z
     if a == 0:
         return z + h * b
-    return -b / a + (z + b / a) * sp.exp(a * h)
+    return z + h * phi1(a * h) * (a * z + b)
 
 
 def discretise(
@@ -137,20 +170,24 @@ def discretise(
                 f"State {wname!r} has no equation; give ODEState(ode=dW/dt, ...) "
                 "(0 for a state that changes only on spikes)."
             )
-    names = {"V": V, "X": X, **{w: sp.Symbol(w, real=True) for w in odes}}
-    names.update({n: sp.Symbol(n, real=True) for n in named(params, "parameter")})
+    reserved = sorted(allowed_in("ode"))
+    names = {n: RESERVED[n].symbol for n in reserved}
+    names.update({w: sp.Symbol(w, real=True) for w in odes})
+    param_names = set(named(params, "parameter"))
 
     def canonical(expr: Any, what: str) -> sp.Expr:
         expr = sp.sympify(expr)
         if not isinstance(expr, sp.Expr):
             raise TypeError(f"{what} must be a SymPy expression, got {type(expr).__name__}")
-        unknown = sorted({s.name for s in expr.free_symbols} - set(names))
+        unknown = sorted({s.name for s in expr.free_symbols} - set(names) - param_names)
         if unknown:
             raise ValueError(
-                f"{what} uses unknown symbols {unknown}; it may use V, X, the states "
-                f"{sorted(odes)} and the params (give each a default in params={{...}})."
+                f"{what} uses unknown symbols {unknown}; it may use {', '.join(reserved)}, "
+                f"the states {sorted(odes)} and the params (give each a default in "
+                "params={...})."
             )
-        out = expr.xreplace({s: names[s.name] for s in expr.free_symbols})
+        # the params keep the user's symbols: the neuron reads their assumptions
+        out = expr.xreplace({s: names[s.name] for s in expr.free_symbols if s.name in names})
         check_expression(out, what)
         return out
 

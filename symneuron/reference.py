@@ -35,6 +35,9 @@ class _Printer(TorchPrinter):
     def _print_erf(self, expr: sp.Expr) -> str:
         return f"torch.special.erf({self._print(expr.args[0])})"
 
+    def _print_expm1(self, expr: sp.Expr) -> str:
+        return f"torch.expm1({self._print(expr.args[0])})"
+
     def _extremum(self, expr: sp.Expr, pairwise: str, bound: str) -> str:
         """Max/Min: tensors pairwise, numbers as a clamp (torch's max/min take no numbers)."""
         numbers = [a for a in expr.args if a.is_number]

@@ -1,14 +1,17 @@
 """An extra state variable, and how a neuron fires: the parts of a definition that
-describe what happens after the charge (stage 0: imports nothing of symneuron)."""
+describe what happens after the charge (stage 0: imports only the reserved symbols)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import sympy as sp
 
-__all__ = ["State", "firing_mode", "FIRING"]
+from .symbols import S
+
+__all__ = ["State", "firing_mode", "check_crossing_states", "check_on_spike", "FIRING"]
 
 #: How a neuron fires: on the level of H (then a reset) or on an upward crossing.
 FIRING = ("level", "crossing")
@@ -61,3 +64,32 @@ def firing_mode(firing: Any, v_reset: Any) -> str:
             "leave v_reset out (V[0] comes from v_init), or use firing='level'."
         )
     return str(firing)
+
+
+def check_crossing_states(
+    firing: str, states: Mapping[str, State], symbols: Mapping[str, sp.Symbol]
+) -> None:
+    """Reject on-spike rules under ``firing="crossing"``, which has no reset."""
+    if firing != "crossing":
+        return
+    with_reset = sorted(n for n, s in states.items() if s.on_spike != symbols[n])
+    if with_reset:
+        raise ValueError(
+            f"firing='crossing' neurons have no reset, but the states {with_reset} have "
+            "on_spike rules; drop them or use firing='level' with a v_reset."
+        )
+
+
+def check_on_spike(name: str, symbol: sp.Symbol, rule: sp.Expr) -> None:
+    """Refuse an on-spike ``rule`` of state ``name`` that does not use the spike S (and is
+    not the state itself): it would apply at every step. A Brian2 user writes the reset
+    ``w += b`` as ``on_spike=w + b``; the error shows the form with S."""
+    if rule.has(S) or rule == symbol:
+        return
+    at_spikes = sp.expand(S * rule + (1 - S) * symbol)
+    raise ValueError(
+        f"The on_spike of state {name!r} ({rule}) does not use the spike sn.S, so it would "
+        "apply at every step, spike or not. on_spike is the state's new value written with "
+        f"sn.S; for {rule} at spikes only (as Brian2's reset), write {at_spikes} (that is, "
+        f"S*({rule}) + (1 - S)*{name}); a change at every step belongs in update."
+    )

@@ -6,9 +6,9 @@ and the fix.
 
 from __future__ import annotations
 
+import difflib
 import math
 import sys
-import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -16,16 +16,19 @@ import sympy as sp
 import torch
 from sympy.core.function import AppliedUndef
 
+from .symbols import RESERVED
+
 __all__ = [
     "NonFiniteError",
     "param_name",
     "named",
     "finite_float",
     "flag",
+    "not_reserved",
+    "identifier",
+    "learnable_names",
     "check_expression",
     "constants_beyond",
-    "narrowed_symbols",
-    "warn_narrowed",
     "check_depends_on_v",
     "raise_if_not_finite",
 ]
@@ -91,17 +94,25 @@ def named(
 _NP_BOOL = ("bool", "bool_")  # NumPy 2's name, NumPy 1's
 
 
+def _is_bool(value: Any) -> bool:
+    """Python's or NumPy's bool."""
+    kind = type(value)
+    return isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in _NP_BOOL)
+
+
 def flag(value: Any, what: str) -> bool:
     """``value`` if it is a bool (Python's or NumPy's), else TypeError: a string such as
     ``"no"`` is truthy and would silently mean True."""
-    kind = type(value)
-    if isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in _NP_BOOL):
+    if _is_bool(value):
         return bool(value)
     raise TypeError(f"{what} must be True or False, got {value!r}")
 
 
 def finite_float(value: Any, what: str) -> float:
-    """``value`` as a float; TypeError if it is not a real number, ValueError if not finite."""
+    """``value`` as a float; TypeError if it is not a real number (a bool is not),
+    ValueError if not finite."""
+    if _is_bool(value) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+        raise TypeError(f"{what} must be a real number, not a bool ({value!r}); pass a float.")
     try:
         out = float(value)
     except (TypeError, ValueError):
@@ -109,6 +120,60 @@ def finite_float(value: Any, what: str) -> float:
     if not math.isfinite(out):
         raise ValueError(f"{what} must be finite, got {out}.")
     return out
+
+
+def not_reserved(name: str, what: str, params: Iterable[str] = ()) -> None:
+    """Reject a parameter or state ``name`` that is a reserved symbol's (V, X, H, S, ...:
+    :data:`symneuron.symbols.RESERVED`) or, for a state, a parameter's."""
+    if name in RESERVED:
+        raise ValueError(
+            f"{what} name {name!r} is reserved ({name} is {RESERVED[name].meaning}); "
+            f"rename the {what.lower()}."
+        )
+    if name in params:
+        raise ValueError(f"{what} name {name!r} is a parameter's name; rename one of them.")
+
+
+def identifier(name: Any, default: str) -> str:
+    """A neuron's ``name`` (``default`` for None): a str that is an identifier, since it
+    names the kernels."""
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a str (used in kernel names), got {name!r}")
+    if name is not None and not name.isidentifier():
+        raise ValueError(f"name must be an identifier (used in kernel names), got {name!r}")
+    return name or default
+
+
+def learnable_names(learnable: Any, params: Mapping[str, float], used: set[str]) -> tuple[str, ...]:
+    """The names of the ``learnable`` parameters (symbols or names), each one of
+    ``params`` and among the ``used`` names (else it would never get a gradient)."""
+    if isinstance(learnable, (str, sp.Symbol)):
+        learnable = [learnable]
+    if not isinstance(learnable, Iterable):
+        raise TypeError(
+            f"learnable must be a list of parameter names or symbols, got {learnable!r}; "
+            'e.g. learnable=["tau"]'
+        )
+    out: list[str] = []
+    for key in learnable:
+        pname = param_name(key)
+        if pname not in params:
+            close = difflib.get_close_matches(pname, list(params), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"Learnable parameter {pname!r} is not in params (this neuron has "
+                f"{sorted(params)}).{hint} A new parameter of your own neuron needs "
+                "a default in params={...}."
+            )
+        if pname not in used:
+            raise ValueError(
+                f"Learnable parameter {pname!r} does not appear in the charge (or the "
+                "threshold or reset), so it would never get a gradient; remove it from "
+                "learnable."
+            )
+        if pname not in out:
+            out.append(pname)
+    return tuple(out)
 
 
 def _check_real(expr: sp.Expr, what: str) -> None:
@@ -139,44 +204,6 @@ def constants_beyond(expr: sp.Basic, limit: float) -> list[str]:
         if not value <= limit:  # also inf and NaN
             out.append(str(part.evalf(6)))
     return out
-
-
-#: assumptions a real symbol does not carry by itself, which let SymPy rewrite an
-#: expression as it is built (Abs(V) -> V for a positive V)
-_NARROWING = (
-    "positive", "negative", "nonnegative", "nonpositive", "zero", "nonzero", "integer",
-    "rational", "irrational", "even", "odd", "prime", "composite",
-)  # fmt: skip
-
-
-def narrowed_symbols(expr: sp.Basic, names: Iterable[str]) -> dict[str, list[str]]:
-    """The symbols of ``expr`` named in ``names`` that carry narrowing assumptions
-    (``Symbol("V", positive=True)``), each with those assumptions."""
-    wanted = set(names)
-    out: dict[str, list[str]] = {}
-    for symbol in expr.free_symbols:
-        if isinstance(symbol, sp.Symbol) and symbol.name in wanted:
-            given = getattr(symbol, "_assumptions_orig", None) or symbol.assumptions0
-            narrowing = [a for a in _NARROWING if given.get(a) is True]
-            if narrowing:
-                out[symbol.name] = narrowing
-    return out
-
-
-def warn_narrowed(expr: sp.Expr, what: str, names: Iterable[str]) -> None:
-    """Warn when a symbol that takes any real value at run time (V, X, H, S, a state)
-    carries assumptions such as ``positive=True``: SymPy has already used them on the
-    user's expression (``Abs(V)`` -> ``V``), which cannot be undone."""
-    narrowed = narrowed_symbols(expr, names)
-    if narrowed:
-        warnings.warn(
-            f"The {what} uses symbols with SymPy assumptions {narrowed}; SymPy may already "
-            "have simplified it with them (Abs(V) -> V, sqrt(V**2) -> V), which is wrong "
-            "when the value has another sign at run time. Use sn.V, sn.X, ... or "
-            "sympy.Symbol(name, real=True).",
-            UserWarning,
-            stacklevel=5,
-        )
 
 
 def check_depends_on_v(given: sp.Expr, charge: sp.Expr, v: sp.Symbol) -> None:

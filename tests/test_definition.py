@@ -18,6 +18,8 @@ PACKAGE = Path(sn.__file__).parent
 
 #: The pipeline, bottom first: a module may import only modules of its own or a lower rank.
 STAGES: dict[str, int] = {
+    "symbols": 0,
+    "assumptions": 0,
     "validate": 0,
     "state": 0,
     "dtypes": 0,
@@ -152,3 +154,54 @@ def test_compile_of_the_torch_backend_for_a_single_state_neuron() -> None:
     compiled = torch.compile(lambda x: sn.simulate(neuron, x, backend="torch"))
     for a, b in zip(compiled(x), sn.simulate(neuron, x, backend="torch"), strict=True):
         torch.testing.assert_close(a, b)
+
+
+# -- the reserved symbols: one table -------------------------------------------------
+
+
+def test_every_reserved_name_is_refused_as_a_parameter_or_state_name() -> None:
+    from symneuron.symbols import RESERVED
+
+    assert set(RESERVED) == {"V", "X", "H", "S"}
+    for name in RESERVED:
+        with pytest.raises(ValueError, match=rf"Parameter name '{name}' is reserved \({name} is"):
+            sn.Neuron(sn.V + sn.X, params={name: 1.0})
+        with pytest.raises(ValueError, match=rf"State name '{name}' is reserved"):
+            sn.Neuron(sn.V + sn.X, states={name: sn.State()})
+
+
+@pytest.mark.parametrize(
+    ("part", "build"),
+    [
+        ("charge", lambda z: sn.Neuron(sn.V + sn.X + z)),
+        ("update", lambda z: sn.Neuron(sn.V + sn.X, states={"W": sn.State(update=z)})),
+        ("on_spike", lambda z: sn.Neuron(sn.V + sn.X, states={"W": sn.State(on_spike=z)})),
+        ("threshold", lambda z: sn.Neuron(sn.V + sn.X, v_threshold=1 + z)),
+        ("ode", lambda z: sn.Neuron.from_ode(-sn.V + sn.X + z, dt=0.5, method="euler")),
+    ],
+)
+def test_each_part_takes_exactly_the_reserved_symbols_the_table_allows(part, build) -> None:
+    """Read from the table: every allowed symbol is accepted, every other one refused."""
+    from symneuron.symbols import RESERVED, allowed_in
+
+    for name, row in RESERVED.items():
+        if name in allowed_in(part):
+            build(row.symbol)
+        else:
+            with pytest.raises(ValueError, match=rf"\['{name}'\]"):
+                build(row.symbol)
+
+
+def test_a_new_row_in_the_table_is_a_new_reserved_symbol(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Room for a noise symbol: one row makes it reserved and usable where it says."""
+    from symneuron import definition, symbols
+
+    xi = sp.Symbol("xi", real=True)
+    row = symbols.Reserved(xi, "a standard normal draw", frozenset({"update"}))
+    monkeypatch.setitem(symbols.RESERVED, "xi", row)
+    with pytest.raises(ValueError, match="'xi' is reserved"):
+        definition.Definition(sn.V + sn.X, params={"xi": 1.0})
+    neuron = definition.Definition(sn.V + sn.X, states={"W": sn.State(update=0.5 * xi)})
+    assert neuron.states["W"].update.has(xi)
+    with pytest.raises(ValueError, match=r"unknown symbols \['xi'\]"):
+        definition.Definition(sn.V + sn.X + xi)

@@ -31,7 +31,9 @@ __all__ = [
     "STATEFUL",
 ]
 
-_tau, _w = sp.symbols("tau w", real=True)
+#: a time constant (in steps) is positive: a default or run-time value <= 0 is refused
+_tau = sp.Symbol("tau", positive=True)
+_w = sp.Symbol("w", real=True)
 
 
 def _neuron(
@@ -139,7 +141,8 @@ def EIF(
         H[t] = V[t-1] + \frac{X[t] + V_{rest} - V[t-1]
         + \Delta_T \exp\left(\frac{V[t-1] - \theta_{rt}}{\Delta_T}\right)}{\tau}
     """
-    d_t, theta, v_rest_ = sp.symbols("delta_T theta_rh v_rest", real=True)
+    theta, v_rest_ = sp.symbols("theta_rh v_rest", real=True)
+    d_t = sp.Symbol("delta_T", positive=True)
     kw.setdefault("v_reset", -0.1)
     charge = V + (X + v_rest_ - V + d_t * sp.exp((V - theta) / d_t)) / _tau
     params = {_tau: tau, d_t: delta_T, theta: theta_rh, v_rest_: v_rest}
@@ -182,7 +185,8 @@ def Izhikevich(
 
     W starts at ``w_rest``. With ``a = b = 0`` (the defaults) W stays at ``w_rest``.
     """
-    a0_, v_c_, v_rest_, tau_w_, a_, b_ = sp.symbols("a0 v_c v_rest tau_w a b", real=True)
+    a0_, v_c_, v_rest_, a_, b_ = sp.symbols("a0 v_c v_rest a b", real=True)
+    tau_w_ = sp.Symbol("tau_w", positive=True)
     charge = V + (X + a0_ * (V - v_rest_) * (V - v_c_) - _W) / _tau
     state = State(update=_W + (a_ * (H - v_rest_) - _W) / tau_w_, on_spike=_W + b_ * S, init=w_rest)
     params = {_tau: tau, v_c_: v_c, a0_: a0, v_rest_: v_rest, tau_w_: tau_w, a_: a, b_: b}
@@ -219,7 +223,7 @@ def CuLIF(tau: float = 2.0, tau_syn: float = 4.0, **kw: Any) -> Neuron:
 
     (H is written with Ĩ expanded, since the charge sees I[t−1].)
     """
-    tau_syn_ = sp.Symbol("tau_syn", real=True)
+    tau_syn_ = sp.Symbol("tau_syn", positive=True)
     current = _I * (1 - 1 / tau_syn_) + X
     charge = V + (current - (V - _leak_target(kw))) / _tau
     state = State(update=current)
@@ -246,7 +250,8 @@ def AdEx(
 
     v_reset defaults to −0.1 as in :func:`EIF`.
     """
-    d_t, theta, v_rest_, tau_w_, a_, b_ = sp.symbols("delta_T theta_rh v_rest tau_w a b", real=True)
+    theta, v_rest_, a_, b_ = sp.symbols("theta_rh v_rest a b", real=True)
+    d_t, tau_w_ = sp.symbols("delta_T tau_w", positive=True)
     kw.setdefault("v_reset", -0.1)
     charge = V + (X + v_rest_ - V + d_t * sp.exp((V - theta) / d_t) - _W) / _tau
     state = State(update=_W + (a_ * (V - v_rest_) - _W) / tau_w_, on_spike=_W + b_ * S)

@@ -36,8 +36,10 @@ __all__ = [
 ]
 
 
-def _symbols(names: str) -> tuple[sp.Symbol, ...]:
-    return tuple(sp.symbols(names, real=True))
+def _symbols(names: str, sign: str = "real") -> tuple[sp.Symbol, ...]:
+    """Real symbols, or ``sign="positive"`` (a capacitance, a time constant) or
+    ``"nonnegative"`` (a conductance): a value that breaks it is refused."""
+    return tuple(sp.symbols(names, seq=True, **{sign: True}))
 
 
 def _ode(
@@ -120,7 +122,8 @@ def AdEx2005(
     Euler by default (Brian2's choice for this nonlinear system); ``exp_euler`` does
     not apply to the exponential term.
     """
-    c_, g, e_l, v_t, d_t, tw, a_, b_, w = _symbols("C g_L E_L V_T Delta_T tau_w a b w")
+    e_l, v_t, a_, b_, w = _symbols("E_L V_T a b w")
+    c_, g, d_t, tw = _symbols("C g_L Delta_T tau_w", "positive")
     dv = (-g * (V - e_l) + g * d_t * sp.exp((V - v_t) / d_t) - w + X) / c_
     state = ODEState((a_ * (V - e_l) - w) / tw, on_spike=w + b_ * S, init=0.0)
     params = {c_: C, g: g_L, e_l: E_L, v_t: V_T, d_t: Delta_T, tw: tau_w, a_: a, b_: b}
@@ -160,7 +163,9 @@ def HodgkinHuxley(
     ``exp_euler`` (Brian2's method for HH) applies; dt = 0.01 ms.
     """
     m, h, n = _symbols("m h n")
-    c_, gna, gk, gl, ena, ek, el = _symbols("C g_Na g_K g_L E_Na E_K E_L")
+    ena, ek, el = _symbols("E_Na E_K E_L")
+    (c_,) = _symbols("C", "positive")
+    gna, gk, gl = _symbols("g_Na g_K g_L", "nonnegative")
     rates = {
         m: (0.1 * vtrap(-(V + 40), 10), 4 * sp.exp(-(V + 65) / 18)),
         h: (0.07 * sp.exp(-(V + 65) / 20), 1 / (sp.exp(-(V + 35) / 10) + 1)),
@@ -199,7 +204,8 @@ def FitzHughNagumo(
     ``firing="crossing"``. v and w start at the resting point for I = 0
     (v ≈ −1.199, w ≈ −0.624). RK4 by default (the cubic rules out ``exp_euler``).
     """
-    a_, b_, tau_, w = _symbols("a b tau w")
+    a_, b_, w = _symbols("a b w")
+    (tau_,) = _symbols("tau", "positive")
     v_rest = _fhn_rest(a, b)
     state = ODEState((V + a_ - b_ * w) / tau_, init=(v_rest + a) / b)
     kw = {"v_threshold": v_threshold, "firing": "crossing", "v_init": v_rest, **kw}
@@ -299,7 +305,9 @@ def IafCondExp(
     w/dt for one step. Threshold −55 mV, reset to −60 mV; NEST's 2 ms refractory
     period is not modelled (see :func:`RefractoryLIF`).
     """
-    c_, g, e_l, e_ex, tau_ex, g_ex = _symbols("C_m g_L E_L E_ex tau_syn_ex g_ex")
+    e_l, e_ex, g_ex = _symbols("E_L E_ex g_ex")
+    c_, tau_ex = _symbols("C_m tau_syn_ex", "positive")
+    (g,) = _symbols("g_L", "nonnegative")
     dv = (-g * (V - e_l) - g_ex * (V - e_ex)) / c_
     state = ODEState(-g_ex / tau_ex + X)
     kw = {"v_threshold": -55.0, "v_reset": -60.0, "v_init": E_L, **kw}
@@ -328,7 +336,8 @@ def IafPscExp(
     NEST integrates this linear system exactly; ``exp_euler`` (Brian2's method) holds
     I_syn constant over a step within V's update, so it differs by O(dt²).
     """
-    c_, tm, e_l, ts, i_syn = _symbols("C_m tau_m E_L tau_syn_ex I_syn")
+    e_l, i_syn = _symbols("E_L I_syn")
+    c_, tm, ts = _symbols("C_m tau_m tau_syn_ex", "positive")
     dv = -(V - e_l) / tm + i_syn / c_
     state = ODEState(-i_syn / ts + X)
     kw = {"v_threshold": -55.0, "v_reset": -70.0, "v_init": E_L, **kw}
@@ -361,7 +370,9 @@ def RefractoryLIF(tau: float = 2.0, t_ref: float = 2.0, **kw: Any) -> Neuron:
     After a spike (hard reset to 0) V is held for ``t_ref`` steps, during which the
     input is ignored and no spike can occur.
     """
-    tau_, t_ref_, r = _symbols("tau t_ref R")
+    (r,) = _symbols("R")
+    (tau_,) = _symbols("tau", "positive")
+    (t_ref_,) = _symbols("t_ref", "nonnegative")
     free = sp.Piecewise((1, r <= 0.5), (0, True))
     counter = State(update=sp.Piecewise((r - 1, r >= 1), (0, True)), on_spike=r + t_ref_ * S)
     kw = {"states": {r: counter}, **kw}

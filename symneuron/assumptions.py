@@ -1,0 +1,164 @@
+"""SymPy assumptions on a neuron's symbols (stage 0: imports nothing of symneuron).
+
+SymPy uses a symbol's assumptions as an expression is built (``Abs(V)`` is ``V`` for a
+positive V, ``sqrt(tau**2)`` is ``tau`` for a positive tau, ``sin(pi*k)`` is 0 for an
+integer k), and that cannot be undone. So a variable that takes any real value at run
+time (V, X, H, S, a state) must carry none (:func:`warn_narrowed`), and a parameter's
+value must satisfy its symbol's (:func:`check_assumption`, cheap enough for every run:
+plain float arithmetic on the names :func:`param_assumptions` found at construction).
+"""
+
+from __future__ import annotations
+
+import operator
+import warnings
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any
+
+import sympy as sp
+
+__all__ = [
+    "symbol_assumptions",
+    "param_assumptions",
+    "check_assumption",
+    "narrowed_symbols",
+    "warn_narrowed",
+]
+
+
+def _is_integer(value: float) -> bool:
+    return float(value).is_integer()
+
+
+def _is_noninteger(value: float) -> bool:
+    return not _is_integer(value)
+
+
+def _is_even(value: float) -> bool:
+    return _is_integer(value) and value % 2 == 0
+
+
+def _is_odd(value: float) -> bool:
+    return _is_integer(value) and value % 2 == 1
+
+
+def _is_prime(value: float) -> bool:
+    return _is_integer(value) and value > 1 and bool(sp.isprime(int(value)))
+
+
+def _is_composite(value: float) -> bool:
+    return _is_integer(value) and value > 1 and not sp.isprime(int(value))
+
+
+#: What each assumption a parameter's symbol may carry says of a float value. A float is
+#: always rational, so ``rational`` asks nothing; SymPy takes ``irrational`` to be nonzero,
+#: which is what a float can respect of it.
+_HOLDS: dict[str, Callable[[float], bool]] = {
+    "positive": partial(operator.lt, 0.0),
+    "negative": partial(operator.gt, 0.0),
+    "nonnegative": partial(operator.le, 0.0),
+    "nonpositive": partial(operator.ge, 0.0),
+    "zero": partial(operator.eq, 0.0),
+    "nonzero": partial(operator.ne, 0.0),
+    "integer": _is_integer,
+    "noninteger": _is_noninteger,
+    "even": _is_even,
+    "odd": _is_odd,
+    "prime": _is_prime,
+    "composite": _is_composite,
+}
+#: The assumption given as False that a real value can be checked against, by its name.
+_NEGATED = {
+    "positive": "nonpositive", "negative": "nonnegative", "nonnegative": "negative",
+    "nonpositive": "positive", "zero": "nonzero", "nonzero": "zero", "integer": "noninteger",
+}  # fmt: skip
+_IMPLIED = {"irrational": "nonzero"}
+
+
+def symbol_assumptions(symbol: sp.Symbol) -> tuple[str, ...]:
+    """The assumptions given to ``symbol`` that narrow a real value (``positive``,
+    ``integer``, ...; one given False as its negation, ``positive=False`` as
+    ``nonpositive``), in :data:`_HOLDS`' names."""
+    given = getattr(symbol, "_assumptions_orig", None) or symbol.assumptions0
+    out = []
+    for name, value in given.items():
+        kind = (name if name in _HOLDS else _IMPLIED.get(name)) if value else _NEGATED.get(name)
+        if value is not None and kind is not None and kind not in out:
+            out.append(kind)
+    return tuple(sorted(out, key=list(_HOLDS).index))
+
+
+def param_assumptions(names: Iterable[str], sources: Iterable[Any]) -> dict[str, tuple[str, ...]]:
+    """Each parameter in ``names`` whose symbols in ``sources`` (symbols, expressions) carry
+    narrowing assumptions -> those assumptions (the union over its symbols)."""
+    wanted = set(names)
+    out: dict[str, tuple[str, ...]] = {}
+    for source in sources:
+        symbols = [source] if isinstance(source, sp.Symbol) else getattr(source, "free_symbols", ())
+        for symbol in symbols:
+            if isinstance(symbol, sp.Symbol) and symbol.name in wanted:
+                found = (*out.get(symbol.name, ()), *symbol_assumptions(symbol))
+                if found:
+                    out[symbol.name] = tuple(sorted(set(found), key=list(_HOLDS).index))
+    return out
+
+
+def check_assumption(
+    name: str, assumptions: Iterable[str], value: float, what: str = "parameter"
+) -> None:
+    """Refuse a ``value`` of parameter ``name`` that contradicts one of its symbol's
+    ``assumptions`` (names from :func:`symbol_assumptions`, as a neuron keeps them in
+    ``param_assumptions``). Plain float arithmetic, no SymPy: cheap enough for every run.
+
+    SymPy has already simplified the equations with the assumptions (``sqrt(tau**2)`` is
+    ``tau`` for a positive tau, ``sin(pi*k)`` is 0 for an integer k), so such a value
+    would silently run a model other than the one written.
+    """
+    for assumption in assumptions:
+        if not _HOLDS[assumption](value):
+            raise ValueError(
+                f"{what.capitalize()} {name!r} is declared {assumption} (an assumption of "
+                f"its SymPy symbol), but its value is {value!r}. SymPy has already "
+                "simplified the equations with that assumption, so this value would run a "
+                f"different model: give a {assumption} value, or declare the symbol without "
+                f"the assumption (sympy.Symbol({name!r}, real=True))."
+            )
+
+
+#: assumptions a real symbol does not carry by itself, which let SymPy rewrite an
+#: expression as it is built (Abs(V) -> V for a positive V)
+_NARROWING = (
+    "positive", "negative", "nonnegative", "nonpositive", "zero", "nonzero", "integer",
+    "rational", "irrational", "even", "odd", "prime", "composite",
+)  # fmt: skip
+
+
+def narrowed_symbols(expr: sp.Basic, names: Iterable[str]) -> dict[str, list[str]]:
+    """The symbols of ``expr`` named in ``names`` that carry narrowing assumptions
+    (``Symbol("V", positive=True)``), each with those assumptions."""
+    wanted = set(names)
+    out: dict[str, list[str]] = {}
+    for symbol in expr.free_symbols:
+        if isinstance(symbol, sp.Symbol) and symbol.name in wanted:
+            given = getattr(symbol, "_assumptions_orig", None) or symbol.assumptions0
+            narrowing = [a for a in _NARROWING if given.get(a) is True]
+            if narrowing:
+                out[symbol.name] = narrowing
+    return out
+
+
+def warn_narrowed(expr: sp.Expr, what: str, names: Iterable[str]) -> None:
+    """Warn when a symbol that takes any real value at run time (V, X, H, S, a state)
+    carries assumptions such as ``positive=True``: SymPy has already used them on the
+    user's expression (``Abs(V)`` -> ``V``), which cannot be undone."""
+    narrowed = narrowed_symbols(expr, names)
+    if narrowed:
+        warnings.warn(
+            f"The {what} uses symbols with SymPy assumptions {narrowed}; SymPy may already "
+            "have simplified it with them (Abs(V) -> V, sqrt(V**2) -> V), which is wrong "
+            "when the value has another sign at run time. Use sn.V, sn.X, ... or "
+            "sympy.Symbol(name, real=True).",
+            UserWarning,
+            stacklevel=5,
+        )
