@@ -10,7 +10,7 @@ through time, and returns torch-ready functions and layers.
 >>> layer = sn.NeuronLayer(lif)
 """
 
-from . import models, nir, plot, surrogate
+from . import models, nir, plot, surrogate, testing
 from .check import CheckReport, check
 from .definition import H, S, State, V, X
 from .layer import NeuronLayer
@@ -36,5 +36,6 @@ __all__ = [
     "surrogate",
     "plot",
     "nir",
+    "testing",
 ]
 __version__ = "0.1.0"

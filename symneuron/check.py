@@ -26,6 +26,8 @@ from .surrogate import u as U
 __all__ = ["check", "CheckReport", "CheckResult"]
 
 _DEFAULT_TOL = {torch.float64: 1e-8, torch.float32: 2e-4}
+#: The narrowest name column of :meth:`CheckReport.__str__` (wider when a name is longer)
+_NAME_WIDTH = 29
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,9 @@ class CheckReport:
     def __str__(self) -> str:
         head = f"check({self.neuron}, backend={self.backend}, dtype={self.dtype}): "
         head += "PASS" if self.passed else "FAIL"
+        width = max([_NAME_WIDTH, *(len(r.name) for r in self.results)])
         rows = [
-            f"  {'ok  ' if r.passed else 'FAIL'} {r.name:<28} "
+            f"  {'ok  ' if r.passed else 'FAIL'} {r.name:<{width}} "
             f"error {r.error:.3e}  tol {r.tolerance:.1e}"
             for r in self.results
         ]
@@ -72,8 +75,12 @@ class CheckReport:
 
 
 def _rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    scale = b.abs().max().clamp_min(1.0)
-    return float(((a - b).abs().max() / scale).item())
+    """max |a − b| / max(max |b|, 1) over the finite values of ``b``; equal infinities
+    (a 16-bit overflow both sides agree on) count as no error, NaN as a failure."""
+    diff = torch.where(a == b, torch.zeros_like(a), (a - b).abs())
+    finite = b[torch.isfinite(b)]
+    scale = (finite.abs().max() if finite.numel() else b.new_tensor(0.0)).clamp_min(1.0)
+    return float((diff.max() / scale).item())
 
 
 def _v_scale(neuron: Neuron) -> tuple[float, float]:
@@ -202,6 +209,65 @@ def _run(
 _X_SCALES = tuple(4.0**k for k in range(8))
 
 
+def _count(value: object, what: str) -> int:
+    """``value`` as an int of at least 1, else a ValueError naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{what} must be an int of at least 1, got {value!r}")
+    return value
+
+
+def _arguments(
+    T: int, shape: tuple[int, ...], points: int, tolerance: float | None
+) -> tuple[int, ...]:
+    """Refuse what :func:`check` cannot run with (naming the fix); ``shape`` as a tuple."""
+    _count(T, "T (the number of steps simulated)")
+    _count(points, "points (the random points of the finite-difference checks)")
+    if not isinstance(shape, tuple | list) or len(shape) == 0:
+        raise ValueError(
+            f"shape is one step's shape [*shape] with at least 1 dim, e.g. (4, 16); got {shape!r}"
+        )
+    for size in shape:
+        _count(size, f"each size of shape (got shape={tuple(shape)!r})")
+    if tolerance is not None:
+        ok = isinstance(tolerance, int | float) and not isinstance(tolerance, bool)
+        if not ok or not 0 <= tolerance < float("inf"):
+            raise ValueError(
+                "tolerance is the largest relative error accepted: a finite number >= 0 "
+                f"(or None for the dtype's default), got {tolerance!r}"
+            )
+    return tuple(shape)
+
+
+def _firing_reference(
+    neuron: Neuron,
+    inputs: dict[str, torch.Tensor],
+    weights: tuple[torch.Tensor, torch.Tensor],
+    dtype: torch.dtype,
+) -> tuple[dict[str, torch.Tensor], list[torch.Tensor], CheckResult]:
+    """The inputs scaled by the first of :data:`_X_SCALES` at which the float64 reference
+    fires, its outputs and gradients, and the row saying whether it fired."""
+    half = dtype in (torch.float16, torch.bfloat16)
+    for scale in _X_SCALES:  # inputs in the model's units: the first scale that fires
+        scaled = {**inputs, "x_seq": (inputs["x_seq"].double() * scale).to(dtype)}
+        double_inputs = {k: v.double() for k, v in scaled.items()}
+        reference = _run(neuron, double_inputs, None, weights, dtype if half else None)
+        if float(reference[0].sum()) > 0:
+            return scaled, reference, CheckResult(f"reference fires (x scaled {scale:g}x)", 0, 0)
+    name = f"reference never fires, x scaled up to {scale:g}x: no spike was checked"
+    return scaled, reference, CheckResult(name, 1.0, 0.0)
+
+
+def _nan_reference(neuron: Neuron, v_seq: torch.Tensor) -> list[CheckResult]:
+    """A failing row naming the parameters when the float64 reference's V is NaN (from
+    finite inputs: the parameter values are the usual cause, e.g. a time constant 0)."""
+    nan = torch.isnan(v_seq).flatten(1).any(1).nonzero()
+    if len(nan) == 0:
+        return []
+    params = ", ".join(f"{k}={v!r}" for k, v in neuron.params.items()) or "none"
+    name = f"reference V is NaN from step {int(nan[0])}; parameters {params}"
+    return [CheckResult(name, float("nan"), 0.0)]
+
+
 def check(
     neuron: Neuron,
     *,
@@ -222,7 +288,8 @@ def check(
     scale (around V[0], spread |threshold − V[0]|), and the input is scaled by
     1, 4, 16, ... up to 4^7 until the float64 reference fires: a neuron that never
     fires fails the check ("reference never fires"), since nothing passed through
-    a spike.
+    a spike. ``T``, ``points`` and each size of ``shape`` must be at least 1,
+    ``tolerance`` (default: the dtype's) a finite number >= 0.
 
     Examples
     --------
@@ -230,6 +297,7 @@ def check(
     >>> report = sn.check(sn.models.QIF())
     >>> assert report.passed, str(report)
     """
+    shape = _arguments(T, shape, points, tolerance)
     device = torch.device(device)
     gen = torch.Generator()
     if seed is None:
@@ -245,24 +313,8 @@ def check(
         torch.randn(T, *shape, generator=gen, dtype=torch.float64).to(device),
         torch.randn(T, *shape, generator=gen, dtype=torch.float64).to(device),
     )
-    half = dtype in (torch.float16, torch.bfloat16)
-    for scale in _X_SCALES:  # inputs in the model's units: the first scale that fires
-        scaled = {**inputs, "x_seq": (inputs["x_seq"].double() * scale).to(dtype)}
-        double_inputs = {k: v.double() for k, v in scaled.items()}
-        reference = _run(neuron, double_inputs, None, weights, dtype if half else None)
-        if float(reference[0].sum()) > 0:
-            break
-    inputs = scaled
-    fired = float(reference[0].sum()) > 0
-    report.results.append(
-        CheckResult(
-            f"reference fires (x scaled {scale:g}x)"
-            if fired
-            else f"reference never fires, x scaled up to {scale:g}x: no spike was checked",
-            0.0 if fired else 1.0,
-            0.0,
-        )
-    )
+    inputs, reference, fired = _firing_reference(neuron, inputs, weights, dtype)
+    report.results += [fired, *_nan_reference(neuron, reference[1])]
     got = _run(neuron, inputs, backend, weights)
     names = ["spike_seq", "v_seq", *[f"{w}_seq" for w in neuron.states]]
     names += [f"grad {k}" for k in inputs]

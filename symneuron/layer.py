@@ -1,22 +1,108 @@
-"""NeuronLayer: a thin ``nn.Module`` around :func:`symneuron.simulate`."""
+"""NeuronLayer: a thin ``nn.Module`` around :func:`symneuron.simulate`.
+
+A layer keeps its memory (V and the extra states after its last call) between calls.
+Three ways of running a call again are handled here: ``torch.utils.checkpoint``
+reruns a call in the backward pass, which must start from the state the first run
+started from and must leave the memory alone (:func:`_checkpoint_phase` tells the
+runs apart); under ``torch.compile`` the kept state is copied out of the compiled
+graph's outputs (:func:`_keep_state`), so that CUDA graphs (``mode="reduce-overhead"``),
+which overwrite their outputs at the next replay, never own it.
+"""
 
 from __future__ import annotations
 
 import copy
+import sys
+import warnings
 from collections.abc import Mapping
+from types import FrameType
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 from torch import nn
 
+from . import dtypes
 from .neuron import Neuron
-from .simulate import BACKENDS, simulate
+from .simulate import BACKENDS, resolve_backend, simulate
 from .validate import finite_float, flag, named
 
 __all__ = ["NeuronLayer"]
 
 _STEP_MODES = ("m", "s")
 _MISSING = object()
+#: the first, gradient-free run of ``checkpoint(use_reentrant=True)`` runs in this code
+_REENTRANT_CODE = getattr(
+    getattr(getattr(torch.utils.checkpoint, "CheckpointFunction", None), "forward", None),
+    "__code__",
+    None,
+)
+#: frames searched for it (each nn.Module between it and the layer adds three)
+_FRAMES = 24
+#: checkpointed calls remembered per layer until their recomputation (oldest dropped)
+_REPLAYS = 1024
+#: (device type, dtype) pairs for which backend="auto" warned that it runs the reference
+_AUTO_WARNED: set[tuple[str, torch.dtype]] = set()
+_REENTRANT_FIX = (
+    "torch.utils.checkpoint(use_reentrant=True) passes gradients only to the checkpointed "
+    "function's inputs, and a NeuronLayer's state is none of them: use use_reentrant=False, "
+    "or cut the gradient through the state first (layer.v = layer.v.detach(), and each "
+    "tensor of layer.states; truncated backpropagation through time)."
+)
+
+
+def _saved_tensors_hook() -> str:
+    """The qualified name of the innermost saved-tensors pack hook, or ''."""
+    top = torch._C._autograd._top_saved_tensors_default_hooks
+    try:
+        hooks = top(False)
+    except TypeError:  # a torch whose function takes no argument
+        hooks = top()  # type: ignore[call-arg]
+    return getattr(hooks[0], "__qualname__", "") if hooks else ""
+
+
+def _checkpoint_phase() -> str | None:
+    """How ``torch.utils.checkpoint`` runs the current call: ``"recompute"`` (its rerun in
+    a backward pass), ``"reentrant"`` (the first, gradient-free run of
+    ``use_reentrant=True``), ``"first"`` (the first run of ``use_reentrant=False``), or
+    None (not checkpointed)."""
+    if torch._C._current_graph_task_id() != -1:
+        return "recompute"  # a forward inside a backward pass: only checkpoint reruns one
+    if torch.is_grad_enabled():
+        return "first" if _saved_tensors_hook().startswith("_checkpoint_hook") else None
+    if torch.is_inference_mode_enabled() or _REENTRANT_CODE is None:
+        return None
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(_FRAMES):
+        if frame is None:
+            return None
+        if frame.f_code is _REENTRANT_CODE:
+            return "reentrant"
+        frame = frame.f_back
+    return None
+
+
+@torch.library.custom_op(
+    "symneuron::keep_state",
+    mutates_args=(),
+    tags=tuple(t for t in [getattr(torch.Tag, "cudagraph_unsafe", None)] if t is not None),
+)
+def _keep_state(values: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Copies of ``values`` in memory of their own. Tagged unsafe for CUDA graphs, so that
+    Inductor runs it outside them: the copies are never a graph's (overwritten) outputs."""
+    return [value.clone() for value in values]
+
+
+@_keep_state.register_fake
+def _(values: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [torch.empty_like(value) for value in values]
+
+
+def _keep_state_backward(ctx: Any, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+    return grads
+
+
+_keep_state.register_autograd(_keep_state_backward)
 
 
 class NeuronLayer(nn.Module):
@@ -44,6 +130,14 @@ class NeuronLayer(nn.Module):
     -----
     ``copy.deepcopy(layer)`` works at any time; the copy's stored state is detached
     from the autograd graph of the original's last call.
+
+    Under ``torch.utils.checkpoint`` the recomputation starts from the state the first
+    run started from and leaves the memory as the first run left it, so gradients
+    match an unchecked run. With ``use_reentrant=True`` the state a call leaves carries
+    no gradient (reentrant checkpoints pass gradients to their inputs only), and the
+    next call refuses it unless it was detached; ``use_reentrant=False`` has no such
+    limit. With ``backend="auto"``, a dtype the kernels lack (bfloat16 on the CPU under
+    ``torch.autocast``) runs the torch reference, with one warning.
 
     Examples
     --------
@@ -85,6 +179,10 @@ class NeuronLayer(nn.Module):
         self.v_seq: torch.Tensor | None = None
         #: The extra states' values after the last call (name -> [*shape]), if any.
         self.states: dict[str, torch.Tensor] = {}
+        #: (V, states) each checkpointed call started from, until its recomputation
+        self._replays: list[tuple[torch.Tensor | None, dict[str, torch.Tensor]]] = []
+        #: V as kept by a gradient-free checkpointed run (use_reentrant=True), until replaced
+        self._ungraded: torch.Tensor | None = None
 
     def _register_params(self, params: Mapping[Any, float | torch.Tensor]) -> None:
         values: dict[str, float | torch.Tensor] = dict(self.neuron.params)
@@ -121,8 +219,12 @@ class NeuronLayer(nn.Module):
 
     def _keep(self, v: torch.Tensor | None, v_seq: torch.Tensor | None, states: Any) -> None:
         """Set the memory: plain attributes, set without nn.Module.__setattr__'s search of
-        its tables (host time) outside compilation."""
+        its tables (host time) outside compilation; compiled, copies of the state out of
+        the graph's outputs (CUDA graphs overwrite those at their next replay)."""
         if torch.compiler.is_compiling():
+            if v is not None:
+                v, *kept = _keep_state([v, *states.values()])
+                states = dict(zip(states, kept, strict=True))
             self.v, self.v_seq, self.states = v, v_seq, states
         else:
             self.__dict__.update(v=v, v_seq=v_seq, states=states)
@@ -130,43 +232,116 @@ class NeuronLayer(nn.Module):
     def reset(self) -> None:
         """Forget the membrane state and any extra states (call between sequences)."""
         self._keep(None, None, {})
+        if not torch.compiler.is_compiling():
+            self.__dict__.update(_replays=[], _ungraded=None)
+
+    def _steps(self, x: torch.Tensor) -> torch.Tensor:
+        """The input as a sequence [T, *shape] (one step in single-step mode)."""
+        if self.step_mode == "m":
+            return x
+        if isinstance(x, torch.Tensor) and x.dim() == 0:
+            raise ValueError(
+                "A single-step layer (step_mode='s') takes one step's input [*shape] "
+                "with at least 1 dim, got a 0-dim tensor; use x.reshape(1)."
+            )
+        return x.unsqueeze(0)
+
+    def _start(self) -> tuple[torch.Tensor | None, dict[str, torch.Tensor], str | None]:
+        """The state this call starts from (for a checkpoint's recomputation, the state
+        its first run started from), and how checkpoint runs it (:func:`_checkpoint_phase`)."""
+        if torch.compiler.is_compiling():
+            return self.v, self.states, None
+        phase = _checkpoint_phase()
+        replays = self.__dict__.setdefault("_replays", [])
+        if phase == "recompute":
+            if replays:  # reruns come last first, as the backward pass meets them
+                return *replays.pop(), phase
+            phase = None  # a forward inside a backward pass of the user's own
+        if self.v is not None and self.v is self.__dict__.get("_ungraded"):
+            if phase == "reentrant" or torch.is_grad_enabled():
+                raise RuntimeError(
+                    "This layer's state comes from a call under torch.utils.checkpoint("
+                    f"use_reentrant=True) and carries no gradient to it. {_REENTRANT_FIX}"
+                )
+        if phase == "reentrant" and self.v is not None and self.v.requires_grad:
+            raise RuntimeError(f"This layer's state carries a gradient. {_REENTRANT_FIX}")
+        if phase is not None:
+            replays.append((self.v, self.states))
+            del replays[:-_REPLAYS]
+        return self.v, self.states, phase
+
+    def _backend(self, x_seq: torch.Tensor) -> str:
+        """The backend for ``x_seq``: backend="auto" runs the torch reference (one warning)
+        for a dtype the kernels here lack, e.g. bfloat16 on the CPU under torch.autocast."""
+        if self.backend != "auto" or x_seq.dtype in (torch.float32, torch.float64):
+            return self.backend
+        chosen = resolve_backend("auto", x_seq.device)
+        if not x_seq.is_floating_point() or dtypes.dtype_name(x_seq.dtype) in dtypes.supported(
+            chosen
+        ):
+            return self.backend
+        if (x_seq.device.type, x_seq.dtype) not in _AUTO_WARNED:
+            _AUTO_WARNED.add((x_seq.device.type, x_seq.dtype))
+            warnings.warn(
+                f"symneuron: backend='auto' runs the (slower) torch reference for {x_seq.dtype} "
+                f"on {x_seq.device.type}: the {chosen} kernels take "
+                f"{', '.join(dtypes.supported(chosen))}. Pass backend='torch' to choose it "
+                "without this warning, or give the layer float32 input (e.g. run it outside "
+                "torch.autocast).",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        return "torch"
+
+    def _run(
+        self, x_seq: torch.Tensor, v: torch.Tensor | None, states: dict[str, torch.Tensor]
+    ) -> Any:
+        """:func:`simulate` from ``v`` and ``states``, with the hint to reset on a state
+        left by a call under torch.inference_mode."""
+        try:
+            return simulate(
+                self.neuron,
+                x_seq,
+                v,
+                self.param_values(),
+                backend=self._backend(x_seq) if isinstance(x_seq, torch.Tensor) else self.backend,
+                store_v_seq=self.store_v_seq and self.step_mode == "m",
+                states=states or None,
+                check_finite=self.check_finite,
+            )
+        except RuntimeError as exc:
+            if isinstance(v, torch.Tensor) and v.is_inference() and "Inference" in str(exc):
+                raise RuntimeError(
+                    "This layer holds V from a call under torch.inference_mode(), which "
+                    "autograd cannot use: call layer.reset() before each new sequence (on "
+                    "every NeuronLayer of the model), or run the earlier calls under "
+                    "torch.no_grad() instead."
+                ) from exc
+            raise
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.step_mode == "s":
-            if isinstance(x, torch.Tensor) and x.dim() == 0:
+        x_seq = self._steps(x)
+        v, states, phase = self._start()
+        if isinstance(v, torch.Tensor) and isinstance(x_seq, torch.Tensor):
+            if v.shape != x_seq.shape[1:] and x_seq.dim() >= 2:
                 raise ValueError(
-                    "A single-step layer (step_mode='s') takes one step's input [*shape] "
-                    "with at least 1 dim, got a 0-dim tensor; use x.reshape(1)."
-                )
-            x_seq = x.unsqueeze(0)
-        else:
-            x_seq = x
-        if isinstance(self.v, torch.Tensor) and isinstance(x_seq, torch.Tensor):
-            if self.v.shape != x_seq.shape[1:] and x_seq.dim() >= 2:
-                raise ValueError(
-                    f"This layer holds V of shape {tuple(self.v.shape)} from the last sequence, "
+                    f"This layer holds V of shape {tuple(v.shape)} from the last sequence, "
                     f"but the input's shape per step is {tuple(x_seq.shape[1:])}: call "
                     "layer.reset() before each new sequence (on every NeuronLayer of the model)."
                 )
-        store = self.store_v_seq and self.step_mode == "m"
-        result = simulate(
-            self.neuron,
-            x_seq,
-            self.v,
-            self.param_values(),
-            backend=self.backend,
-            store_v_seq=store,
-            states=self.states or None,
-            check_finite=self.check_finite,
-        )
+        result = self._run(x_seq, v, states)
         spikes, v_seq = result[0], result[1]
+        store = self.store_v_seq and self.step_mode == "m"
+        if phase == "recompute":  # the memory stays as the first run left it
+            return spikes[0] if self.step_mode == "s" else spikes
         if x_seq.shape[0] == 0:  # no step: the memory stays as it was
             self._keep(self.v, v_seq if store else None, self.states)
             return spikes
-        states = self.states
         if self.neuron.states:
             states = {name: seq[-1] for name, seq in result[2].items()}
         self._keep(v_seq[-1], v_seq if store else None, states)
+        if phase == "reentrant":
+            self.__dict__["_ungraded"] = self.v
         return spikes[0] if self.step_mode == "s" else spikes
 
     def __deepcopy__(self, memo: dict[int, Any]) -> NeuronLayer:
@@ -176,6 +351,7 @@ class NeuronLayer(nn.Module):
         state["v"] = _detached(self.v)
         state["v_seq"] = _detached(self.v_seq)
         state["states"] = {name: value.detach() for name, value in self.states.items()}
+        state.update(_replays=[], _ungraded=None)  # a checkpoint's records stay with it
         new = type(self).__new__(type(self))
         memo[id(self)] = new
         new.__setstate__(copy.deepcopy(state, memo))

@@ -106,10 +106,16 @@ def as_tensor(value: float | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def _round_through(h: torch.Tensor, storage: torch.dtype | None) -> torch.Tensor:
-    """Round ``h`` to ``storage`` in value only (gradient passes straight through)."""
+    """Round ``h`` to ``storage`` in value only (gradient passes straight through).
+
+    An infinite ``h`` stays itself (``h + (inf - inf)`` would be NaN); a finite one past
+    the storage type's range becomes ±inf, as the kernels store it.
+    """
     if storage is None or storage == h.dtype:
         return h
-    return h + (h.detach().to(storage).to(h.dtype) - h.detach())
+    value = h.detach()
+    rounded = value.to(storage).to(h.dtype)
+    return torch.where(rounded == value, h, h + (rounded - value))
 
 
 def level_value(

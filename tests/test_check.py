@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,84 @@ def test_surrogates_with_constants_pass(surrogate: str) -> None:
     neuron = sn.models.LIF(surrogate=getattr(sn.surrogate, surrogate)())
     report = sn.check(neuron, backend="cpu", T=6, shape=(3, 8), seed=17)
     assert report.passed, str(report)
+
+
+# -- arguments, NaN and infinities (issue 25, items 11 and 14) -------------------------
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({"T": 0}, "T (the number of steps"),
+        ({"points": 0}, "points"),
+        ({"shape": ()}, "shape is one step's shape"),
+        ({"shape": (4, 0)}, "each size of shape"),
+        ({"tolerance": -1}, "tolerance"),
+        ({"tolerance": float("nan")}, "tolerance"),
+    ],
+)
+def test_arguments_check_cannot_run_with_are_refused(
+    arguments: dict[str, object], named: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(named)) as caught:
+        sn.check(sn.models.LIF(), backend="cpu", seed=0, **arguments)  # type: ignore[arg-type]
+    assert "x_seq" not in str(caught.value)
+
+
+def test_table_columns_line_up_with_the_reference_row() -> None:
+    report = sn.check(sn.models.PLIF(), backend="cpu", T=6, shape=(3, 8), seed=0)
+    rows = str(report).splitlines()[1:]
+    assert any("reference fires" in row for row in rows)
+    assert len({row.index(" error ") for row in rows}) == 1, "\n".join(rows)
+
+
+def test_nan_reference_names_the_parameters() -> None:
+    a = sp.Symbol("a")  # no assumption: a = 0 is a legal value that divides by zero
+    neuron = sn.Neuron(sn.V + (sn.X - sn.V) / a, params={a: 0.0}, name=fresh_name("Div"))
+    report = sn.check(neuron, backend="cpu", T=4, shape=(3,), seed=0)
+    failed = [r.name for r in report.failures()]
+    assert any("reference V is NaN" in name and "a=0.0" in name for name in failed), report
+
+
+def test_16_bit_rounding_keeps_infinities_and_the_gradient() -> None:
+    from symneuron.check import _rel_error
+    from symneuron.reference import _round_through
+
+    inf = float("inf")
+    h = torch.tensor([inf, -inf, 7e4, -7e4, 1.0001], dtype=torch.float64, requires_grad=True)
+    rounded = _round_through(h, torch.float16)
+    assert rounded.tolist() == [inf, -inf, inf, -inf, 1.0]  # float16's max is 65504
+    rounded.sum().backward()
+    assert h.grad is not None and h.grad.tolist() == [1.0] * 5
+    kernel = rounded.detach().half().double()  # what a float16 kernel stores
+    assert _rel_error(kernel, rounded.detach()) == 0.0
+    assert _rel_error(kernel.flip(0), rounded.detach()) == inf
+
+
+def test_cli_names_a_parameter_the_model_refuses(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from symneuron.cli import main
+
+    def refusing(**kwargs: object) -> sn.Neuron:
+        raise ValueError(f"parameter tau must be positive (its symbol's assumption), got {kwargs}")
+
+    monkeypatch.setitem(sn.models.ZOO, "LIF", refusing)
+    assert main(["check", "LIF(tau=0.0)"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("symneuron check: error: LIF(tau=0.0): parameter tau must be positive")
+    assert "Traceback" not in err
+
+
+def test_cli_check_names_the_parameters_of_a_nan_reference(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from symneuron.cli import main
+
+    (tmp_path / "mine.py").write_text(
+        "import sympy as sp, symneuron as sn\n"
+        "a = sp.Symbol('a')\n"
+        "neuron = sn.Neuron(sn.V + (sn.X - sn.V) / a, params={a: 0.0}, name='DivByA')\n"
+    )
+    assert main(["check", f"{tmp_path / 'mine.py'}:neuron", "--backend", "torch"]) == 1
+    assert "reference V is NaN from step 0; parameters a=0.0" in capsys.readouterr().out

@@ -73,7 +73,7 @@ def test_every_cuda_variant_compiles_with_nvrtc(name: str, kw: dict[str, object]
     nvrtc = pytest.importorskip("symneuron.runtime.nvrtc")
     if not nvrtc.nvrtc_available():
         if os.environ.get("CI"):
-            pytest.fail("CI must compile every CUDA variant: install 'symneuron[dev]' (NVRTC)")
+            pytest.fail("CI must compile every CUDA variant: install 'symneuron[cuda]' (NVRTC)")
         pytest.skip("NVRTC not installed (pip install 'symneuron[cuda]')")
     neuron = {**sn.models.DISCRETE, **sn.models.STATEFUL}[name](**kw)
     for dtype in ("float32", "float64", "float16", "bfloat16"):

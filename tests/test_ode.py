@@ -189,7 +189,7 @@ def test_ode_models_cuda_sources_compile_with_nvrtc() -> None:
     nvrtc = pytest.importorskip("symneuron.runtime.nvrtc")
     if not nvrtc.nvrtc_available():
         if os.environ.get("CI"):
-            pytest.fail("CI must compile every CUDA variant: install 'symneuron[dev]' (NVRTC)")
+            pytest.fail("CI must compile every CUDA variant: install 'symneuron[cuda]' (NVRTC)")
         pytest.skip("NVRTC not installed (pip install 'symneuron[cuda]')")
     for name, method in CASES:
         if name != "LIF":  # the zoo's ODE models: test_zoo.py compiles each at its defaults

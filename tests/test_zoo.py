@@ -189,7 +189,7 @@ def test_paper_models_cuda_sources_compile_with_nvrtc(name: str) -> None:
     nvrtc = pytest.importorskip("symneuron.runtime.nvrtc")
     if not nvrtc.nvrtc_available():
         if os.environ.get("CI"):
-            pytest.fail("CI must compile every CUDA variant: install 'symneuron[dev]' (NVRTC)")
+            pytest.fail("CI must compile every CUDA variant: install 'symneuron[cuda]' (NVRTC)")
         pytest.skip("NVRTC not installed (pip install 'symneuron[cuda]')")
     neuron = sn.models.ZOO[name]()
     # float32 and bfloat16 here (the GPU tests compile and run all four dtypes): the 16-bit

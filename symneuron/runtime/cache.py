@@ -26,9 +26,14 @@ loaded from a private copy of the checked bytes, never from the shared file.
 Every file is written under a temporary name and renamed into place
 (:func:`store`), so concurrent processes never see half a file.
 
-**An unusable root** (read-only, a file, below a file, under ``/proc``) is replaced
-for the process by a private temporary directory, with one warning naming
-``SYMNEURON_CACHE``.
+**Hostile entries.** An entry is read up to its kind's limit (:data:`_LIMITS`), from a
+regular file or a link within the root only: a longer file, a FIFO, a device or a link
+leading out is damage, rebuilt with one warning. An empty directory in an entry's place
+is removed; a non-empty one is named in one warning.
+
+**An unwritable root** (read-only, a file, below a file, under ``/proc``): new entries
+go to a private temporary directory, with one warning naming ``SYMNEURON_CACHE``; a
+read-only root that is a directory is still read (a filled shared cache is used).
 
 :func:`info` and :func:`clear` show and empty the cache (``symneuron cache info`` and
 ``symneuron cache clear`` on the command line).
@@ -37,10 +42,12 @@ for the process by a private temporary directory, with one warning naming
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -75,17 +82,23 @@ _KINDS = {
     "**/*.tmp": "partial write",
     "*.load": "partial write",
 }
+#: suffix -> the most bytes an entry of that kind may hold (read no further): generated
+#: sources are at most a few hundred kB, libraries and CUDA binaries a few MB
+_LIMITS = {".so": 64 << 20, ".cubin": 64 << 20, ".c": 16 << 20, ".cu": 16 << 20, ".txt": 1 << 20}
 #: configured root -> the directory used for it in this process
 _ROOTS: dict[str, Path] = {}
+#: private directory -> the read-only root it stands in for (read where it lacks an entry)
+_READ_ONLY: dict[Path, Path] = {}
+#: (path, why) of each warning given (each is given once per process)
+_WARNED: set[tuple[Path, str]] = set()
 
 
 def seal(name: str, payload: bytes) -> bytes:
     """``payload`` followed by a line with the SHA-256 of ``name`` and ``payload``.
 
-    Binding the file's name into the hash makes a file copied or swapped onto another
-    entry's name fail :func:`unseal`, as a damaged one does. A compiled library stays
-    loadable with the seal appended (loaders ignore bytes past the ELF image), though
-    it is never loaded from the cache file itself.
+    Binding the name in makes a file copied or swapped onto another entry's name fail
+    :func:`unseal`. A library stays loadable with the seal appended (loaders ignore bytes
+    past the ELF image), though it is never loaded from the cache file itself.
     """
     digest = hashlib.sha256(name.encode() + b"\0" + payload).hexdigest().encode()
     return payload + _SEAL + digest + b"\n"
@@ -128,24 +141,32 @@ def _configured() -> str:
         return ""
 
 
+def _stand_in(configured: str, problem: str) -> Path:
+    """A private directory standing in for the unwritable root ``configured`` (warned)."""
+    found = _private()
+    root = Path(configured)
+    readable = bool(configured) and root.is_dir() and os.access(root, os.R_OK | os.X_OK)
+    if readable:
+        _READ_ONLY[found] = root
+    reads = "reads the entries it holds, " if readable else ""
+    warnings.warn(
+        f"symneuron: the kernel cache {configured!r} cannot be written ({problem}); this "
+        f"process {reads}caches new kernels in {found} and compiles them again next time. "
+        "Set SYMNEURON_CACHE to a writable directory.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return found
+
+
 def cache_dir() -> Path:
     """The cache root in use: ``$SYMNEURON_CACHE`` or ``~/.cache/symneuron``, created if
-    missing; a private temporary directory (one warning) when that cannot be written."""
+    missing; a private temporary directory (:func:`_stand_in`) when it is unwritable."""
     configured = _configured()
     found = _ROOTS.get(configured)
     if found is None:
         problem = _usable(Path(configured)) if configured else "no home directory"
-        if problem is None:
-            found = Path(configured)
-        else:
-            found = _private()
-            warnings.warn(
-                f"symneuron: the kernel cache {configured!r} cannot be written ({problem}); "
-                f"this process caches in {found} instead and compiles again next time. Set "
-                "SYMNEURON_CACHE to a writable directory.",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+        found = Path(configured) if problem is None else _stand_in(configured, problem)
         _ROOTS[configured] = found
     return found
 
@@ -190,23 +211,58 @@ def store(path: Path, payload: bytes) -> bool:
 
 
 def damaged(path: Path, why: str) -> None:
-    """Warn that the cached ``path`` is not used (``why``) and will be rebuilt."""
-    warnings.warn(
-        f"symneuron: the cached file {path} is damaged ({why}); rebuilding it.",
-        RuntimeWarning,
-        stacklevel=3,
-    )
+    """Warn (once per process) that the cached ``path`` is not used (``why``), rebuilt."""
+    if (path, why) not in _WARNED:
+        _WARNED.add((path, why))
+        warnings.warn(
+            f"symneuron: the cached file {path} is damaged ({why}); rebuilding it.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def _check_kind(path: Path, mode: int) -> None:
+    """ValueError unless ``mode`` is a regular file's; an empty directory is removed."""
+    if stat.S_ISDIR(mode):
+        try:
+            path.rmdir()
+        except OSError:
+            why = f"a directory: remove it (rm -r {path}) or every process builds it"
+            raise ValueError(why) from None
+        raise ValueError("an empty directory, now removed")
+    if not stat.S_ISREG(mode):
+        raise ValueError("not a regular file")
+
+
+def _read(path: Path, root: Path) -> bytes:
+    """The bytes of the entry ``path`` under ``root``: at most its kind's limit, from a
+    regular file that is ``path`` or a link within ``root`` (else ValueError saying why)."""
+    limit = _LIMITS.get(path.suffix, 16 << 20)
+    target = os.path.realpath(path)
+    if not Path(target).is_relative_to(os.path.realpath(root)):
+        raise ValueError(f"a link to {target}, outside the cache")
+    _check_kind(path, os.stat(path).st_mode)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block
+    with os.fdopen(fd, "rb") as file:
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"longer than any entry of its kind ({limit} bytes)")
+    return data
 
 
 def fetch(path: Path) -> bytes | None:
     """The checked payload of the cached ``path``; None when it is absent, and None with a
-    warning when it is unreadable or fails its seal (the caller rebuilds it)."""
+    warning when it is unreadable or fails its seal (the caller rebuilds it). An entry
+    the private stand-in of a read-only root lacks is read from that root."""
+    root = next((r for r in (path.parent, path.parent.parent) if r in _READ_ONLY), None)
+    if root is not None and not os.path.lexists(path):
+        path, root = _READ_ONLY[root] / path.relative_to(root), _READ_ONLY[root]
     try:
-        data = path.read_bytes()
+        data = _read(path, root or cache_dir())
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        damaged(path, f"unreadable: {exc}")
+    except (OSError, ValueError) as exc:
+        damaged(path, str(exc) if isinstance(exc, ValueError) else f"unreadable: {exc}")
         return None
     payload = unseal(path.name, data)
     if payload is None:
@@ -256,9 +312,8 @@ def info() -> dict[str, object]:
     -------
     dict
         ``path`` (the root in use, str), ``files`` (count), ``bytes`` (total size) and
-        ``kinds``: kind name -> ``{"files": n, "bytes": b}`` for the kinds present
-        (``"generated source"``, ``"generated facts"``, ``"cpu library"``, ``"cuda
-        binary"``, ``"partial write"``).
+        ``kinds``: kind name (generated source, generated facts, cpu library, cuda
+        binary, partial write) -> ``{"files": n, "bytes": b}`` for the kinds present.
 
     Examples
     --------
@@ -266,7 +321,7 @@ def info() -> dict[str, object]:
     >>> sorted(cache.info())
     ['bytes', 'files', 'kinds', 'path']
     """
-    kinds: dict[str, dict[str, int]] = {}
+    kinds: dict[str, dict[str, int]] = {}  # kind -> {"files": n, "bytes": b}
     for path, kind in _files().items():
         try:
             size = path.stat().st_size
@@ -297,9 +352,7 @@ def clear() -> int:
     """
     removed = 0
     for path in _files():
-        try:
+        with contextlib.suppress(OSError):
             path.unlink()
-        except OSError:
-            continue
-        removed += 1
+            removed += 1
     return removed
