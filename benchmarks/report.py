@@ -26,19 +26,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-for _path in (str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)):
-    if _path not in sys.path:  # floor.py, and the repository's symneuron (its models' states)
-        sys.path.insert(0, _path)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import floor  # noqa: E402  (benchmarks/floor.py: the one floor model)
+from bench_neurons import ALL_MODELS  # noqa: E402
+from core import Rec, md_table, pyplot  # noqa: E402
+from core import pow2 as _n  # noqa: E402
 
 PEERS = ["symneuron", "sj014", "sj200", "torch", "compile"]
 PEER_LABEL = {"symneuron": "symneuron", "sj014": "SJ 0.0.0.0.14 CuPy", "sj200": "SJ 2.0.0",
               "torch": "torch eager", "compile": "torch.compile"}  # fmt: skip
 SINGLE_MODELS = ["IF", "LIF", "PLIF", "QIF", "EIF"]
-MODELS = [*SINGLE_MODELS, "Izhikevich", "ALIF"]
+MODELS = [*SINGLE_MODELS, "Izhikevich", "ALIF"]  # the plot's
+#: the order of the rows: bench_neurons.ALL_MODELS (the others after, by name)
+ORDER = {m: i for i, m in enumerate(ALL_MODELS)}
 DTYPES = ["fp32", "bf16", "fp16"]
 KEY = ("model", "T", "N", "dtype", "mode", "peer")
-Rec = dict[str, Any]
 #: how the torch peers were built: a hand-written loop (runs before 2026-11-23) or
 #: symneuron's torch reference (``sn.simulate(..., backend="torch")``)
 TORCH_PEERS = {
@@ -100,9 +102,8 @@ total (runs without this column counted them in the first model's ctor).
 """
 
 
-def _n(n: int) -> str:
-    e = math.log2(n) if n > 0 else 0
-    return f"2^{int(e)}" if e == int(e) else str(n)
+def _rank(model: str) -> tuple[int, str]:
+    return ORDER.get(model, len(ORDER)), model
 
 
 def _get(d: Any, *path: str) -> Any:
@@ -198,11 +199,10 @@ def index(results: dict[str, Any]) -> dict[tuple[Any, ...], Rec]:
 
 def configs(results: dict[str, Any], mode: str | None = None) -> list[tuple[Any, ...]]:
     seen = {tuple(r.get(k) for k in KEY[:-1]) for r in results.get("records", [])}
-    mrank = {m: i for i, m in enumerate(MODELS)}
     drank = {d: i for i, d in enumerate(DTYPES)}
     return sorted(
         (c for c in seen if mode is None or c[4] == mode),
-        key=lambda c: (c[4] != "training", drank.get(c[3], 9), -c[2], mrank.get(c[0], 9), c[1]),
+        key=lambda c: (c[4] != "training", drank.get(c[3], 9), -c[2], _rank(c[0]), c[1]),
     )
 
 
@@ -293,12 +293,6 @@ def short_table(results: dict[str, Any]) -> str:
     return "\n\n".join([*(f"{m}:\n{speedup_table(results, m)}" for m in modes), floor_line])
 
 
-def _md_table(header: list[str], rows: list[list[str]], align: str) -> str:
-    sep = ["---:" if a == "r" else "---" for a in align]
-    out = ["| " + " | ".join(header) + " |", "| " + " | ".join(sep) + " |"]
-    return "\n".join(out + ["| " + " | ".join(r) + " |" for r in rows])
-
-
 def speedup_table(results: dict[str, Any], mode: str) -> str:
     peers = [p for p in _peers_present(results) if p != "symneuron"]
     header = ["model", "T", "N", "dtype", "wall µs", "GPU µs", "floor (GPU)", "floor (wall)"]
@@ -317,7 +311,7 @@ def speedup_table(results: dict[str, Any], mode: str) -> str:
             row.append(_speedup(sn, rec, lambda v, m=marks: f"{_x(v['wall'])} / {_x(v['gpu'])}{m}"))
         return row
 
-    return _md_table(header, _rows(results, mode, cells), "lrrlrrrrl" + "r" * len(peers))
+    return md_table(header, _rows(results, mode, cells), "lrrlrrrrl" + "r" * len(peers))
 
 
 def absolute_table(results: dict[str, Any], mode: str) -> str:
@@ -334,7 +328,7 @@ def absolute_table(results: dict[str, Any], mode: str) -> str:
     header = ["model", "T", "N", "dtype"] + [
         f"{PEER_LABEL[p]} wall / GPU µs (floor)" for p in peers
     ]
-    return _md_table(header, rows, "lrrl" + "r" * len(peers))
+    return md_table(header, rows, "lrrl" + "r" * len(peers))
 
 
 def memory_table(results: dict[str, Any]) -> str:
@@ -355,7 +349,7 @@ def memory_table(results: dict[str, Any]) -> str:
     if not rows:
         return "_No memory measurements (CPU dry run, or no training configurations)._"
     header = ["model", "T", "N", "dtype"] + [PEER_LABEL[p] for p in peers]
-    return _md_table(header, rows, "lrrl" + "r" * len(peers))
+    return md_table(header, rows, "lrrl" + "r" * len(peers))
 
 
 def first_call_section(results: dict[str, Any]) -> str:
@@ -368,7 +362,7 @@ def first_call_section(results: dict[str, Any]) -> str:
             rows.append([PEER_LABEL[impl], "—", "", "", "", str(phases["error"])[:120]])
             continue
         found = {m for ph in phases.values() for m in (ph.get("models") or {})}
-        for model in sorted(found, key=lambda m: MODELS.index(m) if m in MODELS else 9):
+        for model in sorted(found, key=_rank):
             cold = _get(phases, "cold", "models", model) or {}
             warm = _get(phases, "warm", "models", model) or {}
             err = cold.get("error") or warm.get("error")
@@ -389,7 +383,7 @@ def first_call_section(results: dict[str, Any]) -> str:
     t = _get(sym, "cold", "T") or _get(fc, "sj014", "cold", "T")
     n = _get(sym, "cold", "N") or _get(fc, "sj014", "cold", "N")
     header = ["implementation", "model", "fresh cache ms", "warm disk cache ms", "2nd call ms"]
-    text = FIRST_CALL_TEXT.format(t=t, n=n) + _md_table([*header, "note"], rows, "llrrrl")
+    text = FIRST_CALL_TEXT.format(t=t, n=n) + md_table([*header, "note"], rows, "llrrrl")
     return text + ("\n\nsymneuron one-time costs: " + "; ".join(extra) + "." if extra else "")
 
 
@@ -398,7 +392,7 @@ def derivation_section(results: dict[str, Any]) -> str:
     if not der:
         return "_Not measured._"
     rows = []
-    for model in sorted(der, key=lambda m: MODELS.index(m) if m in MODELS else 9):
+    for model in sorted(der, key=_rank):
         r = der[model]
         if r.get("error"):
             rows.append([model, "", "", "", "", "error: " + r["error"].splitlines()[0][:100]])
@@ -406,7 +400,7 @@ def derivation_section(results: dict[str, Any]) -> str:
         keys = ("ctor_s", "spec_s", "source_s", "total_s", "sympy_first_use_s", "import_s")
         rows.append([model, *(_ms(r.get(k)) for k in keys)])
     header = ["model", "ctor ms", "spec() ms", "source() ms", "total ms", "SymPy first use ms"]
-    return DERIVATION_TEXT + _md_table([*header, "import symneuron ms"], rows, "lrrrrrr")
+    return DERIVATION_TEXT + md_table([*header, "import symneuron ms"], rows, "lrrrrrr")
 
 
 # --------------------------------------------------------------------------------------
@@ -639,7 +633,7 @@ def markdown(results: dict[str, Any], plot_name: str | None = None) -> str:
     sections = [
         ("## Targets", "Issue 3's rows cover the single-state zoo (IF, LIF, PLIF, QIF, EIF); "
          "the Izhikevich row is the target for the neurons with extra states.",
-         _md_table(["target", "measured", "goal", "met"], targets(results), "lllc")),
+         md_table(["target", "measured", "goal", "met"], targets(results), "lllc")),
         ("## Training (forward + backward)", "symneuron's times, floor fractions and check, then "
          "its speed-up over each peer (wall / GPU). ✗: the peer failed its check; †: the peer "
          "fell back to its torch loop.", speedup_table(results, "training")),
@@ -676,11 +670,9 @@ def _series(
 
 
 def plot(results: dict[str, Any], path: str | Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
+
+    plt = pyplot()
 
     annotate(results)
     recs = [r for r in results.get("records", []) if _ok(r)]
