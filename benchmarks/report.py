@@ -426,136 +426,162 @@ def _sn(results: dict[str, Any], **where: Any) -> list[Rec]:
     ]
 
 
-def targets(results: dict[str, Any]) -> list[list[str]]:
-    rows: list[list[str]] = []
-    records = results.get("records", [])
-    big = max((r["N"] for r in records), default=2**20)
-    small = min((r["N"] for r in records), default=2**14)
+def _worst(
+    name: str,
+    recs: list[Rec],
+    value: Callable[[Rec], float],
+    goal: str,
+    need: tuple[str, float],
+    fmt: Callable[[float], str] = "{:.2f}".format,
+) -> list[str]:
+    """A target row: the worst of ``recs`` by ``value``, which must be at least
+    (``need = ("min", x)``) or at most (``("max", x)``) the limit."""
+    if not recs:
+        return [name, "no data", goal, "—"]
+    worst = (min if need[0] == "min" else max)(recs, key=value)
+    v = value(worst)
+    passed = v >= need[1] if need[0] == "min" else v <= need[1]
+    where = f"{worst['model']} T={worst['T']} N={_n(worst['N'])} {worst['dtype']}"
+    return [name, f"{fmt(v)} (worst: {where})", goal, "✓" if passed else "✗"]
 
-    def times(v: float) -> str:
-        return f"{v:.2f}×"
 
-    def add(
-        name: str,
-        recs: list[Rec],
-        value: Callable[[Rec], float],
-        goal: str,
-        need: tuple[str, float],
-        fmt: Callable[[float], str] = "{:.2f}".format,
-    ) -> None:
-        """A target row: the worst of ``recs`` by ``value``, which must be at least
-        (``need = ("min", x)``) or at most (``("max", x)``) the limit."""
-        if not recs:
-            rows.append([name, "no data", goal, "—"])
-            return
-        worst = (min if need[0] == "min" else max)(recs, key=value)
-        v = value(worst)
-        passed = v >= need[1] if need[0] == "min" else v <= need[1]
-        where = f"{worst['model']} T={worst['T']} N={_n(worst['N'])} {worst['dtype']}"
-        rows.append([name, f"{fmt(v)} (worst: {where})", goal, "✓" if passed else "✗"])
+def _worst_ms(name: str, values: dict[str, Any], limit: float, note: str = "") -> list[str]:
+    """A target row: the largest of ``values`` (seconds per model), at most ``limit``."""
+    vals = {m: v for m, v in values.items() if v is not None}
+    m = max(vals, key=vals.__getitem__) if vals else None
+    measured = f"{vals[m] * 1e3:.0f} ms (worst: {m}){note}" if m else "no data"
+    met = ("✓" if vals[m] <= limit else "✗") if m else "—"
+    return [name, measured, f"≤ {limit * 1e3:.0f} ms", met]
 
-    def worst_ms(name: str, values: dict[str, float | None], limit: float, note: str = "") -> None:
-        """A target row: the largest of ``values`` (seconds per model), at most ``limit``."""
-        vals = {m: v for m, v in values.items() if v is not None}
-        m = max(vals, key=vals.__getitem__) if vals else None
-        measured = f"{vals[m] * 1e3:.0f} ms (worst: {m}){note}" if m else "no data"
-        met = ("✓" if vals[m] <= limit else "✗") if m else "—"
-        rows.append([name, measured, f"≤ {limit * 1e3:.0f} ms", met])
 
-    def vs(recs: list[Rec], peer: str) -> list[Rec]:
-        return [r for r in recs if peer in (r.get("vs") or {})]
+def _times(v: float) -> str:
+    return f"{v:.2f}×"
 
-    # issue 3's rows cover the single-state zoo; the stateful models have their own row
+
+def _vs(recs: list[Rec], peer: str) -> list[Rec]:
+    return [r for r in recs if peer in (r.get("vs") or {})]
+
+
+def _floor_targets(results: dict[str, Any], big: int) -> list[list[str]]:
+    """Issue 3's floor rows (the single-state zoo, N = ``big``)."""
     single, both = tuple(SINGLE_MODELS), ("fp32", "bf16")
     train = _sn(results, model=single, mode="training", dtype=both, N=big, T=lambda t: t >= 16)
     train = [r for r in train if r.get("floor_frac_gpu") is not None]
-    gpu_floor, wall_floor = (lambda r: r["floor_frac_gpu"]), (lambda r: r["floor_frac_wall"])
-    add("training GPU time, fp32+bf16, T ≥ 16", train, gpu_floor, "≥ 0.90 of floor", ("min", 0.9))
-    recs = [r for r in train if r["T"] >= 64]
-    add("training wall time, fp32+bf16, T ≥ 64", recs, wall_floor, "≥ 0.80 of floor", ("min", 0.8))
-    recs = _sn(results, model=single, mode="training", dtype=both, N=big, T=16)
-    recs = [r for r in recs if r.get("floor_frac_wall") is not None]
-    add("training wall time, fp32+bf16, T = 16", recs, wall_floor, "≥ 0.60 of floor", ("min", 0.6))
+    t16 = _sn(results, model=single, mode="training", dtype=both, N=big, T=16)
+    t16 = [r for r in t16 if r.get("floor_frac_wall") is not None]
     infer = _sn(results, model=single, mode="inference", dtype="fp32", N=big, T=lambda t: t >= 16)
     infer = [r for r in infer if r.get("floor_frac_gpu") is not None]
-    add("inference GPU time, fp32, T ≥ 16", infer, gpu_floor, "≥ 0.90 of floor", ("min", 0.9))
-    add(
-        "inference GPU time vs torch.compile, fp32, T ≥ 16",
-        vs(infer, "compile"),
-        lambda r: r["vs"]["compile"]["gpu"],
-        "≥ 0.95× (matching)",
-        ("min", 0.95),
-        times,
-    )
+    gpu, wall = (lambda r: r["floor_frac_gpu"]), (lambda r: r["floor_frac_wall"])
+    t64 = [r for r in train if r["T"] >= 64]
+    return [
+        _worst("training GPU time, fp32+bf16, T ≥ 16", train, gpu, "≥ 0.90 of floor", ("min", 0.9)),
+        _worst("training wall time, fp32+bf16, T ≥ 64", t64, wall, "≥ 0.80 of floor", ("min", 0.8)),
+        _worst("training wall time, fp32+bf16, T = 16", t16, wall, "≥ 0.60 of floor", ("min", 0.6)),
+        _worst("inference GPU time, fp32, T ≥ 16", infer, gpu, "≥ 0.90 of floor", ("min", 0.9)),
+        _worst(
+            "inference GPU time vs torch.compile, fp32, T ≥ 16",
+            _vs(infer, "compile"),
+            lambda r: r["vs"]["compile"]["gpu"],
+            "≥ 0.95× (matching)",
+            ("min", 0.95),
+            _times,
+        ),
+    ]
+
+
+def _peer_targets(results: dict[str, Any], big: int, small: int) -> list[list[str]]:
+    """Speed-ups over the peers, host overhead and memory (the stateful models: one row)."""
+    single = tuple(SINGLE_MODELS)
+    rows = []
     for peer, goal in (("sj014", 3.0), ("sj200", 1.5)):
-        recs = vs(_sn(results, model=single, mode="training", T=(4, 16, 64)), peer)
-        add(
-            f"training wall speed-up vs {PEER_LABEL[peer]}, T ∈ {{4, 16, 64}}",
-            recs,
-            lambda r, p=peer: r["vs"][p]["wall"],
-            f"≥ {goal}×",
-            ("min", goal),
-            times,
+        recs = _vs(_sn(results, model=single, mode="training", T=(4, 16, 64)), peer)
+        rows.append(
+            _worst(
+                f"training wall speed-up vs {PEER_LABEL[peer]}, T ∈ {{4, 16, 64}}",
+                recs,
+                lambda r, p=peer: r["vs"][p]["wall"],
+                f"≥ {goal}×",
+                ("min", goal),
+                _times,
+            )
         )
-    recs = vs(_sn(results, model="Izhikevich", mode="training", N=big, T=(16, 64)), "sj014")
-    add(
-        "Izhikevich training wall speed-up vs SJ CuPy, T ∈ {16, 64}",
-        recs,
-        lambda r: r["vs"]["sj014"]["wall"],
-        "≥ 3×",
-        ("min", 3.0),
-        times,
+    izh = _vs(_sn(results, model="Izhikevich", mode="training", N=big, T=(16, 64)), "sj014")
+    rows.append(
+        _worst(
+            "Izhikevich training wall speed-up vs SJ CuPy, T ∈ {16, 64}",
+            izh,
+            lambda r: r["vs"]["sj014"]["wall"],
+            "≥ 3×",
+            ("min", 3.0),
+            _times,
+        )
     )
     for kind in ("wall", "gpu"):
-        add(
-            f"faster than every peer, every configuration ({kind})",
-            [r for r in _sn(results) if r.get("vs")],
-            lambda r, k=kind: min(v[k] for v in r["vs"].values()),
-            "> 1×",
-            ("min", 1.0),
-            times,
+        rows.append(
+            _worst(
+                f"faster than every peer, every configuration ({kind})",
+                [r for r in _sn(results) if r.get("vs")],
+                lambda r, k=kind: min(v[k] for v in r["vs"].values()),
+                "> 1×",
+                ("min", 1.0),
+                _times,
+            )
         )
-    add(
-        f"host overhead, training T = 4, N = {_n(small)}",
-        _sn(results, model=single, mode="training", T=4, N=small),
-        lambda r: r["wall_s"],
-        "≤ 150 µs wall",
-        ("max", 150e-6),
-        lambda v: f"{v * 1e6:.0f} µs",
+    small_train = _sn(results, model=single, mode="training", T=4, N=small)
+    rows.append(
+        _worst(
+            f"host overhead, training T = 4, N = {_n(small)}",
+            small_train,
+            lambda r: r["wall_s"],
+            "≤ 150 µs wall",
+            ("max", 150e-6),
+            lambda v: f"{v * 1e6:.0f} µs",
+        )
     )
-    add(
-        "memory retained for backward",
-        _sn(results, model=single, mode="training", retained_bytes=lambda b: b is not None),
-        lambda r: r["retained_excess_B_per_neuron"],
-        "≤ one [T, N] tensor + O(N) (excess ≤ 32 B/neuron)",
-        ("max", 32.0),
-        lambda v: f"one [T, N] + {v:.1f} B/neuron",
+    kept = _sn(results, model=single, mode="training", retained_bytes=lambda b: b is not None)
+    rows.append(
+        _worst(
+            "memory retained for backward",
+            kept,
+            lambda r: r["retained_excess_B_per_neuron"],
+            "≤ one [T, N] tensor + O(N) (excess ≤ 32 B/neuron)",
+            ("max", 32.0),
+            lambda v: f"one [T, N] + {v:.1f} B/neuron",
+        )
     )
-    fc = results.get("first_call") or {}
+    return rows
+
+
+def _latency_targets(results: dict[str, Any]) -> list[list[str]]:
+    """First calls, the derivation, and symneuron's checks and errors."""
+    fc, rows = results.get("first_call") or {}, []
     for name, phase, limit in (
         ("first call, fresh cache", "cold", 0.5),
         ("first call, warm disk cache", "warm", 0.03),
     ):
         data = _get(fc, "symneuron", phase, "models") or {}
-        worst_ms(name, {m: r.get("first_s") for m, r in data.items()}, limit)
+        rows.append(_worst_ms(name, {m: r.get("first_s") for m, r in data.items()}, limit))
     der = results.get("derivation") or {}
     first_use = [r.get("sympy_first_use_s") for r in der.values()]
     first_use = [v for v in first_use if v is not None]
     once = f"; plus SymPy's first use, once per process: {max(first_use or [0]) * 1e3:.0f} ms"
     totals = {m: r.get("total_s") for m, r in der.items()}
-    worst_ms("derivation per zoo model", totals, 0.2, once if first_use else "")
-    sn_all = [r for r in records if r.get("peer") == "symneuron"]
+    rows.append(_worst_ms("derivation per zoo model", totals, 0.2, once if first_use else ""))
+    sn_all = [r for r in results.get("records", []) if r.get("peer") == "symneuron"]
     bad = [r for r in sn_all if _ok(r) and not _passed(r)]
     failed = [r for r in sn_all if r.get("status") in ("error", "unsupported")]
-    rows.append(
-        [
-            "symneuron correct and running in every configuration",
-            f"{len(bad)} check failures, {len(failed)} errors of {len(sn_all)}",
-            "0",
-            "✓" if sn_all and not bad and not failed else "✗",
-        ]
-    )
-    return rows
+    measured = f"{len(bad)} check failures, {len(failed)} errors of {len(sn_all)}"
+    met = "✓" if sn_all and not bad and not failed else "✗"
+    return [*rows, ["symneuron correct and running in every configuration", measured, "0", met]]
+
+
+def targets(results: dict[str, Any]) -> list[list[str]]:
+    """The rows of the targets table: target, measured (the worst case), goal, met."""
+    records = results.get("records", [])
+    big = max((r["N"] for r in records), default=2**20)
+    small = min((r["N"] for r in records), default=2**14)
+    floor_rows, peer_rows = _floor_targets(results, big), _peer_targets(results, big, small)
+    return [*floor_rows, *peer_rows, *_latency_targets(results)]
 
 
 def problems_section(results: dict[str, Any]) -> str:
