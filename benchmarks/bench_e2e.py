@@ -11,64 +11,50 @@ batch 64) and the SHD-sized MLP (T = 100, batch 64, 700-256-256-20), built with
 * ``sj-cupy``: SpikingJelly 0.0.0.0.14, ``backend='cupy'``;
 * ``sj-triton``: SpikingJelly 2.0.0, its default CUDA implementation (Triton);
 * ``sj-torch``: SpikingJelly's torch backend (2.0.0 with ``SJ_<MODEL>_CUDA_IMPLEMENTATION=
-  torch``; 0.0.0.0.14 with ``backend='torch'`` when only that one is found).
+  torch``; 0.0.0.0.14 with ``backend='torch'`` when that one is found).
 
-Every neuron uses the same constants and the Sigmoid(alpha = 4) surrogate (``bench_neurons``'s
-``make_neuron`` and ``sj_kwargs``); every network starts from the same weights (seed 0) and
-sees the same batch, so the first-step losses of one model agree across libraries (checked).
-Precisions: ``fp32``; ``fp16``: ``torch.autocast(float16)`` with a ``GradScaler``; ``bf16``:
-``torch.autocast(bfloat16)``.
+Every neuron uses the same constants and the Sigmoid(alpha = 4) surrogate (``bench_neurons``),
+every network starts from the same weights (seed 0) and sees the same batch, so the
+first-step losses of one model agree across libraries (checked). Precisions: ``fp32``;
+``fp16``: ``torch.autocast(float16)`` with a ``GradScaler``; ``bf16``: ``torch.autocast``.
 
-Timing: each library runs in its own long-lived worker process (the SpikingJelly versions
-conflict); a configuration (network, precision) is first built and warmed up in every
-worker (compilation lands here), then measured ``--rounds`` times with the workers taking
-turns in alternating order. Per round and entry: ``--steps`` steps back to back with CUDA
-events around each (the step time of a training loop), then ``--wall-steps`` steps each
-timed with ``time.perf_counter`` between synchronizations (host time shows); medians, then
-the median of the rounds. *added* = step time minus the floor's.
-
-A peer that is missing (no SpikingJelly, no CuPy, no Triton) or fails is reported as n/a with
-the reason. SpikingJelly is found under ``--sj014-path``/``--sj200-path`` (as installed by
-``run_gpu.sh``), else installed from the wheels in ``--wheels`` (``.whl/``) into a temporary
-directory, else taken from this Python's environment when its version is the right one.
+Timing: each library runs in its own worker process (``core.Worker``); a configuration
+(network, precision) is first built and warmed up in every worker (compilation lands
+here), then measured ``--rounds`` times, the workers taking turns in alternating order.
+Per round and entry: ``--steps`` steps back to back with CUDA events around each (the step
+time of a training loop), then ``--wall-steps`` steps each timed with ``perf_counter``
+between synchronizations (host time shows); medians, then the median of the rounds.
+*added* = step time minus the floor's. A missing or failing peer is reported as n/a with
+the reason; SpikingJelly is found by ``core.locate_sj``.
 
 Examples::
 
     python3 benchmarks/bench_e2e.py --quick --out e2e.json --md e2e.md --plot e2e.png
     python3 benchmarks/bench_e2e.py --cudagraphs --precisions fp32,fp16,bf16 --out e2e.json
     python3 benchmarks/bench_e2e.py --dry-run            # CPU smoke test, tiny sizes
+    python3 benchmarks/bench_e2e.py --report e2e.json --md e2e.md --plot e2e.png  # redo outputs
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as _dt
-import gc
 import json
 import os
 import platform
-import queue
 import statistics
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-for _path in (str(REPO), str(HERE)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-
-import e2e_report  # noqa: E402  (benchmarks/e2e_report.py)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import core  # noqa: E402
+import e2e_report  # noqa: E402
+from core import Rec, WorkerDied, csv_list, locate_sj, log  # noqa: E402, F401  (locate_sj: tests)
 
 SCHEMA = "symneuron-e2e/1"
-MARK = "@@E2E "
 ALL_NETWORKS = ["cnn", "mlp"]
 ALL_PRECISIONS = ["fp32", "fp16", "bf16"]
 ALL_MODELS = ["LIF", "PLIF", "Izhikevich"]
@@ -77,10 +63,10 @@ ALL_LIBRARIES = ["floor", "symneuron", "sj-cupy", "sj-triton", "sj-torch"]
 #: (sj-torch runs in sj014, with backend='torch', when SpikingJelly 0.0.0.0.14 is found)
 WORKER_OF = {"floor": "main", "floor-cg": "main", "symneuron": "main", "symneuron-cg": "main",
              "sj-cupy": "sj014", "sj-triton": "sj200", "sj-torch": "sjtorch"}  # fmt: skip
-FLOORS = ("floor", "floor-cg")
+KINDS = ["main", "sj014", "sj200", "sjtorch"]
+FLOORS = e2e_report.FLOORS
 #: at most this much time per round and entry in the event-timed steps (slow peers)
 ROUND_CAP_MS = 1500.0
-SJ_VERSION = {"sj014": "0.0.0.0.14", "sj200": "2.0.0", "sjtorch": "2.0.0"}
 #: (networks' batch, per-network kwargs) of each size preset; T comes from networks.INPUTS
 FULL = dict(batch=64, cnn={}, mlp={}, data={"cnn": {}, "mlp": {}})
 DRY = dict(
@@ -100,35 +86,19 @@ MODES = {
 }  # fmt: skip
 
 
-def log(*args: Any) -> None:
-    print(*args, file=sys.stderr, flush=True)
-
-
-def _csv(allowed: list[str]) -> Any:
-    def parse(text: str) -> list[str]:
-        out = [s for s in text.replace(" ", "").split(",") if s]
-        bad = [s for s in out if s not in allowed]
-        if bad:
-            raise argparse.ArgumentTypeError(f"{bad} not in {allowed}")
-        return out
-
-    return parse
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = core.parser(__doc__)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="short GPU run (about 2 minutes)")
     mode.add_argument("--dry-run", action="store_true", help="CPU smoke test, tiny sizes")
+    mode.add_argument("--report", default=None, help="no run: the outputs of this JSON")
     p.add_argument("--out", default=None, help="JSON results (default: print only)")
     p.add_argument("--md", default=None, help="write the markdown section here too")
     p.add_argument("--plot", default=None, help="PNG: grouped bars of the added time")
-    p.add_argument("--networks", type=_csv(ALL_NETWORKS), default=ALL_NETWORKS)
-    p.add_argument("--precisions", type=_csv(ALL_PRECISIONS), default=None)
-    p.add_argument("--models", type=_csv(ALL_MODELS), default=None)
-    p.add_argument("--libraries", type=_csv(ALL_LIBRARIES), default=ALL_LIBRARIES)
+    p.add_argument("--networks", type=csv_list(str, ALL_NETWORKS), default=ALL_NETWORKS)
+    p.add_argument("--precisions", type=csv_list(str, ALL_PRECISIONS), default=None)
+    p.add_argument("--models", type=csv_list(str, ALL_MODELS), default=None)
+    p.add_argument("--libraries", type=csv_list(str, ALL_LIBRARIES), default=ALL_LIBRARIES)
     p.add_argument("--cudagraphs", action="store_true", help="also symneuron under "
                    "torch.compile(mode='reduce-overhead')")  # fmt: skip
     for flag in ("rounds", "steps", "wall-steps", "warmup"):
@@ -138,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--request-timeout-s", type=float, default=300.0)
     p.add_argument("--sj014-path", default=os.environ.get("SJ014_PATH", "/tmp/sj014"))
     p.add_argument("--sj200-path", default=os.environ.get("SJ200_PATH", "/tmp/sj200"))
-    p.add_argument("--wheels", default=str(REPO / ".whl"), help="SpikingJelly/loguru wheels")
+    p.add_argument("--wheels", default=str(core.REPO / ".whl"), help="SpikingJelly/loguru wheels")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--settings", default=None, help=argparse.SUPPRESS)
     return p
@@ -177,12 +147,9 @@ def neuron_factory(library: str, model: str, ctx: dict[str, Any]) -> Any:
         backend = "cuda" if ctx["cuda"] else "auto" if ctx["precision"] == "fp32" else "torch"
         return networks.symneuron_neurons(model, backend=backend, **bn.MODEL_KWARGS.get(model, {}))
     sj = ctx["sj"]
-    kw = bn.sj_kwargs(model, bn.make_neuron(model))
-    kw.update(surrogate_function=sj["surrogate"].Sigmoid(alpha=bn.SURROGATE_ALPHA), step_mode="m")
-    if sj["version"] == "0.0.0.0.14":
-        kw["backend"] = "cupy" if library == "sj-cupy" else "torch"
-    cls = getattr(sj["neuron"], bn.SJ_CLASSES[model])
-    return lambda shape: cls(**kw)
+    kw = {"backend": "cupy" if library == "sj-cupy" else "torch"}
+    kw = kw if sj.version == "0.0.0.0.14" else {}
+    return lambda shape: bn.sj_node(sj, model, **kw)
 
 
 class Entry:
@@ -209,8 +176,7 @@ class Entry:
         self.autocast = torch.autocast(ctx["device"].type, dtype=dtype, enabled=dtype is not None)
         scaler_on = cfg["precision"] == "fp16"
         self.scaler = torch.amp.GradScaler(ctx["device"].type, enabled=scaler_on)
-        self.forward = self.net
-        self.mark_step = None
+        self.forward, self.mark_step = self.net, None
         if library.endswith("-cg"):
             self.forward = torch.compile(self.net, mode="reduce-overhead")
             self.mark_step = torch.compiler.cudagraph_mark_step_begin
@@ -261,89 +227,64 @@ class Worker:
         self.device = torch.device("cuda" if self.cuda else "cpu")
         if self.cuda:
             torch.zeros(1, device=self.device)
+        self.timer = core.Timer(self.device)
         self.sj = None
-        self.fallbacks: list[str] = []
         if kind != "main":
-            import bench_neurons as bn
-
-            self.sj = bn._sj_modules("sj014" if kind == "sj014" else "sj200")
-            self._watch_fallbacks()
+            self.sj = core.SpikingJelly("0.0.0.0.14" if kind == "sj014" else "2.0.0")
         self.entries: dict[tuple[str, ...], Entry | str] = {}
         # every network of a configuration is compiled from the same code (--cudagraphs)
         for name in ("cache_size_limit", "recompile_limit"):
             if hasattr(torch._dynamo.config, name):
                 setattr(torch._dynamo.config, name, 64)
 
-    def _watch_fallbacks(self) -> None:
-        """Record SpikingJelly 2.0.0's fallbacks to its torch reference (e.g. 16-bit)."""
-        with contextlib.suppress(Exception):
-            from spikingjelly._ops import selection
-
-            original = selection._require_automatic_torch
-
-            def wrapped(sel: Any, device: Any, reason: str) -> Any:
-                self.fallbacks.append(f"{getattr(sel, '_namespace', '?')}: {reason}")
-                return original(sel, device, reason)
-
-            selection._require_automatic_torch = wrapped
-
     def meta(self) -> dict[str, Any]:
-        import bench_neurons as bn
-
-        out = {"worker": self.kind, "versions": bn._versions(), **bn._device_info(self.device)}
+        out = {"worker": self.kind, "versions": core.versions(), **core.device_info(self.device)}
         if self.sj is not None:
-            out.update(spikingjelly=self.sj["version"], spikingjelly_file=self.sj["file"])
+            out.update(spikingjelly=self.sj.version, spikingjelly_file=self.sj.file)
         return out
 
     def implementation(self, library: str, model: str) -> str | None:
         if library == "sj-torch" and self.sj is not None:
-            return f"SpikingJelly {self.sj['version']}, torch"
+            return f"SpikingJelly {self.sj.version}, torch"
         if library == "sj-cupy" or self.sj is None or not self.cuda:
             return None
-        if self.fallbacks:
-            return "fell back to torch reference (" + "; ".join(sorted(set(self.fallbacks))) + ")"
-        with contextlib.suppress(Exception):
-            from spikingjelly.activation_based import functional
+        impl = self.sj.implementation(model, self.device)
+        if self.sj.fallbacks:
+            return "fell back to " + str(impl)
+        return f"implementation: {impl}" if impl and not impl.startswith("unknown") else None
 
-            impl = functional.neuron_implementation(model.lower(), self.device)
-            return f"implementation: {impl['implementation']}"
-        return None
+    def first_step(self, entry: Entry, library: str) -> Rec:
+        """The first step (compilation lands here), then the warm-up steps."""
+        stats = self.torch._dynamo.utils.counters["stats"]
+        self.timer.sync()
+        t0, graphs = time.perf_counter(), stats["unique_graphs"]
+        with spike_rates(entry.net) as rates:
+            loss = entry.step()
+        if library.endswith("-cg") and stats["unique_graphs"] == graphs:
+            raise RuntimeError("torch.compile compiled no graph (Dynamo fell back to eager)")
+        entry.loss0 = float(loss.detach())
+        self.timer.sync()
+        rec: Rec = {"first_step_s": time.perf_counter() - t0}
+        t0 = time.perf_counter()
+        rec["spike_rates"] = [round(float(r), 4) for r in rates]
+        for _ in range(self.settings["warmup"]):
+            loss = entry.step()
+        self.timer.sync()
+        entry.est_ms = (time.perf_counter() - t0) * 1e3 / max(1, self.settings["warmup"])
+        return {**rec, "loss0": entry.loss0, "loss_after_warmup": float(loss.detach())}
 
-    def sync(self) -> None:
-        if self.cuda:
-            self.torch.cuda.synchronize()
-
-    def prepare(self, cfg: dict[str, Any], entries: list[list[str]]) -> list[dict[str, Any]]:
-        """Build each entry and run its warm-up steps (compilation lands here)."""
+    def prepare(self, cfg: dict[str, Any], entries: list[list[str]]) -> list[Rec]:
+        """Build each entry and run its warm-up steps."""
         out = []
-        ctx = dict(cuda=self.cuda, device=self.device, dry_run=self.settings["dry_run"])
-        ctx["sj"] = self.sj
+        ctx = dict(cuda=self.cuda, device=self.device, dry_run=self.settings["dry_run"], sj=self.sj)
         for library, model in entries:
             key = (cfg["network"], cfg["precision"], library, model)
-            rec: dict[str, Any] = {"library": library, "model": model}
-            self.fallbacks.clear()
+            rec: Rec = {"library": library, "model": model}
+            if self.sj is not None:
+                self.sj.clear()
             try:
                 entry = Entry(library, model, cfg, ctx)
-                self.sync()
-                t0 = time.perf_counter()
-                graphs = self.torch._dynamo.utils.counters["stats"]["unique_graphs"]
-                with spike_rates(entry.net) as rates:
-                    loss = entry.step()
-                graphs = self.torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs
-                if library.endswith("-cg") and not graphs:
-                    raise RuntimeError(
-                        "torch.compile compiled no graph (Dynamo fell back to eager)"
-                    )
-                entry.loss0 = float(loss.detach())
-                self.sync()
-                rec["first_step_s"] = time.perf_counter() - t0
-                t0 = time.perf_counter()
-                rec["spike_rates"] = [round(float(r), 4) for r in rates]
-                for _ in range(self.settings["warmup"]):
-                    loss = entry.step()
-                self.sync()
-                entry.est_ms = (time.perf_counter() - t0) * 1e3 / max(1, self.settings["warmup"])
-                rec.update(loss0=entry.loss0, loss_after_warmup=float(loss.detach()))
+                rec.update(self.first_step(entry, library))
                 self.entries[key] = entry
             except Exception as exc:  # noqa: BLE001
                 rec.update(status="n/a", reason=f"failed: {_describe(exc)}"[:600])
@@ -354,12 +295,12 @@ class Worker:
             out.append(rec)
         return out
 
-    def measure(self, cfg: dict[str, Any], entries: list[list[str]]) -> list[dict[str, Any]]:
+    def measure(self, cfg: dict[str, Any], entries: list[list[str]]) -> list[Rec]:
         """One round: each prepared entry timed (events back to back, then wall)."""
         out = []
         for library, model in entries:
             entry = self.entries.get((cfg["network"], cfg["precision"], library, model))
-            rec: dict[str, Any] = {"library": library, "model": model}
+            rec: Rec = {"library": library, "model": model}
             if not isinstance(entry, Entry):
                 out.append({**rec, "status": "n/a", "reason": entry or "not prepared"})
                 continue
@@ -371,46 +312,34 @@ class Worker:
         return out
 
     def _time(self, entry: Entry) -> dict[str, float]:
-        s, torch = self.settings, self.torch
+        s = self.settings
         n_steps = max(5, min(s["steps"], int(ROUND_CAP_MS / max(entry.est_ms, 1e-3))))
         n_steps = min(n_steps, s["steps"])
         for _ in range(min(2, s["warmup"])):
             entry.step()
-        self.sync()
-        gc_was = gc.isenabled()
-        gc.disable()
-        try:
-            if self.cuda:
-                event = torch.cuda.Event
-                events = [(event(enable_timing=True), event(enable_timing=True))
-                          for _ in range(n_steps)]  # fmt: skip
-                for begin, end in events:
-                    begin.record()
-                    entry.step()
-                    end.record()
-                self.sync()
-                steps = [begin.elapsed_time(end) for begin, end in events]
-            walls = []
-            for _ in range(max(3, min(s["wall_steps"], n_steps // 2))):
-                self.sync()
-                t0 = time.perf_counter()
-                entry.step()
-                self.sync()
-                walls.append((time.perf_counter() - t0) * 1e3)
-        finally:
-            if gc_was:
-                gc.enable()
-        steps = steps if self.cuda else walls
-        return {"step_ms": statistics.median(steps), "wall_ms": statistics.median(walls)}
+        self.timer.sync()
+        with core.no_gc():
+            steps = self.timer.events(lambda i: entry.step(), n_steps) if self.cuda else []
+            walls = self.timer.wall(
+                lambda i: entry.step(), max(3, min(s["wall_steps"], n_steps // 2))
+            )
+        steps = steps or walls
+        return {
+            "step_ms": statistics.median(steps) * 1e3,
+            "wall_ms": statistics.median(walls) * 1e3,
+        }
 
-    def drop(self, cfg: dict[str, Any]) -> None:
+    def drop(self, cfg: dict[str, Any]) -> Rec:
         """Free the entries of ``cfg`` (before the next configuration)."""
         for key in [k for k in self.entries if k[:2] == (cfg["network"], cfg["precision"])]:
             del self.entries[key]
         self.torch._dynamo.reset()  # the next configuration's compiled networks start afresh
+        import gc
+
         gc.collect()
         if self.cuda:
             self.torch.cuda.empty_cache()
+        return {}
 
 
 def _describe(exc: BaseException) -> str:
@@ -422,199 +351,31 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-def _reply(obj: dict[str, Any]) -> None:
-    sys.stdout.write(MARK + json.dumps(obj, default=str) + "\n")
-    sys.stdout.flush()
-
-
-def worker_main(kind: str, settings: dict[str, Any]) -> int:
-    """A worker: one JSON request per stdin line, one marked JSON line per reply."""
-    try:
-        worker = Worker(kind, settings)
-        _reply({"ready": worker.meta()})
-    except Exception as exc:  # noqa: BLE001
-        _reply({"error": f"{type(exc).__name__}: {exc}"[:1000]})
-        return 2
-    for line in sys.stdin:
-        req = json.loads(line) if line.strip() else {}
-        op = req.get("op")
-        if op == "quit":
-            return 0
-        try:
-            if op == "prepare":
-                _reply({"records": worker.prepare(req["cfg"], req["entries"])})
-            elif op == "measure":
-                _reply({"records": worker.measure(req["cfg"], req["entries"])})
-            elif op == "drop":
-                worker.drop(req["cfg"])
-                _reply({})
-            else:
-                _reply({"error": f"unknown op {op!r}"})
-        except Exception as exc:  # noqa: BLE001
-            _reply({"error": f"{type(exc).__name__}: {exc}"[:1000]})
-    return 0
+OPS = {
+    "prepare": lambda w, req: {"records": w.prepare(req["cfg"], req["entries"])},
+    "measure": lambda w, req: {"records": w.measure(req["cfg"], req["entries"])},
+    "drop": lambda w, req: w.drop(req["cfg"]),
+}
 
 
 # --------------------------------------------------------------------------------------
-# parent side: finding SpikingJelly, the worker processes, rounds, the results
+# parent side: the worker processes, rounds, the results
 # --------------------------------------------------------------------------------------
 
 
-class WorkerDied(RuntimeError):
-    """A worker exited, hung or could not start."""
-
-
-def _install(wheel: Path, target: Path) -> None:
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
-           "--no-compile", "--upgrade", "--target", str(target), str(wheel)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    if proc.returncode:
-        raise RuntimeError(f"pip could not install {wheel.name}: {proc.stderr[-400:]}")
-
-
-def locate_sj(kind: str, args: argparse.Namespace) -> list[str]:
-    """PYTHONPATH entries giving worker ``kind`` its SpikingJelly (``[]``: this Python's
-    own); raises FileNotFoundError with the reason when it has none."""
-    version = SJ_VERSION[kind]
-    path = Path(args.sj014_path if kind == "sj014" else args.sj200_path)
-    if (path / "spikingjelly").is_dir():  # run_gpu.sh puts loguru (2.0.0 needs it) in /tmp/site
-        site = [] if kind == "sj014" or not Path("/tmp/site/loguru").is_dir() else ["/tmp/site"]
-        return [str(path), *site]
-    wheels = sorted(Path(args.wheels).glob(f"spikingjelly-{version}-*.whl"))
-    if wheels:
-        target = Path(tempfile.gettempdir(), f"snbench-e2e-sj-{version}")
-        if not (target / "spikingjelly").is_dir():
-            _install(wheels[0], target)
-            for loguru in sorted(Path(args.wheels).glob("loguru-*.whl"))[:1]:
-                _install(loguru, target)
-        return [str(target)]
-    from importlib import metadata
-
-    found = None
-    with contextlib.suppress(Exception):
-        found = metadata.version("spikingjelly")
-    if found == version or (kind == "sjtorch" and found):
-        return []
-    raise FileNotFoundError(
-        f"SpikingJelly {version} not found: not under {path}, no wheel in {args.wheels}, "
-        f"this Python has {found or 'none'} (pip install spikingjelly=={version})"
-    )
-
-
-class WorkerProc:
-    """A long-lived worker process of one kind, answering one marked JSON line a request."""
-
-    def __init__(self, kind: str, args: argparse.Namespace, settings: dict[str, Any]) -> None:
-        self.kind, self.args, self.settings = kind, args, settings
-        self.proc: subprocess.Popen[str] | None = None
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.meta: dict[str, Any] | None = None
-        self.dead: str | None = None
-        self.starts = 0
-
-    def launch(self) -> None:
-        """Start the process (without waiting for it: see :meth:`ready`)."""
-        self.starts += 1
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        if self.kind != "main":
-            paths = [p for p in paths if "sj014" not in p and "sj200" not in p]
-            paths[:0] = locate_sj(self.kind, self.args)
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(HERE), *paths])
-        if self.kind == "sjtorch":
-            for model in ALL_MODELS:
-                env[f"SJ_{model.upper()}_CUDA_IMPLEMENTATION"] = "torch"
-        cmd = [sys.executable, "-u", str(Path(__file__).resolve()), "--worker", self.kind,
-               "--settings", json.dumps(self.settings)]  # fmt: skip
-        self.lines = queue.Queue()
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, bufsize=1, env=env, cwd=str(REPO))  # fmt: skip
-        threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
-
-    @staticmethod
-    def _read(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith(MARK):
-                lines.put(line[len(MARK) :])
-            else:
-                sys.stderr.write(line)
-        lines.put(None)
-
-    def _next(self, timeout: float) -> dict[str, Any]:
-        try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            self.stop(graceful=False)
-            raise WorkerDied(f"worker {self.kind} gave no answer in {timeout:.0f} s") from None
-        if line is None:
-            code = self.proc.wait(timeout=10) if self.proc else None
-            self.proc = None
-            raise WorkerDied(f"worker {self.kind} exited (code {code})")
-        return dict(json.loads(line))
-
-    def ready(self, timeout: float) -> None:
-        reply = self._next(timeout)
-        if "error" in reply:
-            self.stop(graceful=False)
-            raise WorkerDied(f"worker {self.kind} could not start: {reply['error']}")
-        self.meta = reply["ready"]
-
-    def request(self, req: dict[str, Any], timeout: float) -> dict[str, Any]:
-        if self.dead:
-            raise WorkerDied(self.dead)
-        if self.proc is None:  # it died before: one restart, then give up
-            if self.starts >= 2:
-                self.dead = f"worker {self.kind} died twice"
-                raise WorkerDied(self.dead)
-            self.launch()
-            self.ready(timeout)
-        assert self.proc is not None and self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(json.dumps(req) + "\n")
-            self.proc.stdin.flush()
-        except OSError as exc:
-            self.stop(graceful=False)
-            raise WorkerDied(f"worker {self.kind}: pipe closed ({exc})") from None
-        reply = self._next(timeout)
-        if "error" in reply:
-            raise WorkerDied(f"worker {self.kind}: {reply['error']}")
-        return reply
-
-    def stop(self, graceful: bool = True) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if graceful and proc.poll() is None and proc.stdin is not None:
-            with contextlib.suppress(Exception):
-                proc.stdin.write('{"op": "quit"}\n')
-                proc.stdin.flush()
-                proc.wait(timeout=10)
-        if proc.poll() is None:
-            proc.kill()  # this worker's own pid only
-            with contextlib.suppress(Exception):
-                proc.wait(timeout=10)
-
-
-def merge_rounds(recs: list[dict[str, Any]], prep: dict[str, Any]) -> dict[str, Any]:
+def merge_rounds(recs: list[Rec], prep: Rec) -> Rec:
     """One record from an entry's rounds: medians of the rounds' medians, rounds kept."""
-    ok = [r for r in recs if r.get("status") == "ok"]
     out = {k: v for k, v in prep.items() if k != "status"}
-    if not ok:
+    if not any(r.get("status") == "ok" for r in recs):
         bad = next((r for r in recs if r.get("reason")), prep)
         return {**out, "status": bad.get("status", "n/a"), "reason": bad.get("reason")}
-    out.update(status="ok", rounds=len(ok))
-    for key in ("step_ms", "wall_ms"):
-        out[key] = statistics.median(r[key] for r in ok)
-        out[f"rounds_{key}"] = [round(r[key], 4) for r in ok]
-    if len(ok) < len(recs):
-        out["rounds_failed"] = [r.get("reason") for r in recs if r.get("status") != "ok"]
-    return out
+    merged = core.merge_rounds(recs, ("step_ms", "wall_ms"), digits=4)
+    return {**out, **merged}
 
 
-def annotate(records: list[dict[str, Any]], dry_run: bool) -> None:
+def annotate(records: list[Rec], dry_run: bool) -> None:
     """Added time over the floor, and the first-step loss checked against symneuron's."""
-    by_cfg: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = {}
+    by_cfg: dict[tuple[str, str], dict[tuple[str, str], Rec]] = {}
     for rec in records:
         by_cfg.setdefault((rec["network"], rec["precision"]), {})[
             (rec["library"], rec["model"])
@@ -642,11 +403,11 @@ class Bench:
     def __init__(self, args: argparse.Namespace, settings: dict[str, Any]) -> None:
         self.args, self.settings = args, settings
         self.t0 = time.monotonic()
-        self.workers: dict[str, WorkerProc] = {}
+        self.workers: dict[str, core.Worker] = {}
         self.worker_of = dict(WORKER_OF)
         self.unavailable: dict[str, str] = {}
-        now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        meta = dict(date=now, argv=sys.argv[1:], host=platform.node(), dry_run=args.dry_run)
+        meta = dict(date=core.now_iso(), argv=sys.argv[1:], host=platform.node(),
+                    dry_run=args.dry_run)  # fmt: skip
         self.results: dict[str, Any] = dict(schema=SCHEMA, complete=False, meta=meta,
                                             settings=settings, workers={}, records=[],
                                             stopped=[], events=[])  # fmt: skip
@@ -661,25 +422,33 @@ class Bench:
             return "dry run on the CPU (needs CUDA)"
         return self.unavailable.get(self.worker_of[library])
 
+    def launch(self, kind: str) -> None:
+        env = core.worker_env([], drop=("sj014", "sj200"))
+        if kind != "main":
+            env = core.worker_env(locate_sj(kind, self.args), drop=("sj014", "sj200"))
+        if kind == "sjtorch":
+            for model in ALL_MODELS:
+                env[f"SJ_{model.upper()}_CUDA_IMPLEMENTATION"] = "torch"
+        argv = [str(Path(__file__).resolve()), "--worker", kind, "--settings",
+                json.dumps(self.settings)]  # fmt: skip
+        self.workers[kind] = core.Worker(kind, argv, env, max_failures=2)
+        self.workers[kind].launch()
+
     def start_workers(self) -> None:
         """Start every needed worker at once (imports overlap), then wait for each."""
         if "sj-torch" in self.settings["libraries"]:
             with contextlib.suppress(Exception):  # prefer SpikingJelly 0.0.0.0.14's backend='torch'
                 locate_sj("sj014", self.args)
                 self.worker_of["sj-torch"] = "sj014"
-        needed = {
-            self.worker_of[lib] for lib in self.settings["libraries"] if not self.skip_reason(lib)
-        }
-        kinds = [kind for kind in ["main", *SJ_VERSION] if kind in needed]
+        libraries = self.settings["libraries"]
+        needed = {self.worker_of[lib] for lib in libraries if not self.skip_reason(lib)}
+        kinds = [kind for kind in KINDS if kind in needed]
         for kind in kinds:
-            w = self.workers[kind] = WorkerProc(kind, self.args, self.settings)
             try:
-                w.launch()
+                self.launch(kind)
             except Exception as exc:  # noqa: BLE001
                 self.unavailable[kind] = f"{type(exc).__name__}: {exc}"[:600]
-        for kind in kinds:
-            if kind in self.unavailable:
-                continue
+        for kind in [k for k in kinds if k not in self.unavailable]:
             try:
                 self.workers[kind].ready(self.args.request_timeout_s)
                 meta = self.workers[kind].meta or {}
@@ -701,9 +470,12 @@ class Bench:
             out += [(lib, model) for lib in libraries if lib not in FLOORS]
         return out
 
-    def ask(self, kind: str, req: dict[str, Any]) -> list[dict[str, Any]]:
+    def ask(self, kind: str, req: dict[str, Any]) -> list[Rec]:
         try:
-            return list(self.workers[kind].request(req, self.args.request_timeout_s)["records"])
+            reply = self.workers[kind].request(req, self.args.request_timeout_s)
+            if "error" in reply:
+                raise WorkerDied(f"worker {kind}: {reply['error']}")
+            return list(reply["records"])
         except WorkerDied as exc:
             self.event(str(exc))
             return [{"library": lib, "model": m, "status": "error", "reason": str(exc)[:600]}
@@ -714,22 +486,20 @@ class Bench:
         for library, model in self.entries():
             why = self.skip_reason(library)
             if why:
-                self.results["records"].append(
-                    {**cfg, "library": library, "model": model, "status": "n/a", "reason": why}
-                )
+                rec = {**cfg, "library": library, "model": model, "status": "n/a", "reason": why}
+                self.results["records"].append(rec)
             else:
                 by_kind.setdefault(self.worker_of[library], []).append((library, model))
-        order = [k for k in ["main", *SJ_VERSION] if k in by_kind]
-        prep: dict[tuple[str, str], dict[str, Any]] = {}
+        order = [k for k in KINDS if k in by_kind]
+        prep: dict[tuple[str, str], Rec] = {}
         for kind in order:  # build + warm up everything before any timing
             for rec in self.ask(kind, {"op": "prepare", "cfg": cfg, "entries": by_kind[kind]}):
                 prep[(rec["library"], rec["model"])] = rec
-        rounds: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for r in range(self.settings["rounds"]):
-            for kind in order if r % 2 == 0 else order[::-1]:
-                req = {"op": "measure", "cfg": cfg, "entries": by_kind[kind]}
-                for rec in self.ask(kind, req):
-                    rounds.setdefault((rec["library"], rec["model"]), []).append(rec)
+        rounds: dict[tuple[str, str], list[Rec]] = {}
+        for kind in core.alternate(order, self.settings["rounds"]):
+            req = {"op": "measure", "cfg": cfg, "entries": by_kind[kind]}
+            for rec in self.ask(kind, req):
+                rounds.setdefault((rec["library"], rec["model"]), []).append(rec)
         for kind in order:
             with contextlib.suppress(WorkerDied):
                 self.workers[kind].request({"op": "drop", "cfg": cfg}, 60)
@@ -749,13 +519,12 @@ class Bench:
             self.start_workers()
             for network in s["networks"]:
                 for precision in s["precisions"]:
-                    cfg = {"network": network, "precision": precision}
                     if time.monotonic() - self.t0 > s["time_budget_s"]:
                         self.results["stopped"].append(
                             f"{network}/{precision} not run: time budget "
                             f"({s['time_budget_s']:.0f} s) spent")  # fmt: skip
                         continue
-                    self.run_config(cfg)
+                    self.run_config({"network": network, "precision": precision})
             self.results["complete"] = not self.results["stopped"]
         except KeyboardInterrupt:
             self.results["stopped"].append("interrupted")
@@ -779,7 +548,7 @@ def write_outputs(results: dict[str, Any], args: argparse.Namespace) -> str:
             log(f"[e2e] {error}")
     text = e2e_report.markdown(results)
     if args.out:
-        Path(args.out).write_text(json.dumps(results, indent=1, default=str))
+        core.write_json(Path(args.out), results)
     if args.md:
         Path(args.md).write_text(text)
     return text
@@ -789,8 +558,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (or, with the internal ``--worker``, one worker process)."""
     args = build_parser().parse_args(argv)
     if args.worker:
-        return worker_main(args.worker, json.loads(args.settings))
-    results = Bench(args, resolve_settings(args)).run()
+        return core.serve(lambda: Worker(args.worker, json.loads(args.settings)), OPS)
+    if args.report:
+        results = json.loads(Path(args.report).read_text())
+        args.out = None
+    else:
+        results = Bench(args, resolve_settings(args)).run()
     text = write_outputs(results, args)
     log(f"[e2e] done in {results['elapsed_s']} s" + (f"; JSON {args.out}" if args.out else ""))
     print(text, flush=True)

@@ -1,20 +1,20 @@
 #!/usr/bin/env python3
-"""The end-to-end benchmark's report: its JSON -> a markdown table and a bar plot.
+"""The end-to-end benchmark's report: its JSON -> a markdown section and a bar plot.
 
-``bench_e2e.py`` calls :func:`markdown` and :func:`plot` at the end of a run; this script
-redoes both from a saved JSON (for ``docs/performance.md``)::
+``bench_e2e.py`` calls :func:`markdown` and :func:`plot` at the end of a run, and redoes
+both from a saved JSON with ``--report``::
 
-    python3 benchmarks/e2e_report.py e2e.json --md e2e.md --plot e2e.png
+    python3 benchmarks/bench_e2e.py --report e2e.json --md e2e.md --plot e2e.png
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from core import md_table, pyplot
 
 #: Library key -> how the table and the plot name it (also the order of the rows).
 LIBRARIES = {
@@ -72,20 +72,22 @@ def _note(rec: dict[str, Any]) -> str:
 
 def table(records: Iterable[dict[str, Any]]) -> str:
     """The results as one markdown table, floor rows first in each (network, precision)."""
-    lines = [
-        "| network | precision | neuron | library | step ms | added ms | wall ms | "
-        "added wall ms | notes |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- |",
+    header = ["network", "precision", "neuron", "library", "step ms", "added ms", "wall ms"]
+    rows = [
+        [
+            NETWORKS.get(rec["network"], rec["network"]),
+            rec["precision"],
+            "—" if rec["library"] in FLOORS else rec["model"],
+            LIBRARIES.get(rec["library"], rec["library"]),
+            _ms(rec.get("step_ms")),
+            _added(rec.get("added_ms")),
+            _ms(rec.get("wall_ms")),
+            _added(rec.get("added_wall_ms")),
+            _note(rec),
+        ]  # fmt: skip
+        for rec in sorted(records, key=_order)
     ]
-    for rec in sorted(records, key=_order):
-        model = "—" if rec["library"] in FLOORS else rec["model"]
-        lines.append(
-            f"| {NETWORKS.get(rec['network'], rec['network'])} "
-            f"| {rec['precision']} | {model} | {LIBRARIES.get(rec['library'], rec['library'])} "
-            f"| {_ms(rec.get('step_ms'))} | {_added(rec.get('added_ms'))} "
-            f"| {_ms(rec.get('wall_ms'))} | {_added(rec.get('added_wall_ms'))} | {_note(rec)} |"
-        )
-    return "\n".join(lines)
+    return md_table([*header, "added wall ms", "notes"], rows, "llllrrrrl")
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -135,10 +137,7 @@ def plot(results: dict[str, Any], path: str | Path) -> str | None:
     """Grouped bars of the time each library's neurons add over the floor, one panel per
     network x precision; returns an error text instead of raising (e.g. no matplotlib)."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
     except Exception as exc:  # noqa: BLE001
         return f"no plot: {type(exc).__name__}: {exc} (pip install matplotlib)"
     try:
@@ -179,26 +178,3 @@ def _plot(plt: Any, results: dict[str, Any], path: str | Path) -> str | None:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return None
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Render ``--md`` and ``--plot`` from a JSON written by ``bench_e2e.py --out``."""
-    import json
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("json")
-    p.add_argument("--md", default=None)
-    p.add_argument("--plot", default=None)
-    args = p.parse_args(argv)
-    results = json.loads(Path(args.json).read_text())
-    text = markdown(results)
-    if args.md:
-        Path(args.md).write_text(text)
-    if args.plot and (error := plot(results, args.plot)):
-        print(error, file=sys.stderr)
-    print(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

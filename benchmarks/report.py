@@ -26,19 +26,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-for _path in (str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)):
-    if _path not in sys.path:  # floor.py, and the repository's symneuron (its models' states)
-        sys.path.insert(0, _path)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import floor  # noqa: E402  (benchmarks/floor.py: the one floor model)
+from bench_neurons import ALL_MODELS  # noqa: E402
+from core import Rec, md_table, pyplot  # noqa: E402
+from core import pow2 as _n  # noqa: E402
 
 PEERS = ["symneuron", "sj014", "sj200", "torch", "compile"]
 PEER_LABEL = {"symneuron": "symneuron", "sj014": "SJ 0.0.0.0.14 CuPy", "sj200": "SJ 2.0.0",
               "torch": "torch eager", "compile": "torch.compile"}  # fmt: skip
 SINGLE_MODELS = ["IF", "LIF", "PLIF", "QIF", "EIF"]
-MODELS = [*SINGLE_MODELS, "Izhikevich", "ALIF"]
+MODELS = [*SINGLE_MODELS, "Izhikevich", "ALIF"]  # the plot's
+#: the order of the rows: bench_neurons.ALL_MODELS (the others after, by name)
+ORDER = {m: i for i, m in enumerate(ALL_MODELS)}
 DTYPES = ["fp32", "bf16", "fp16"]
 KEY = ("model", "T", "N", "dtype", "mode", "peer")
-Rec = dict[str, Any]
 #: how the torch peers were built: a hand-written loop (runs before 2026-11-23) or
 #: symneuron's torch reference (``sn.simulate(..., backend="torch")``)
 TORCH_PEERS = {
@@ -100,9 +102,8 @@ total (runs without this column counted them in the first model's ctor).
 """
 
 
-def _n(n: int) -> str:
-    e = math.log2(n) if n > 0 else 0
-    return f"2^{int(e)}" if e == int(e) else str(n)
+def _rank(model: str) -> tuple[int, str]:
+    return ORDER.get(model, len(ORDER)), model
 
 
 def _get(d: Any, *path: str) -> Any:
@@ -198,11 +199,10 @@ def index(results: dict[str, Any]) -> dict[tuple[Any, ...], Rec]:
 
 def configs(results: dict[str, Any], mode: str | None = None) -> list[tuple[Any, ...]]:
     seen = {tuple(r.get(k) for k in KEY[:-1]) for r in results.get("records", [])}
-    mrank = {m: i for i, m in enumerate(MODELS)}
     drank = {d: i for i, d in enumerate(DTYPES)}
     return sorted(
         (c for c in seen if mode is None or c[4] == mode),
-        key=lambda c: (c[4] != "training", drank.get(c[3], 9), -c[2], mrank.get(c[0], 9), c[1]),
+        key=lambda c: (c[4] != "training", drank.get(c[3], 9), -c[2], _rank(c[0]), c[1]),
     )
 
 
@@ -293,12 +293,6 @@ def short_table(results: dict[str, Any]) -> str:
     return "\n\n".join([*(f"{m}:\n{speedup_table(results, m)}" for m in modes), floor_line])
 
 
-def _md_table(header: list[str], rows: list[list[str]], align: str) -> str:
-    sep = ["---:" if a == "r" else "---" for a in align]
-    out = ["| " + " | ".join(header) + " |", "| " + " | ".join(sep) + " |"]
-    return "\n".join(out + ["| " + " | ".join(r) + " |" for r in rows])
-
-
 def speedup_table(results: dict[str, Any], mode: str) -> str:
     peers = [p for p in _peers_present(results) if p != "symneuron"]
     header = ["model", "T", "N", "dtype", "wall µs", "GPU µs", "floor (GPU)", "floor (wall)"]
@@ -317,7 +311,7 @@ def speedup_table(results: dict[str, Any], mode: str) -> str:
             row.append(_speedup(sn, rec, lambda v, m=marks: f"{_x(v['wall'])} / {_x(v['gpu'])}{m}"))
         return row
 
-    return _md_table(header, _rows(results, mode, cells), "lrrlrrrrl" + "r" * len(peers))
+    return md_table(header, _rows(results, mode, cells), "lrrlrrrrl" + "r" * len(peers))
 
 
 def absolute_table(results: dict[str, Any], mode: str) -> str:
@@ -334,7 +328,7 @@ def absolute_table(results: dict[str, Any], mode: str) -> str:
     header = ["model", "T", "N", "dtype"] + [
         f"{PEER_LABEL[p]} wall / GPU µs (floor)" for p in peers
     ]
-    return _md_table(header, rows, "lrrl" + "r" * len(peers))
+    return md_table(header, rows, "lrrl" + "r" * len(peers))
 
 
 def memory_table(results: dict[str, Any]) -> str:
@@ -355,7 +349,7 @@ def memory_table(results: dict[str, Any]) -> str:
     if not rows:
         return "_No memory measurements (CPU dry run, or no training configurations)._"
     header = ["model", "T", "N", "dtype"] + [PEER_LABEL[p] for p in peers]
-    return _md_table(header, rows, "lrrl" + "r" * len(peers))
+    return md_table(header, rows, "lrrl" + "r" * len(peers))
 
 
 def first_call_section(results: dict[str, Any]) -> str:
@@ -368,7 +362,7 @@ def first_call_section(results: dict[str, Any]) -> str:
             rows.append([PEER_LABEL[impl], "—", "", "", "", str(phases["error"])[:120]])
             continue
         found = {m for ph in phases.values() for m in (ph.get("models") or {})}
-        for model in sorted(found, key=lambda m: MODELS.index(m) if m in MODELS else 9):
+        for model in sorted(found, key=_rank):
             cold = _get(phases, "cold", "models", model) or {}
             warm = _get(phases, "warm", "models", model) or {}
             err = cold.get("error") or warm.get("error")
@@ -389,7 +383,7 @@ def first_call_section(results: dict[str, Any]) -> str:
     t = _get(sym, "cold", "T") or _get(fc, "sj014", "cold", "T")
     n = _get(sym, "cold", "N") or _get(fc, "sj014", "cold", "N")
     header = ["implementation", "model", "fresh cache ms", "warm disk cache ms", "2nd call ms"]
-    text = FIRST_CALL_TEXT.format(t=t, n=n) + _md_table([*header, "note"], rows, "llrrrl")
+    text = FIRST_CALL_TEXT.format(t=t, n=n) + md_table([*header, "note"], rows, "llrrrl")
     return text + ("\n\nsymneuron one-time costs: " + "; ".join(extra) + "." if extra else "")
 
 
@@ -398,7 +392,7 @@ def derivation_section(results: dict[str, Any]) -> str:
     if not der:
         return "_Not measured._"
     rows = []
-    for model in sorted(der, key=lambda m: MODELS.index(m) if m in MODELS else 9):
+    for model in sorted(der, key=_rank):
         r = der[model]
         if r.get("error"):
             rows.append([model, "", "", "", "", "error: " + r["error"].splitlines()[0][:100]])
@@ -406,7 +400,7 @@ def derivation_section(results: dict[str, Any]) -> str:
         keys = ("ctor_s", "spec_s", "source_s", "total_s", "sympy_first_use_s", "import_s")
         rows.append([model, *(_ms(r.get(k)) for k in keys)])
     header = ["model", "ctor ms", "spec() ms", "source() ms", "total ms", "SymPy first use ms"]
-    return DERIVATION_TEXT + _md_table([*header, "import symneuron ms"], rows, "lrrrrrr")
+    return DERIVATION_TEXT + md_table([*header, "import symneuron ms"], rows, "lrrrrrr")
 
 
 # --------------------------------------------------------------------------------------
@@ -432,136 +426,162 @@ def _sn(results: dict[str, Any], **where: Any) -> list[Rec]:
     ]
 
 
-def targets(results: dict[str, Any]) -> list[list[str]]:
-    rows: list[list[str]] = []
-    records = results.get("records", [])
-    big = max((r["N"] for r in records), default=2**20)
-    small = min((r["N"] for r in records), default=2**14)
+def _worst(
+    name: str,
+    recs: list[Rec],
+    value: Callable[[Rec], float],
+    goal: str,
+    need: tuple[str, float],
+    fmt: Callable[[float], str] = "{:.2f}".format,
+) -> list[str]:
+    """A target row: the worst of ``recs`` by ``value``, which must be at least
+    (``need = ("min", x)``) or at most (``("max", x)``) the limit."""
+    if not recs:
+        return [name, "no data", goal, "—"]
+    worst = (min if need[0] == "min" else max)(recs, key=value)
+    v = value(worst)
+    passed = v >= need[1] if need[0] == "min" else v <= need[1]
+    where = f"{worst['model']} T={worst['T']} N={_n(worst['N'])} {worst['dtype']}"
+    return [name, f"{fmt(v)} (worst: {where})", goal, "✓" if passed else "✗"]
 
-    def times(v: float) -> str:
-        return f"{v:.2f}×"
 
-    def add(
-        name: str,
-        recs: list[Rec],
-        value: Callable[[Rec], float],
-        goal: str,
-        need: tuple[str, float],
-        fmt: Callable[[float], str] = "{:.2f}".format,
-    ) -> None:
-        """A target row: the worst of ``recs`` by ``value``, which must be at least
-        (``need = ("min", x)``) or at most (``("max", x)``) the limit."""
-        if not recs:
-            rows.append([name, "no data", goal, "—"])
-            return
-        worst = (min if need[0] == "min" else max)(recs, key=value)
-        v = value(worst)
-        passed = v >= need[1] if need[0] == "min" else v <= need[1]
-        where = f"{worst['model']} T={worst['T']} N={_n(worst['N'])} {worst['dtype']}"
-        rows.append([name, f"{fmt(v)} (worst: {where})", goal, "✓" if passed else "✗"])
+def _worst_ms(name: str, values: dict[str, Any], limit: float, note: str = "") -> list[str]:
+    """A target row: the largest of ``values`` (seconds per model), at most ``limit``."""
+    vals = {m: v for m, v in values.items() if v is not None}
+    m = max(vals, key=vals.__getitem__) if vals else None
+    measured = f"{vals[m] * 1e3:.0f} ms (worst: {m}){note}" if m else "no data"
+    met = ("✓" if vals[m] <= limit else "✗") if m else "—"
+    return [name, measured, f"≤ {limit * 1e3:.0f} ms", met]
 
-    def worst_ms(name: str, values: dict[str, float | None], limit: float, note: str = "") -> None:
-        """A target row: the largest of ``values`` (seconds per model), at most ``limit``."""
-        vals = {m: v for m, v in values.items() if v is not None}
-        m = max(vals, key=vals.__getitem__) if vals else None
-        measured = f"{vals[m] * 1e3:.0f} ms (worst: {m}){note}" if m else "no data"
-        met = ("✓" if vals[m] <= limit else "✗") if m else "—"
-        rows.append([name, measured, f"≤ {limit * 1e3:.0f} ms", met])
 
-    def vs(recs: list[Rec], peer: str) -> list[Rec]:
-        return [r for r in recs if peer in (r.get("vs") or {})]
+def _times(v: float) -> str:
+    return f"{v:.2f}×"
 
-    # issue 3's rows cover the single-state zoo; the stateful models have their own row
+
+def _vs(recs: list[Rec], peer: str) -> list[Rec]:
+    return [r for r in recs if peer in (r.get("vs") or {})]
+
+
+def _floor_targets(results: dict[str, Any], big: int) -> list[list[str]]:
+    """Issue 3's floor rows (the single-state zoo, N = ``big``)."""
     single, both = tuple(SINGLE_MODELS), ("fp32", "bf16")
     train = _sn(results, model=single, mode="training", dtype=both, N=big, T=lambda t: t >= 16)
     train = [r for r in train if r.get("floor_frac_gpu") is not None]
-    gpu_floor, wall_floor = (lambda r: r["floor_frac_gpu"]), (lambda r: r["floor_frac_wall"])
-    add("training GPU time, fp32+bf16, T ≥ 16", train, gpu_floor, "≥ 0.90 of floor", ("min", 0.9))
-    recs = [r for r in train if r["T"] >= 64]
-    add("training wall time, fp32+bf16, T ≥ 64", recs, wall_floor, "≥ 0.80 of floor", ("min", 0.8))
-    recs = _sn(results, model=single, mode="training", dtype=both, N=big, T=16)
-    recs = [r for r in recs if r.get("floor_frac_wall") is not None]
-    add("training wall time, fp32+bf16, T = 16", recs, wall_floor, "≥ 0.60 of floor", ("min", 0.6))
+    t16 = _sn(results, model=single, mode="training", dtype=both, N=big, T=16)
+    t16 = [r for r in t16 if r.get("floor_frac_wall") is not None]
     infer = _sn(results, model=single, mode="inference", dtype="fp32", N=big, T=lambda t: t >= 16)
     infer = [r for r in infer if r.get("floor_frac_gpu") is not None]
-    add("inference GPU time, fp32, T ≥ 16", infer, gpu_floor, "≥ 0.90 of floor", ("min", 0.9))
-    add(
-        "inference GPU time vs torch.compile, fp32, T ≥ 16",
-        vs(infer, "compile"),
-        lambda r: r["vs"]["compile"]["gpu"],
-        "≥ 0.95× (matching)",
-        ("min", 0.95),
-        times,
-    )
+    gpu, wall = (lambda r: r["floor_frac_gpu"]), (lambda r: r["floor_frac_wall"])
+    t64 = [r for r in train if r["T"] >= 64]
+    return [
+        _worst("training GPU time, fp32+bf16, T ≥ 16", train, gpu, "≥ 0.90 of floor", ("min", 0.9)),
+        _worst("training wall time, fp32+bf16, T ≥ 64", t64, wall, "≥ 0.80 of floor", ("min", 0.8)),
+        _worst("training wall time, fp32+bf16, T = 16", t16, wall, "≥ 0.60 of floor", ("min", 0.6)),
+        _worst("inference GPU time, fp32, T ≥ 16", infer, gpu, "≥ 0.90 of floor", ("min", 0.9)),
+        _worst(
+            "inference GPU time vs torch.compile, fp32, T ≥ 16",
+            _vs(infer, "compile"),
+            lambda r: r["vs"]["compile"]["gpu"],
+            "≥ 0.95× (matching)",
+            ("min", 0.95),
+            _times,
+        ),
+    ]
+
+
+def _peer_targets(results: dict[str, Any], big: int, small: int) -> list[list[str]]:
+    """Speed-ups over the peers, host overhead and memory (the stateful models: one row)."""
+    single = tuple(SINGLE_MODELS)
+    rows = []
     for peer, goal in (("sj014", 3.0), ("sj200", 1.5)):
-        recs = vs(_sn(results, model=single, mode="training", T=(4, 16, 64)), peer)
-        add(
-            f"training wall speed-up vs {PEER_LABEL[peer]}, T ∈ {{4, 16, 64}}",
-            recs,
-            lambda r, p=peer: r["vs"][p]["wall"],
-            f"≥ {goal}×",
-            ("min", goal),
-            times,
+        recs = _vs(_sn(results, model=single, mode="training", T=(4, 16, 64)), peer)
+        rows.append(
+            _worst(
+                f"training wall speed-up vs {PEER_LABEL[peer]}, T ∈ {{4, 16, 64}}",
+                recs,
+                lambda r, p=peer: r["vs"][p]["wall"],
+                f"≥ {goal}×",
+                ("min", goal),
+                _times,
+            )
         )
-    recs = vs(_sn(results, model="Izhikevich", mode="training", N=big, T=(16, 64)), "sj014")
-    add(
-        "Izhikevich training wall speed-up vs SJ CuPy, T ∈ {16, 64}",
-        recs,
-        lambda r: r["vs"]["sj014"]["wall"],
-        "≥ 3×",
-        ("min", 3.0),
-        times,
+    izh = _vs(_sn(results, model="Izhikevich", mode="training", N=big, T=(16, 64)), "sj014")
+    rows.append(
+        _worst(
+            "Izhikevich training wall speed-up vs SJ CuPy, T ∈ {16, 64}",
+            izh,
+            lambda r: r["vs"]["sj014"]["wall"],
+            "≥ 3×",
+            ("min", 3.0),
+            _times,
+        )
     )
     for kind in ("wall", "gpu"):
-        add(
-            f"faster than every peer, every configuration ({kind})",
-            [r for r in _sn(results) if r.get("vs")],
-            lambda r, k=kind: min(v[k] for v in r["vs"].values()),
-            "> 1×",
-            ("min", 1.0),
-            times,
+        rows.append(
+            _worst(
+                f"faster than every peer, every configuration ({kind})",
+                [r for r in _sn(results) if r.get("vs")],
+                lambda r, k=kind: min(v[k] for v in r["vs"].values()),
+                "> 1×",
+                ("min", 1.0),
+                _times,
+            )
         )
-    add(
-        f"host overhead, training T = 4, N = {_n(small)}",
-        _sn(results, model=single, mode="training", T=4, N=small),
-        lambda r: r["wall_s"],
-        "≤ 150 µs wall",
-        ("max", 150e-6),
-        lambda v: f"{v * 1e6:.0f} µs",
+    small_train = _sn(results, model=single, mode="training", T=4, N=small)
+    rows.append(
+        _worst(
+            f"host overhead, training T = 4, N = {_n(small)}",
+            small_train,
+            lambda r: r["wall_s"],
+            "≤ 150 µs wall",
+            ("max", 150e-6),
+            lambda v: f"{v * 1e6:.0f} µs",
+        )
     )
-    add(
-        "memory retained for backward",
-        _sn(results, model=single, mode="training", retained_bytes=lambda b: b is not None),
-        lambda r: r["retained_excess_B_per_neuron"],
-        "≤ one [T, N] tensor + O(N) (excess ≤ 32 B/neuron)",
-        ("max", 32.0),
-        lambda v: f"one [T, N] + {v:.1f} B/neuron",
+    kept = _sn(results, model=single, mode="training", retained_bytes=lambda b: b is not None)
+    rows.append(
+        _worst(
+            "memory retained for backward",
+            kept,
+            lambda r: r["retained_excess_B_per_neuron"],
+            "≤ one [T, N] tensor + O(N) (excess ≤ 32 B/neuron)",
+            ("max", 32.0),
+            lambda v: f"one [T, N] + {v:.1f} B/neuron",
+        )
     )
-    fc = results.get("first_call") or {}
+    return rows
+
+
+def _latency_targets(results: dict[str, Any]) -> list[list[str]]:
+    """First calls, the derivation, and symneuron's checks and errors."""
+    fc, rows = results.get("first_call") or {}, []
     for name, phase, limit in (
         ("first call, fresh cache", "cold", 0.5),
         ("first call, warm disk cache", "warm", 0.03),
     ):
         data = _get(fc, "symneuron", phase, "models") or {}
-        worst_ms(name, {m: r.get("first_s") for m, r in data.items()}, limit)
+        rows.append(_worst_ms(name, {m: r.get("first_s") for m, r in data.items()}, limit))
     der = results.get("derivation") or {}
     first_use = [r.get("sympy_first_use_s") for r in der.values()]
     first_use = [v for v in first_use if v is not None]
     once = f"; plus SymPy's first use, once per process: {max(first_use or [0]) * 1e3:.0f} ms"
     totals = {m: r.get("total_s") for m, r in der.items()}
-    worst_ms("derivation per zoo model", totals, 0.2, once if first_use else "")
-    sn_all = [r for r in records if r.get("peer") == "symneuron"]
+    rows.append(_worst_ms("derivation per zoo model", totals, 0.2, once if first_use else ""))
+    sn_all = [r for r in results.get("records", []) if r.get("peer") == "symneuron"]
     bad = [r for r in sn_all if _ok(r) and not _passed(r)]
     failed = [r for r in sn_all if r.get("status") in ("error", "unsupported")]
-    rows.append(
-        [
-            "symneuron correct and running in every configuration",
-            f"{len(bad)} check failures, {len(failed)} errors of {len(sn_all)}",
-            "0",
-            "✓" if sn_all and not bad and not failed else "✗",
-        ]
-    )
-    return rows
+    measured = f"{len(bad)} check failures, {len(failed)} errors of {len(sn_all)}"
+    met = "✓" if sn_all and not bad and not failed else "✗"
+    return [*rows, ["symneuron correct and running in every configuration", measured, "0", met]]
+
+
+def targets(results: dict[str, Any]) -> list[list[str]]:
+    """The rows of the targets table: target, measured (the worst case), goal, met."""
+    records = results.get("records", [])
+    big = max((r["N"] for r in records), default=2**20)
+    small = min((r["N"] for r in records), default=2**14)
+    floor_rows, peer_rows = _floor_targets(results, big), _peer_targets(results, big, small)
+    return [*floor_rows, *peer_rows, *_latency_targets(results)]
 
 
 def problems_section(results: dict[str, Any]) -> str:
@@ -639,7 +659,7 @@ def markdown(results: dict[str, Any], plot_name: str | None = None) -> str:
     sections = [
         ("## Targets", "Issue 3's rows cover the single-state zoo (IF, LIF, PLIF, QIF, EIF); "
          "the Izhikevich row is the target for the neurons with extra states.",
-         _md_table(["target", "measured", "goal", "met"], targets(results), "lllc")),
+         md_table(["target", "measured", "goal", "met"], targets(results), "lllc")),
         ("## Training (forward + backward)", "symneuron's times, floor fractions and check, then "
          "its speed-up over each peer (wall / GPU). ✗: the peer failed its check; †: the peer "
          "fell back to its torch loop.", speedup_table(results, "training")),
@@ -676,11 +696,9 @@ def _series(
 
 
 def plot(results: dict[str, Any], path: str | Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
+
+    plt = pyplot()
 
     annotate(results)
     recs = [r for r in results.get("records", []) if _ok(r)]

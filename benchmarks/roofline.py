@@ -6,59 +6,29 @@ by arithmetic on an H100?
 
     python3 benchmarks/roofline.py                        # fp32, bf16 and fp16: the table
     python3 benchmarks/roofline.py --dtypes bf16 --models LIF,EIF --json roofline.json
-    python3 benchmarks/roofline.py --nvdisasm PATH        # adds exact SASS counts per step
 
-For each model and dtype the two kernels of a training call at K = 1 (one neuron per
-thread) are rendered as the runtime renders them (``<name>_forward_h_last_k1``: H stored,
-V only after the last step; ``<name>_backward_none_k1``: no gradient of V) and compiled by
-NVRTC to PTX for sm_90 with the runtime's options. In each kernel's time loop this counts,
-per element-step (one neuron, one t):
+The two kernels of a training call at K = 1 (``<name>_forward_h_last_k1``,
+``<name>_backward_none_k1``) are rendered as the runtime renders them and compiled by NVRTC
+to PTX for sm_90. Per element-step (one neuron, one t) of each kernel's time loop this
+counts *instr* (instructions issued, in SASS terms: :data:`SASS_PER_PTX`; on the zoo's 120
+training kernels this estimate was 7 % above nvdisasm's exact SASS count on average),
+*MUFU* (special-function ops, and the reciprocal inside each IEEE ``div.rn``/``sqrt.rn``),
+*IEEE* (those divisions and square roots) and *bytes* (global loads and stores).
 
-- *instr*: instructions issued, estimated in SASS terms from the PTX (:data:`SASS_PER_PTX`:
-  an IEEE ``div.rn.f32`` is one PTX instruction but ten SASS on its fast path, a PTX
-  ``mov`` is mostly none); ``--nvdisasm`` counts the SASS of NVRTC's sm_90 cubin itself
-  (the ``nvidia-cuda-nvdisasm`` wheel has one: ``nvidia/cu13/bin/nvdisasm``). On the 120
-  training kernels of the zoo (fp32, bf16, fp16; nvdisasm 13.5) the PTX estimate was
-  7 % above the SASS count on average (-1 % to +22 %, FitzHughNagumo the worst), and
-  MUFU ops and bytes per step were the same in both;
-- *MUFU*: special-function-unit ops (``ex2/lg2/rcp/rsqrt/sqrt/sin/cos/tanh.approx``, and
-  the one reciprocal inside each IEEE ``div.rn``/``rcp.rn``/``sqrt.rn``);
-- *IEEE*: the IEEE divisions, reciprocals and square roots among them (each with a
-  slow-path subroutine for rare operands, not counted: it is not on the fast path);
-- *bytes*: global loads and stores of the loop, from their widths.
+The t loop is unrolled (8 steps a main loop, a remainder loop of one): a loop's unroll
+factor is its global stores over the fewest any loop has, and the count follows the *fast
+path*, the longest path through the body that touches no local memory, does no fp64
+arithmetic, calls nothing and enters no inner loop (the rare paths of ``sinf`` or of a
+removable singularity are left out). The backward's loop exists twice (dL/dS a tensor, or
+a broadcast scalar as after ``spikes.sum()``); ``--grad-spike`` picks one.
 
-**Which instructions.** The t loop is unrolled (``#pragma unroll (K == 1 ? 8 : 4)``): the
-main loop (label to back-branch) holds 8 steps and a remainder loop one. The unroll factor
-of each loop is its global stores over the fewest any loop has; the per-step count is the
-main loop's count over its factor. A step can branch: a removable singularity
-(HodgkinHuxley's ``x / (exp(x) - 1)`` at x = 0), the rare large-argument path of ``sinf``
-(|x| > 105615: local memory and fp64 arithmetic). The count follows the *fast path*: the
-longest path through the loop body that touches no local memory, does no fp64 arithmetic
-(only the math library's rare paths do, in these fp32/16-bit kernels), calls no subroutine
-and enters no inner loop. The backward's loop exists twice (dL/dS a tensor, or one
-broadcast scalar as after ``spikes.sum()``, which reads no dL/dS); ``--grad-spike`` picks
-one (default ``scalar``, what the benchmark runs).
-
-**The H100 model** (:data:`H100`, SXM, H100 80GB HBM3): copy bandwidth 3.0e12 B/s (read +
-written, as measured by the benchmark's device copy; 2946 GB/s on 2026-11-21); 132 SMs,
-4 schedulers each issuing one warp-instruction a clock at 1.98 GHz boost, so
-132 x 4 x 32 x 1.98e9 = 3.35e13 thread-instructions/s; MUFU 16 ops/clock/SM = 4.18e12/s.
-Each kernel's time per element-step is the largest of bytes / bandwidth, instr / issue
-rate and MUFU / MUFU rate (the roofline: memory and arithmetic overlap perfectly); a
-training call is forward + backward. *frac* is the floor model's time
-(``floor.bytes_per_element``: dL/dS counted as read, as the benchmark's report does) over
-that predicted time, so it exceeds 1 when a kernel moves fewer bytes than the floor counts
-(the broadcast dL/dS), and it is below 1 when a kernel moves more (PLIF's backward re-reads
-X) or when arithmetic binds. *serial* is the same with no overlap at all (memory time plus
-the larger arithmetic term, same constants): a pessimistic bound, so a measured fraction
-should fall between *serial* and *frac*.
-
-**What it leaves out.** Latency: the recurrence through t is serial in each thread, so a
-long dependent chain per step (an IEEE division, an ``expf``) needs enough warps in flight
-to hide it, and occupancy (registers per thread) is not modelled; nor are dual issue
-limits per pipe (FMA vs ALU), cache effects, the tail of a wave, launch overhead. These
-are estimates, not measurements; :data:`MEASURED` holds what the H100 measured, for
-comparison only (no constant here was fitted to it).
+The H100 model (:data:`H100`): copy bandwidth 3.0e12 B/s (read + written); 132 SMs x 4
+schedulers x 32 threads x 1.98 GHz = 3.35e13 thread-instructions/s; MUFU 16 ops/clock/SM.
+A kernel's time is the largest of bytes / bandwidth, instr / issue rate and MUFU / MUFU rate;
+*frac* is the floor model's time (``floor.bytes_per_element``) over the predicted time,
+*serial* the same with no overlap (memory plus the larger arithmetic term): a measured
+fraction should fall between the two. Latency (a serial recurrence per thread), occupancy,
+cache effects and launch overhead are not modelled; :data:`MEASURED` is for comparison only.
 """
 
 from __future__ import annotations
@@ -66,10 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import struct
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -77,9 +44,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-for _path in (str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)):
-    if _path not in sys.path:  # floor.py, and the repository's symneuron
-        sys.path.insert(0, _path)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import core  # noqa: E402, F401  (the repository's symneuron on the path)
 import floor  # noqa: E402  (benchmarks/floor.py: the one floor model)
 
 
@@ -179,7 +145,7 @@ Item = str | Instr  # a label or an instruction
 
 
 # --------------------------------------------------------------------------------------
-# parsing: PTX (always), SASS from nvdisasm (optional check)
+# parsing PTX
 # --------------------------------------------------------------------------------------
 
 _PTX_LINE = re.compile(r"^\s*(@!?%p\d+\s+)?([a-z][\w.]*)\s*([^;]*);")
@@ -223,44 +189,6 @@ def parse_ptx(ptx: str) -> list[Item]:
         m = _PTX_LINE.match(line)
         if m and not line.startswith("."):
             items.append(_ptx_instr(m.group(1), m.group(2), m.group(3)))
-    return items
-
-
-_SASS_LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][\w.]*)\s*([^;]*);")
-_SASS_WIDTH = {"U8": 1, "S8": 1, "U16": 2, "S16": 2, "64": 8, "128": 16}
-
-
-def _sass_bytes(op: str) -> int:
-    return next((_SASS_WIDTH[p] for p in op.split(".") if p in _SASS_WIDTH), 4)
-
-
-def _sass_instr(guard: str | None, op: str, operands: str) -> Instr:
-    base = op.split(".")[0]
-    target = re.search(r"`\((\.L\w+)\)", operands)
-    predicate_operand = re.match(r"!?U?P\d", operands.strip()) is not None
-    return Instr(
-        op,
-        target=target.group(1) if base == "BRA" and target else None,
-        conditional=bool(guard) or predicate_operand,
-        mufu=int(base == "MUFU"),
-        loads=_sass_bytes(op) if base == "LDG" else 0,
-        stores=_sass_bytes(op) if base == "STG" else 0,
-        slow=base in ("CALL", "LDL", "STL", "DADD", "DMUL", "DFMA") or ".F64" in op,
-        ends=base in ("EXIT", "RET"),
-    )
-
-
-def parse_sass(sass: str) -> list[Item]:
-    """The labels and instructions of ``nvdisasm -c`` output, in order."""
-    items: list[Item] = []
-    for line in sass.splitlines():
-        text = line.strip()
-        if re.fullmatch(r"\.L_x_\d+:", text):
-            items.append(text[:-1])
-            continue
-        m = _SASS_LINE.search(line)
-        if m:
-            items.append(_sass_instr(m.group(1), m.group(2), m.group(3)))
     return items
 
 
@@ -423,29 +351,6 @@ def ptx(model: str, dtype: str, kernel: str) -> str:
     return nvrtc.compile_to_ptx(kernel_source(model, dtype, kernel), "roofline.cu", NVRTC_OPTIONS)
 
 
-def sass(model: str, dtype: str, kernel: str, nvdisasm: str) -> str:
-    """The kernel's sm_90 SASS, disassembled by ``nvdisasm`` from NVRTC's cubin."""
-    from symneuron.runtime import nvrtc
-
-    cubin = nvrtc.compile_to_cubin(kernel_source(model, dtype, kernel), "r.cu", NVRTC_OPTIONS)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "k.cubin"
-        path.write_bytes(_whole_elf(cubin))
-        out = subprocess.run([nvdisasm, "-c", str(path)], capture_output=True, text=True)
-    if out.returncode:
-        raise RuntimeError(f"nvdisasm failed: {out.stderr.strip()}")
-    return out.stdout
-
-
-def _whole_elf(image: bytes) -> bytes:
-    """``image`` padded with zeros to the end its ELF headers give (CuPy's ``getCUBIN``
-    drops the last byte, as for a NUL-terminated PTX; nvdisasm refuses a short file)."""
-    phoff, shoff = struct.unpack_from("<QQ", image, 32)
-    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", image, 54)
-    size = max(phoff + phentsize * phnum, shoff + shentsize * shnum, len(image))
-    return image + bytes(size - len(image))
-
-
 def grad_spike_pick(kernel: str, grad_spike: str) -> str:
     """Which unswitched copy of the time loop runs: the forward has one; the backward's
     scalar dL/dS copy reads the fewest bytes."""
@@ -476,11 +381,7 @@ def kernel_time(step: Step, gpu: Machine = H100) -> tuple[float, float, str]:
 
 
 def estimate(
-    model: str,
-    dtype: str,
-    grad_spike: str = "scalar",
-    nvdisasm: str | None = None,
-    gpu: Machine = H100,
+    model: str, dtype: str, grad_spike: str = "scalar", gpu: Machine = H100
 ) -> dict[str, Any]:
     """The roofline row of one model and dtype (see the module docstring)."""
     itemsize = floor.ITEMSIZE[dtype]
@@ -499,9 +400,6 @@ def estimate(
             "floor_bytes": floor.tensors(kernel, k) * itemsize,
             "terms": kernel_terms(step, gpu),
         }
-        if nvdisasm:
-            exact = step_counts(parse_sass(sass(model, dtype, kernel, nvdisasm)), pick)
-            row[kernel]["sass"] = asdict(exact)
     row["floor_bytes"] = floor.bytes_per_element(model, "training", itemsize)
     row["floor_seconds"] = row["floor_bytes"] / gpu.copy_bandwidth
     row["seconds"] = sum(row[kernel]["seconds"] for kernel in KERNELS)
@@ -550,13 +448,12 @@ def format_row(row: dict[str, Any]) -> str:
     IEEE: forward + backward), bytes per element of a training call, floor fractions."""
     f, b = row["forward"], row["backward"]
     measured = f"{row['measured']:.2f}" if row["measured"] is not None else ""
-    sass = f"  sass {f['sass']['issued']:.1f}/{b['sass']['issued']:.1f}" if "sass" in f else ""
     return (
         f"{row['model']:<16}{row['dtype']:<6}{f['issued']:>7.1f}{b['issued']:>7.1f}"
         f"{f['mufu'] + b['mufu']:>6.1f}{f['ieee'] + b['ieee']:>6.1f}{row['floor_bytes']:>8}"
         f"{f['bytes'] + b['bytes']:>7.0f}{row['floor_fraction']:>6.2f}"
         f"{row['serial_floor_fraction']:>7.2f}  {f['bound'] + '/' + b['bound']:<14}"
-        f"{measured:>8}{sass}"
+        f"{measured:>8}"
     )
 
 
@@ -590,7 +487,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="scalar",
         help="dL/dS of the backward: a broadcast scalar (spikes.sum()) or a tensor",
     )
-    p.add_argument("--nvdisasm", help="path to nvdisasm: also count the cubin's SASS")
     p.add_argument("--json", type=Path, help="write the rows here")
     args = p.parse_args(argv)
     started = time.perf_counter()
@@ -603,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     for model in args.models.split(","):
         for dtype in args.dtypes.split(","):
-            rows.append(estimate(model, dtype, args.grad_spike, args.nvdisasm, gpu))
+            rows.append(estimate(model, dtype, args.grad_spike, gpu))
             print(format_row(rows[-1]), flush=True)
     print(comparison(rows))
     print(f"({time.perf_counter() - started:.0f} s)")
