@@ -58,13 +58,14 @@ class Local:
         params = self.params(neuron, x.shape[1], x.dtype)
         grad = self.torch.ones((), device=self.device, dtype=x.dtype).expand(*x.shape)
         x_saved = x if program.needs_x else None
-        _, _, h, _, wt = program.forward(x, None, None, params, True, "last")
+        first = program.forward(x, None, None, params, True, "last")
+        h, wt = first.h_seq, first.wt_seq
 
         def forward() -> Any:
             return program.forward(x, None, None, params, True, "last")
 
         def backward() -> Any:
-            return program.backward(grad, None, None, "none", h, wt, x_saved, None, None, params)
+            return program.backward(grad, None, None, h, wt, x_saved, None, None, params, "none")
 
         return forward, backward
 
@@ -179,7 +180,8 @@ def overhead_parts(local: Local, neuron: Any, x: Any) -> dict[str, Callable[[], 
 
         @staticmethod
         def forward(ctx: Any, a: Any) -> Any:
-            spike, v_out, h_seq, _, ctx.wt = program.forward(a, None, None, params, True, "last")
+            out = program.forward(a, None, None, params, True, "last")
+            spike, v_out, h_seq, ctx.wt = out.spike_seq, out.v_seq, out.h_seq, out.wt_seq
             ctx.save_for_backward(h_seq, a)
             return spike, v_out
 
@@ -187,7 +189,9 @@ def overhead_parts(local: Local, neuron: Any, x: Any) -> dict[str, Callable[[], 
         def backward(ctx: Any, g: Any, _gv: Any) -> Any:
             h_seq, a = ctx.saved_tensors
             a = a if program.needs_x else None
-            return program.backward(g, None, None, "none", h_seq, ctx.wt, a, None, None, params)[0]
+            return program.backward(
+                g, None, None, h_seq, ctx.wt, a, None, None, params, "none"
+            ).grad_x_seq
 
     return {
         "symneuron training": lambda: train(simulate(x)),

@@ -56,11 +56,11 @@ def _status_of(exc: BaseException) -> str:
 def reference_spikes(neuron: Any, x: Any, params: dict[str, Any], round_h_to: Any = None) -> Any:
     """The spikes of symneuron's torch reference, started where ``sn.simulate`` starts
     without a ``v_init``: the neuron's ``v_init``, else v_reset (0 under soft reset)."""
+    from symneuron.inputs import default_v_init
     from symneuron.reference import simulate_reference
-    from symneuron.simulate import _default_v_init
 
     values = {**neuron.params, **params}
-    v0 = _default_v_init(neuron, x, x.shape[1:], values)
+    v0 = default_v_init(neuron, x, x.shape[1:], values)
     out = simulate_reference(neuron, x, v0, values, store_v_seq=False, round_h_to=round_h_to)
     return out[0]  # (spikes, v_seq) or (spikes, v_seq, states)
 

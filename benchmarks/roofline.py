@@ -322,12 +322,12 @@ KERNELS = ("forward", "backward")
 def kernel_name(model: str, kernel: str) -> str:
     """The exported K = 1 kernel a training call launches: the forward that stores H and
     returns V after the last step, the backward that gets no gradient of V."""
-    from symneuron.codegen.signature import backward_name, forward_name
+    from symneuron.signature import Variant
 
     name = _spec(model).name
     if kernel == "forward":
-        return forward_name(name, True, "last", 1)
-    return backward_name(name, "none", 1)
+        return Variant("forward", (True, "last"), 1).exported(name)
+    return Variant("backward", ("none",), 1).exported(name)
 
 
 @cache

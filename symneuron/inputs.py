@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from .assumptions import check_assumption
 from .definition import Definition
 from .memo import BoundedTable
 from .reference import as_tensor, level_value
@@ -130,6 +131,9 @@ def param_values(
                 )
         else:
             value = finite_float(value, f"param {name!r}")
+            kinds = neuron.param_assumptions.get(name)
+            if kinds:  # plain float arithmetic, no SymPy
+                check_assumption(name, kinds, value)
         values[name] = value
     return values
 
