@@ -25,7 +25,11 @@ import re
 from collections import namedtuple
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
+from operator import itemgetter
+from typing import Any, NamedTuple
+
+import torch
 
 __all__ = [
     "Arg",
@@ -117,40 +121,54 @@ class Pass:
         """The arguments of a neuron with (or without) extra states."""
         return tuple(a for a in self.args if states or not a.states)
 
-    @property
+    # The facts below are read on every launch: computed once per pass.
+    @cached_property
     def inputs(self) -> tuple[Arg, ...]:
         """What a caller passes, by name: every argument neither derived nor an output."""
         return tuple(a for a in self.args if not a.derived and not a.output)
 
-    @property
+    @cached_property
     def defaults(self) -> dict[str, Any]:
         """The inputs that have a default, with it."""
         return {a.name: a.default for a in self.inputs if a.default is not None}
 
-    @property
+    @cached_property
     def outputs(self) -> tuple[Arg, ...]:
         return tuple(a for a in self.args if a.output)
 
-    @property
+    @cached_property
     def returns(self) -> type:
         """The named tuple a pass returns: one field per output, None where absent."""
-        return _RETURNS[self.name]
+        return namedtuple(f"{self.name.capitalize()}Outputs", [a.name for a in self.outputs])
 
     def allocate(
         self, like: Any, dims: dict[str, int], present: dict[str, bool], accum: Any
     ) -> Any:
-        """The outputs (:attr:`returns`) as new tensors like ``like``, ``accum`` the dtype of
-        accumulator rows; None where an output's ``when`` is false."""
+        """The outputs (:attr:`returns`) as new tensors like ``like`` (the pass's [T, N]
+        input), ``accum`` the dtype of accumulator rows; None where an output does not
+        exist (:meth:`Arg.exists`)."""
         return self.returns(
             *[
                 None
-                if not a.exists(present)
-                else like.new_empty(
-                    tuple(dims[d] for d in a.shape), dtype=accum if a.role == "accum" else None
-                )
-                for a in self.outputs
+                if (states and not present["states"]) or (when and not present[when])
+                else torch.empty_like(like)  # [T, N] like ``like`` (the cheapest allocation)
+                if shape is None
+                else like.new_empty(shape(dims), dtype=accum if accumulates else None)
+                for states, when, shape, accumulates in self._recipe
             ]
         )
+
+    @cached_property
+    def _recipe(self) -> tuple[tuple[bool, str | None, Any, bool], ...]:
+        """Per output, what :meth:`allocate` reads (the rule of :meth:`Arg.exists`); the
+        shape as a getter of its dims, None for a [T, N] storage output (shaped like
+        ``like``)."""
+        return tuple(
+            (a.states, a.when, None if a.shape == ("T", "N") and a.role == "storage" else
+             itemgetter(*a.shape),  # one dim gives an int, which new_empty takes too
+             a.role == "accum")
+            for a in self.outputs
+        )  # fmt: skip
 
 
 def _tensor(name: str, **kw: Any) -> Arg:
@@ -225,10 +243,6 @@ BACKWARD = Pass(
 )
 
 PASSES = {"forward": FORWARD, "backward": BACKWARD}
-_RETURNS = {
-    p.name: namedtuple(f"{p.name.capitalize()}Outputs", [a.name for a in p.outputs])
-    for p in PASSES.values()
-}
 
 
 def param_cnames(params: Sequence[str]) -> tuple[str, ...]:
@@ -241,8 +255,7 @@ def param_cnames(params: Sequence[str]) -> tuple[str, ...]:
     return tuple(f"p{i}_{re.sub(r'[^0-9A-Za-z_]', '_', a)}" for i, a in enumerate(ascii_names))
 
 
-@dataclass(frozen=True)
-class Geometry:
+class Geometry(NamedTuple):
     """How a variant is launched: blocks, threads per block, shared memory bytes."""
 
     grid: int

@@ -115,6 +115,6 @@ def test_the_wide_variant_is_what_runs() -> None:
     neuron = sn.models.LIF()
     prog = sn.runtime.kernels.program(neuron, "cpu")
     sn.simulate(neuron, torch.rand(3, 131), backend="cpu")
-    lanes_used = {key[2].lanes for key in prog._launchers if key[0] == torch.float32}
+    lanes_used = {key[4] for key in prog._launchers if key[0] == torch.float32}
     assert dtypes.lookup("cpu", torch.float32).lanes == 64
     assert 64 in lanes_used

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from .tuning import Settings
 
-__all__ = ["Packed", "settings"]
+__all__ = ["Kinds", "settings"]
 
-#: One packed kernel argument: (struct format character, value). "P" a device pointer,
-#: "q" a ``long long``, "i" an ``int``. A plain tuple: launches build a dozen per call.
-Packed = tuple[str, int]
+#: A launch's argument kinds, one ``struct`` format character per value: "P" a device
+#: pointer, "q" a ``long long``, "i" an ``int`` (fixed per program and pass, so a
+#: launch passes only the values).
+Kinds = str
 
 #: The process's launch settings (see :class:`~symneuron.runtime.tuning.Settings`).
 settings = Settings()

@@ -25,7 +25,7 @@ import torch
 
 from ..memo import BoundedTable
 from ..signature import Geometry
-from . import Packed, cache
+from . import cache
 
 __all__ = ["compiler", "available", "problem", "load", "launcher"]
 
@@ -182,18 +182,19 @@ def load(source: str, device: int = -1) -> ctypes.CDLL:
     return library
 
 
-Launch = Callable[[list[Packed], Geometry], None]
+Launch = Callable[[str, list[int], Geometry | None], None]
 
 
 def launcher(library: ctypes.CDLL, name: str, device: int = -1) -> Launch:
-    """``launch(args, geometry)`` for kernel ``name`` (one call runs every neuron: the
-    geometry is the GPU's concern; the neuron count is among the args)."""
+    """``launch(kinds, values, geometry)`` for kernel ``name``: ``kinds`` are the values'
+    :data:`~symneuron.runtime.Kinds` characters; one call runs every neuron (the
+    geometry is the GPU's concern; the neuron count is among the values)."""
     fn = getattr(library, name)
     fn.restype = None
 
-    def launch(args: list[Packed], geometry: Geometry) -> None:
+    def launch(kinds: str, values: list[int], geometry: Geometry | None) -> None:
         if fn.argtypes is None:  # a kernel's argument kinds never change: set them once
-            fn.argtypes = tuple(_CTYPES[kind] for kind, _ in args)
-        fn(*[value for _, value in args])
+            fn.argtypes = tuple(_CTYPES[kind] for kind in kinds)
+        fn(*values)
 
     return launch

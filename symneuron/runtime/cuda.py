@@ -21,7 +21,7 @@ import torch
 
 from ..memo import BoundedTable
 from ..signature import Geometry
-from . import Packed, cache, nvrtc
+from . import cache, nvrtc
 
 __all__ = ["available", "load", "launcher"]
 
@@ -112,8 +112,8 @@ _PARAM_END, _PARAM_BUFFER, _PARAM_SIZE = 0, 1, 2
 _EXTRA = ctypes.c_void_p * 5
 
 
-def launcher(module: Any, name: str, device: int) -> Callable[[list[Packed], Geometry], None]:
-    """``launch(args, geometry)`` for kernel ``name`` of ``module`` on ``device``.
+def launcher(module: Any, name: str, device: int) -> Callable[[str, list[int], Geometry], None]:
+    """``launch(kinds, values, geometry)`` for kernel ``name`` of ``module`` on ``device``.
 
     Each launch packs the arguments into one buffer (native C alignment, as the
     kernel expects) and hands it to ``cuLaunchKernel`` on torch's current stream:
@@ -128,14 +128,9 @@ def launcher(module: Any, name: str, device: int) -> Callable[[list[Packed], Geo
     current_device = torch._C._cuda_getDevice
     pack = struct.pack
     address = ctypes.addressof
-    formats: dict[tuple[str, ...], str] = {}
 
-    def launch(args: list[Packed], geometry: Geometry, _module: Any = module) -> None:
-        kinds, values = zip(*args, strict=True)
-        fmt = formats.get(kinds)
-        if fmt is None:
-            fmt = formats[kinds] = "@" + "".join(kinds)
-        packed = pack(fmt, *values)
+    def launch(kinds: str, values: list[int], geometry: Geometry, _module: Any = module) -> None:
+        packed = pack("@" + kinds, *values)
         buffer = ctypes.create_string_buffer(packed, len(packed))
         size = ctypes.c_size_t(len(packed))
         extra = _EXTRA(_PARAM_BUFFER, address(buffer), _PARAM_SIZE, address(size), _PARAM_END)

@@ -23,7 +23,7 @@ from ..codegen import render_source
 from ..definition import Definition, find
 from ..memo import BoundedTable
 from ..signature import BACKWARD, FORWARD, Arg, Geometry, Pass, Variant, param_cnames
-from . import Packed, cache, cpu, cuda, settings
+from . import Kinds, cache, cpu, cuda, settings
 
 __all__ = ["Backend", "BACKENDS", "Program", "program", "lookup"]
 
@@ -46,7 +46,7 @@ BACKENDS: dict[str, Backend] = {
     "cuda": Backend(cuda, ".cu", simt=True),
 }
 
-Launch = Callable[[list[Packed], Geometry], None]
+Launch = Callable[[Kinds, list[int], Geometry | None], None]
 
 
 class Layout(NamedTuple):
@@ -71,24 +71,38 @@ def _pointers(value: Any) -> list[int]:
     return [p.data_ptr() for p in value]
 
 
-def _packer(args: tuple[Arg, ...]) -> Callable[[dict[str, Any]], list[Packed]]:
+def _packer(args: tuple[Arg, ...]) -> Callable[[dict[str, Any]], list[int]]:
     """Packs a pass's values, given by name, in its arguments' order (pointers as
-    addresses, None as NULL, one entry per parameter for the expanded arguments)."""
-    recipe = tuple((a.name, a.pack, a.pointer, a.each is not None) for a in args)
+    addresses, None as NULL, one entry per parameter for the expanded arguments).
 
-    def pack(values: dict[str, Any]) -> list[Packed]:
-        out: list[Packed] = []
-        for name, kind, pointer, each in recipe:
-            value = values[name]
-            if each:
-                out += [(kind, v) for v in (_pointers(value) if pointer else value)]
-            elif pointer:
-                out.append((kind, 0 if value is None else value.data_ptr()))
-            else:
-                out.append((kind, value))
-        return out
+    The packer is one generated list expression (as :func:`collections.namedtuple`
+    generates its class): a launch packs a dozen values, and a loop over the arguments
+    cost more host time than the launch itself."""
+    items = []
+    for a in args:
+        value = f"values[{a.name!r}]"
+        if a.each and a.pointer:
+            items.append(f"*_pointers({value})")
+        elif a.each:
+            items.append(f"*{value}")
+        elif a.pointer:
+            items.append(f"_address({value})")
+        else:
+            items.append(value)
+    source = f"def pack(values):\n    return [{', '.join(items)}]\n"
+    namespace: dict[str, Any] = {"_pointers": _pointers, "_address": _address}
+    exec(source, namespace)  # noqa: S102 (text built above from the signature's names)
+    return namespace["pack"]
 
-    return pack
+
+def _address(value: torch.Tensor | None) -> int:
+    """A pointer argument: a tensor's address, or NULL for None."""
+    return 0 if value is None else value.data_ptr()
+
+
+def _kinds(args: tuple[Arg, ...], counts: dict[str, int]) -> str:
+    """The ``struct`` characters of a pass's values (``counts``: values per ``each``)."""
+    return "".join(a.pack * (1 if a.each is None else counts[a.each]) for a in args)
 
 
 class Program:
@@ -116,12 +130,14 @@ class Program:
         )
         states = bool(self.k)
         self._pack = {p.name: _packer(p.of(states)) for p in (FORWARD, BACKWARD)}
+        counts = {"param": self.n_params, "learnable": self.n_learnable}
+        self._kinds = {p.name: _kinds(p.of(states), counts) for p in (FORWARD, BACKWARD)}
         #: the tensors of each pass (for the lane count and the launcher's dtype, device)
         self._tensors = {
             p.name: tuple(a.name for a in p.of(states) if a.pointer and a.each is None)
             for p in (FORWARD, BACKWARD)
         }
-        self._launchers: dict[tuple[Any, ...], Launch] = {}
+        self._launchers: dict[tuple[Any, ...], tuple[Variant, Launch]] = {}
         self._flags: dict[str, bool] = {}
 
     @property
@@ -187,12 +203,15 @@ class Program:
         tensors = [values[name] for name in self._tensors[pass_.name]]
         first = tensors[0]
         lanes = self._lanes(tensors, n)
-        variant = Variant(pass_.name, options, lanes)
-        lkey = (first.dtype, first.device, variant)
-        launch = self._launchers.get(lkey)
-        if launch is None:
-            launch = self._launchers[lkey] = self._launcher(variant.exported(self.name), first)
-        launch(self._pack[pass_.name](values), variant.geometry(n, settings.cuda_block))
+        lkey = (first.dtype, first.device, pass_.name, options, lanes)  # a tuple: host time
+        found = self._launchers.get(lkey)
+        if found is None:
+            variant = Variant(pass_.name, options, lanes)
+            launch = self._launcher(variant.exported(self.name), first)
+            found = self._launchers[lkey] = (variant, launch)
+        variant, launch = found
+        geometry = variant.geometry(n, settings.cuda_block) if self.impl.simt else None
+        launch(self._kinds[pass_.name], self._pack[pass_.name](values), geometry)
 
     def _check_params(self, params: Sequence[torch.Tensor]) -> list[int]:
         """The params' strides (0 for a 0-dim tensor), after checking their count."""
@@ -242,8 +261,9 @@ class Program:
         if n == 0:
             return out
         values = dict(
-            FORWARD.defaults, x_seq=x_seq, v_init=v_init, w_init=w_init, params=params,
-            **out._asdict(), param_strides=self._check_params(params), T=t_len, N=n, **extra,
+            zip(out._fields, out, strict=True), x_seq=x_seq, v_init=v_init, w_init=w_init,
+            params=params, param_strides=self._check_params(params), T=t_len, N=n,
+            **FORWARD.defaults, **extra,
         )  # fmt: skip
         self._launch(FORWARD, (store_h, v_mode), values, n)
         return out
@@ -274,9 +294,9 @@ class Program:
             return out
         scalar = grad_spike.numel() > 1 and not any(grad_spike.stride())
         values = dict(
-            BACKWARD.defaults, grad_spike=grad_spike, grad_v_seq=grad_v_seq,
+            zip(out._fields, out, strict=True), grad_spike=grad_spike, grad_v_seq=grad_v_seq,
             grad_w_seq=grad_w_seq, h_seq=h_seq, wt_seq=wt_seq, x_seq=x_seq, v_init=v_init,
-            w_init=w_init, params=params, **out._asdict(),
+            w_init=w_init, params=params, **BACKWARD.defaults,
             param_strides=self._check_params(params), grad_spike_scalar=int(scalar),
             T=t_len, N=n, **extra,
         )  # fmt: skip
