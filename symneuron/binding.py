@@ -152,6 +152,14 @@ def _save(ctx: Any, prog: Program, v_mode: str, inputs: dict[str, Any], out: Any
 def _gradients(ctx: Any, grad_spike: Any, grad_v: Any, grad_w: Any, compiled: bool) -> Any:
     """dL/dX, dL/dV[0], dL/dW[0] and each param's gradient (None unless learnable), from
     the saved context: a dict keyed by the forward's input names."""
+    if torch.is_grad_enabled() and not torch.compiler.is_compiling():
+        raise RuntimeError(
+            "symneuron: the fused kernels' backward is not differentiable, so a gradient "
+            "taken with create_graph=True (double backward: gradient penalties, "
+            "meta-learning, Hessian-vector products) would miss its second-order terms. "
+            "Run this part with backend='torch' (the reference, plain torch ops), which "
+            "differentiates twice."
+        )
     h_seq, wt_seq, v_init, w_init, x_seq, *params = ctx.saved_tensors
     prog: Program = ctx.program
     if h_seq is None:
@@ -269,7 +277,8 @@ def run(job: Run) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         key = job.neuron.key()  # a plain string: the op finds the live neuron by it
         args = (x_seq, job.v_init, job.w_init, params, job.store_h, job.v_mode)
         got = FORWARD.returns(*forward_op(key, job.backend, *args))
-        return got.spike_seq, got.v_seq, got.w_out if job.neuron.states else None
+        states = len(job.neuron.states) > 0  # (len: Dynamo misreads a mappingproxy's truth)
+        return got.spike_seq, got.v_seq, got.w_out if states else None
     params = [launch_param(p, dtype, device, shape, n) for p in job.params]
     got = program(job.neuron, job.backend).forward(
         x_seq, job.v_init, job.w_init, params, False, job.v_mode

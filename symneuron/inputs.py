@@ -34,6 +34,10 @@ def check_x(x_seq: Any) -> torch.Tensor:
             f"x_seq must be [T, *shape] with at least 2 dims, got shape {tuple(x_seq.shape)}; "
             "for one step use x.unsqueeze(0) or NeuronLayer(step_mode='s')."
         )
+    if x_seq.layout != torch.strided:
+        raise TypeError(
+            f"x_seq must be a dense tensor, got layout {x_seq.layout}; use x_seq.to_dense()"
+        )
     if not x_seq.is_floating_point():
         raise TypeError(
             f"x_seq must be a floating-point tensor, got {x_seq.dtype}; use x_seq.float()"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import sys
-import warnings
 from collections.abc import Mapping
 from types import FrameType
 from typing import Any
@@ -22,9 +21,8 @@ import torch
 import torch.utils.checkpoint
 from torch import nn
 
-from . import dtypes
 from .neuron import Neuron
-from .simulate import BACKENDS, resolve_backend, simulate
+from .simulate import BACKENDS, simulate
 from .validate import finite_float, flag, named
 
 __all__ = ["NeuronLayer"]
@@ -41,8 +39,6 @@ _REENTRANT_CODE = getattr(
 _FRAMES = 24
 #: checkpointed calls remembered per layer until their recomputation (oldest dropped)
 _REPLAYS = 1024
-#: (device type, dtype) pairs for which backend="auto" warned that it runs the reference
-_AUTO_WARNED: set[tuple[str, torch.dtype]] = set()
 _REENTRANT_FIX = (
     "torch.utils.checkpoint(use_reentrant=True) passes gradients only to the checkpointed "
     "function's inputs, and a NeuronLayer's state is none of them: use use_reentrant=False, "
@@ -270,29 +266,6 @@ class NeuronLayer(nn.Module):
             del replays[:-_REPLAYS]
         return self.v, self.states, phase
 
-    def _backend(self, x_seq: torch.Tensor) -> str:
-        """The backend for ``x_seq``: backend="auto" runs the torch reference (one warning)
-        for a dtype the kernels here lack, e.g. bfloat16 on the CPU under torch.autocast."""
-        if self.backend != "auto" or x_seq.dtype in (torch.float32, torch.float64):
-            return self.backend
-        chosen = resolve_backend("auto", x_seq.device)
-        if not x_seq.is_floating_point() or dtypes.dtype_name(x_seq.dtype) in dtypes.supported(
-            chosen
-        ):
-            return self.backend
-        if (x_seq.device.type, x_seq.dtype) not in _AUTO_WARNED:
-            _AUTO_WARNED.add((x_seq.device.type, x_seq.dtype))
-            warnings.warn(
-                f"symneuron: backend='auto' runs the (slower) torch reference for {x_seq.dtype} "
-                f"on {x_seq.device.type}: the {chosen} kernels take "
-                f"{', '.join(dtypes.supported(chosen))}. Pass backend='torch' to choose it "
-                "without this warning, or give the layer float32 input (e.g. run it outside "
-                "torch.autocast).",
-                RuntimeWarning,
-                stacklevel=4,
-            )
-        return "torch"
-
     def _run(
         self, x_seq: torch.Tensor, v: torch.Tensor | None, states: dict[str, torch.Tensor]
     ) -> Any:
@@ -304,7 +277,7 @@ class NeuronLayer(nn.Module):
                 x_seq,
                 v,
                 self.param_values(),
-                backend=self._backend(x_seq) if isinstance(x_seq, torch.Tensor) else self.backend,
+                backend=self.backend,
                 store_v_seq=self.store_v_seq and self.step_mode == "m",
                 states=states or None,
                 check_finite=self.check_finite,
@@ -337,7 +310,7 @@ class NeuronLayer(nn.Module):
         if x_seq.shape[0] == 0:  # no step: the memory stays as it was
             self._keep(self.v, v_seq if store else None, self.states)
             return spikes
-        if self.neuron.states:
+        if len(self.neuron.states):  # (len: Dynamo misreads an empty mappingproxy as true)
             states = {name: seq[-1] for name, seq in result[2].items()}
         self._keep(v_seq[-1], v_seq if store else None, states)
         if phase == "reentrant":

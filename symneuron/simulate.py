@@ -154,6 +154,22 @@ def prepare(
     if check_finite is not True and check_finite is not False:
         check_finite = flag(check_finite, "check_finite")
     x_seq = check_x(x_seq)
+    if (
+        backend != "torch"
+        and not torch.compiler.is_compiling()
+        and torch._C._are_functorch_transforms_active()
+    ):
+        raise RuntimeError(
+            "symneuron: the fused kernels do not support functorch transforms (vmap, grad, "
+            "jacrev, jvp, ...): their autograd Function has no vmap or forward-mode rule. "
+            "Pass backend='torch' (the reference, plain torch ops) inside the transform."
+        )
+    if check_finite and torch.compiler.is_compiling():
+        raise RuntimeError(
+            "symneuron: check_finite=True reads the results on the host, which "
+            "torch.compile(fullgraph=True) cannot trace; check outside the compiled "
+            "function (sn.validate.raise_if_not_finite) or drop check_finite."
+        )
     shape = x_seq.shape[1:]
     v0 = v_init_of(neuron, v_init, x_seq, shape)
     values = param_values(neuron, params, x_seq, shape)
@@ -174,17 +190,20 @@ def prepare(
 
 
 def _kernel_backend(backend: str, x_seq: torch.Tensor) -> str:
-    """The backend that runs (``"auto"`` resolved); a TypeError for a dtype it lacks."""
-    backend = resolve_backend(backend, x_seq.device)
-    if backend != "torch":
-        try:
-            dtypes.lookup(backend, x_seq.dtype)
-        except TypeError:
-            raise TypeError(
-                f"backend={backend!r} supports {dtypes.supported(backend)}, not "
-                f"{x_seq.dtype}; convert x_seq or use backend='torch'."
-            ) from None
-    return backend
+    """The backend that runs: ``"auto"`` resolved, and the torch reference (one warning)
+    when the backend it picked lacks the dtype (bfloat16 on the CPU, e.g. under
+    ``torch.autocast``); a TypeError naming the dtypes of a backend the user chose."""
+    chosen = resolve_backend(backend, x_seq.device)
+    if chosen == "torch" or dtypes.dtype_name(x_seq.dtype) in dtypes.supported(chosen):
+        return chosen
+    kernels = f"the {chosen} kernels take {', '.join(dtypes.supported(chosen))}"
+    if backend == "auto":
+        why = f"{kernels}, not {dtypes.dtype_name(x_seq.dtype)} (run outside torch.autocast)."
+        return _fallback(f"{x_seq.device.type} {dtypes.dtype_name(x_seq.dtype)}", why)
+    raise TypeError(
+        f"backend={chosen!r} supports {dtypes.supported(chosen)}, not "
+        f"{x_seq.dtype}; convert x_seq or use backend='torch'."
+    )
 
 
 def _kernel_run(

@@ -4,6 +4,7 @@ torch.autocast."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 import pytest
@@ -12,6 +13,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import symneuron as sn
+from symneuron.memo import BoundedTable
 from symneuron.runtime import cpu
 
 pytestmark = pytest.mark.skipif(not cpu.available(), reason="needs a C compiler")
@@ -174,12 +176,13 @@ def test_state_from_inference_mode_then_grad_names_reset() -> None:
 def test_autocast_bfloat16_with_auto_backend_runs_the_reference(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(sn.layer, "_AUTO_WARNED", set())
+    # the one-time warning comes from simulate, which picks the backend for layer and call
+    monkeypatch.setattr(importlib.import_module("symneuron.simulate"), "_WARNED", BoundedTable(16))
     torch.manual_seed(3)
     net = nn.Sequential(nn.Linear(8, 16), sn.NeuronLayer(sn.models.LIF()))
     x = 3 * torch.rand(6, 4, 8, generator=torch.Generator().manual_seed(4))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        with pytest.warns(RuntimeWarning, match="torch reference for torch.bfloat16 on cpu"):
+        with pytest.warns(RuntimeWarning, match="torch reference on cpu bfloat16"):
             spikes = net(x)
         net[1].reset()
         want = sn.simulate(sn.models.LIF(), net[0](x), backend="torch")[0]

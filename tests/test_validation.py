@@ -238,7 +238,7 @@ def test_cuda_backend_on_cpu_tensors() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("backend", ["cpu", "auto"])
+@pytest.mark.parametrize("backend", ["cpu"])  # "auto" runs the reference: test_issue25_binding
 def test_half_on_cpu_backend(backend: str, dtype: torch.dtype) -> None:
     with pytest.raises(TypeError, match=f"backend='cpu' supports .*not {dtype}"):
         sn.simulate(LIF, x_seq(3, 5, dtype=dtype), backend=backend)
