@@ -81,9 +81,8 @@ def simulate(
 ) -> Any:
     """Run ``neuron`` over ``x_seq`` and return ``(spike_seq, v_seq)``.
 
-    A neuron with extra state variables returns ``(spike_seq, v_seq, states)``,
-    ``states`` mapping each state's name to its values after every step
-    ([T, *shape]) or after the last ([1, *shape]), as for ``v_seq``.
+    With extra state variables: ``(spike_seq, v_seq, states)``, ``states`` mapping each
+    state's name to its values shaped as ``v_seq``.
 
     Parameters
     ----------
@@ -98,6 +97,8 @@ def simulate(
         Symbol or name -> float or tensor broadcastable to ``shape`` (scalar,
         per-channel, per-neuron). Omitted params take the neuron's defaults.
     backend : {"auto", "cuda", "cpu", "torch"}
+        "auto": the device's kernels, or the torch reference (one warning) where they
+        lack the dtype or a compiler.
     store_v_seq : bool
         Return V after every step ([T, *shape]); if False only the last ([1, *shape]).
     states : mapping, optional
@@ -106,19 +107,15 @@ def simulate(
     check_finite : bool
         Raise :class:`~symneuron.validate.NonFiniteError` naming the first step and
         neuron at which V (or an extra state) became NaN or ±inf. Off by default: it
-        reads the results back (a device synchronisation, a graph break under
-        ``torch.compile``). Every backend computes the same NaN and inf (spikes stay
-        exactly 0 or 1: a NaN charge does not fire).
-
-    Notes
-    -----
-    An empty input (T = 0 or no neurons) gives empty outputs; with T = 0 and
-    ``store_v_seq=False`` the returned V is the initial one.
+        reads the results back (a device synchronisation; not inside ``torch.compile``).
+        Every backend computes the same NaN and inf (a NaN charge does not fire).
 
     Returns
     -------
-    spike_seq : Tensor [T, *shape], values 0/1, differentiable through the surrogate.
-    v_seq : Tensor [T, *shape] or [1, *shape].
+    spike_seq : Tensor [T, *shape], values 0/1, differentiable through the surrogate
+        (once: ``create_graph=True`` through the kernels raises; use backend="torch").
+    v_seq : Tensor [T, *shape] or [1, *shape]. Empty inputs give empty outputs; with
+        T = 0 and ``store_v_seq=False``, V is the initial one.
 
     Examples
     --------
