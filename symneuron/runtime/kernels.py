@@ -139,6 +139,8 @@ class Program:
         }
         self._launchers: dict[tuple[Any, ...], tuple[Variant, Launch]] = {}
         self._flags: dict[str, bool] = {}
+        #: which outputs exist, by the call's flags (read-only dicts, made once)
+        self._present: dict[Any, dict[str, bool]] = {}
 
     @property
     def cnames(self) -> tuple[str, ...]:
@@ -225,7 +227,11 @@ class Program:
         t_len, n = x_seq.shape
         rows = t_len if v_mode == "seq" else 1
         dims = {"T": t_len, "N": n, "rows": rows, "k": self.k}
-        present = {"states": self.k > 0, "store_h": store_h, "store_wt": store_h and self.needs_wt}
+        present = self._present.get(store_h)
+        if present is None:  # (one dict per flag, made once: host time)
+            present = {"states": self.k > 0, "store_h": store_h}
+            present["store_wt"] = store_h and self.needs_wt
+            self._present[store_h] = present
         return Layout(dims, present, None)
 
     def backward_layout(
@@ -233,10 +239,12 @@ class Program:
     ) -> Layout:
         """The backward's output dims, which outputs exist and the accumulator dtype."""
         dims = {"T": h_seq.shape[0], "N": h_seq.shape[1], "k": self.k, "P": self.n_learnable}
-        present = {
-            "states": self.k > 0, "v_init": v_init is not None, "w_init": w_init is not None,
-            "learnable": self.n_learnable > 0,
-        }  # fmt: skip
+        flags = (v_init is not None, w_init is not None)
+        present = self._present.get(flags)
+        if present is None:
+            present = {"states": self.k > 0, "v_init": flags[0], "w_init": flags[1]}
+            present["learnable"] = self.n_learnable > 0
+            self._present[flags] = present
         return Layout(dims, present, dtypes.lookup(self.backend, h_seq.dtype).torch_accum)
 
     def forward(
