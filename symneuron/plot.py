@@ -16,7 +16,7 @@ them for plots with several panels), so it composes with a figure of your own.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import sympy as sp
@@ -216,6 +216,31 @@ def traces(
     >>> spikes, v, states = sn.simulate(alif, 1.5 * torch.rand(30, 8))
     >>> fig = sn.plot.traces(v, threshold=1.0, states=states, neurons=[0, 3])
     """
+    content = _trace_content(v_seq, states, neurons, threshold, params, spike_seq)
+    fig, axes = _axes(ax, len(content.panels))
+    _draw_traces(axes, content, title)
+    return fig
+
+
+class _Traces(NamedTuple):
+    """What :func:`traces` draws, checked: each panel [T, N] by name ("V" first), the
+    neurons to draw, the threshold line (or None) and the spikes [T, N] (or None)."""
+
+    panels: dict[str, np.ndarray]
+    neurons: list[int]
+    level: float | None
+    spikes: np.ndarray | None
+
+
+def _trace_content(
+    v_seq: Any,
+    states: Mapping[str, Any] | None,
+    neurons: Sequence[int] | None,
+    threshold: Any,
+    params: Mapping[str, Any] | None,
+    spike_seq: Any,
+) -> _Traces:
+    """``traces``' arguments checked (in this order) and converted to arrays."""
     v = _flat(_as_array(v_seq, "v_seq"))
     panels = {"V": v}
     for name, values in (states or {}).items():
@@ -231,7 +256,13 @@ def traces(
     spikes = None if spike_seq is None else _spikes(spike_seq, "spike_seq")
     if spikes is not None and spikes.shape != v.shape:
         raise ValueError(f"spike_seq has shape {spikes.shape}, v_seq {v.shape} (both [T, N])")
-    fig, axes = _axes(ax, len(panels))
+    return _Traces(panels, chosen, level, spikes)
+
+
+def _draw_traces(axes: list[Any], content: _Traces, title: str | None) -> None:
+    """One line per neuron on each panel; the threshold and spikes on the first (V)."""
+    panels, chosen, level, spikes = content
+    v = panels["V"]
     steps = np.arange(v.shape[0])
     for axis, (name, values) in zip(axes, panels.items(), strict=True):
         for n in chosen:
@@ -248,7 +279,6 @@ def traces(
     axes[-1].set_xlabel("time step t")
     if title is not None:
         axes[0].set_title(title)
-    return fig
 
 
 def _record(model: nn.Module, x: Any) -> dict[str, torch.Tensor]:

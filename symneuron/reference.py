@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import sympy as sp
 import torch
@@ -128,6 +128,85 @@ def level_value(
     return as_tensor(fn(*theta), like)
 
 
+class _Step(NamedTuple):
+    """One time step of a neuron at fixed param values θ, as torch functions.
+
+    In the kernels' order: H = f(V, X, W, θ); each W̃ = g(V, X, H, W, θ);
+    S = Θ(H − V_th(W̃, θ)) (for ``firing="crossing"`` only where V was below V_th);
+    then the reset of V and each W after the spike. ``round_h_to`` rounds H and each
+    W̃ in value only (``_round_through``). A NamedTuple, which torch.compile traces.
+    """
+
+    neuron: Definition
+    charge: Callable[..., torch.Tensor]  # (V, X, *W, *θ) -> H
+    updates: list[Callable[..., torch.Tensor]]  # (V, X, H, *W, *θ) -> W̃, one per state
+    resets: list[Callable[..., torch.Tensor]]  # (S, *W̃, *θ) -> W after the spike
+    threshold: Callable[..., torch.Tensor]  # (*W̃, *θ) -> V_th
+    theta: list[torch.Tensor]
+    v_reset: float | torch.Tensor | None
+    round_h_to: torch.dtype | None
+
+
+def _make_step(
+    neuron: Definition,
+    params: dict[str, float | torch.Tensor],
+    like: torch.Tensor,
+    round_h_to: torch.dtype | None,
+) -> _Step:
+    """``neuron``'s equations as torch functions, with ``params`` as tensors like ``like``."""
+    names = list(neuron.params)  # a list: Dynamo cannot iterate the mappingproxy itself
+    p_syms = [neuron.symbols[n] for n in names]
+    w_syms = list(neuron.state_symbols.values())
+    states = neuron.states.values()
+    theta = [as_tensor(params[n], like) for n in names]
+    v_reset = neuron.v_reset
+    return _Step(
+        neuron=neuron,
+        charge=torch_function([V, X, *w_syms, *p_syms], neuron.charge),
+        updates=[torch_function([V, X, H, *w_syms, *p_syms], s.update) for s in states],
+        resets=[torch_function([S, *w_syms, *p_syms], s.on_spike) for s in states],
+        threshold=torch_function([*w_syms, *p_syms], sp.sympify(neuron.v_threshold)),
+        theta=theta,
+        v_reset=None if v_reset is None else level_value(neuron, v_reset, theta, like),
+        round_h_to=round_h_to,
+    )
+
+
+def _take_step(
+    step: _Step, v: torch.Tensor, w: list[torch.Tensor], x_seq: torch.Tensor, t: int
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """``(S, V, W)`` after step ``t`` from ``(V, W)``.
+
+    Each use indexes ``x_seq[t]`` anew: one select per use fixes the order in which
+    autograd sums the gradient of ``x_seq`` (one shared select changes it by an ulp).
+    """
+    neuron, theta, round_h_to = step.neuron, step.theta, step.round_h_to
+    h = _round_through(as_tensor(step.charge(v, x_seq[t], *w, *theta), x_seq), round_h_to)
+    w_tilde = [
+        _round_through(as_tensor(g(v, x_seq[t], h, *w, *theta), x_seq), round_h_to)
+        for g in step.updates
+    ]
+    v_th = as_tensor(step.threshold(*w_tilde, *theta), x_seq)
+    s = spike(h - v_th, neuron.surrogate)
+    if neuron.firing == "crossing":  # from below only: the gate is a constant
+        s = s * (v < v_th).to(s.dtype).detach()
+    s_reset = s.detach() if neuron.detach_reset else s
+    v = _reset_v(step, h, v_th, s_reset)
+    w = [as_tensor(r(s_reset, *w_tilde, *theta), x_seq).expand_as(v) for r in step.resets]
+    return s, v, w
+
+
+def _reset_v(
+    step: _Step, h: torch.Tensor, v_th: torch.Tensor, s_reset: torch.Tensor
+) -> torch.Tensor:
+    """V after the spike: H (crossing), H − V_th·S (soft) or to ``v_reset`` (hard)."""
+    if step.neuron.firing == "crossing":
+        return h
+    if step.v_reset is None:
+        return h - v_th * s_reset
+    return h * (1 - s_reset) + step.v_reset * s_reset
+
+
 def simulate_reference(
     neuron: Definition,
     x_seq: torch.Tensor,
@@ -146,17 +225,7 @@ def simulate_reference(
     each W̃) to a narrower dtype each step (value only), emulating the kernels'
     16-bit storage so that a float64 run follows the same spike train.
     """
-    names = list(neuron.params)
-    p_syms = [neuron.symbols[n] for n in names]
-    w_syms = list(neuron.state_symbols.values())
-    charge = torch_function([V, X, *w_syms, *p_syms], neuron.charge)
-    updates = [
-        torch_function([V, X, H, *w_syms, *p_syms], s.update) for s in neuron.states.values()
-    ]
-    resets = [torch_function([S, *w_syms, *p_syms], s.on_spike) for s in neuron.states.values()]
-    theta = [as_tensor(params[n], x_seq) for n in names]
-    v_reset = None if neuron.v_reset is None else level_value(neuron, neuron.v_reset, theta, x_seq)
-    threshold = torch_function([*w_syms, *p_syms], sp.sympify(neuron.v_threshold))
+    step = _make_step(neuron, params, x_seq, round_h_to)
     v = v_init
     w = [
         as_tensor((w_init or {}).get(name, state.init), x_seq).expand_as(v_init)
@@ -164,23 +233,7 @@ def simulate_reference(
     ]
     spikes, vs, ws = [], [], []
     for t in range(x_seq.shape[0]):
-        h = _round_through(as_tensor(charge(v, x_seq[t], *w, *theta), x_seq), round_h_to)
-        w_tilde = [
-            _round_through(as_tensor(g(v, x_seq[t], h, *w, *theta), x_seq), round_h_to)
-            for g in updates
-        ]
-        v_th = as_tensor(threshold(*w_tilde, *theta), x_seq)
-        s = spike(h - v_th, neuron.surrogate)
-        if neuron.firing == "crossing":  # from below only: the gate is a constant
-            s = s * (v < v_th).to(s.dtype).detach()
-        s_reset = s.detach() if neuron.detach_reset else s
-        if neuron.firing == "crossing":
-            v = h
-        elif v_reset is None:
-            v = h - v_th * s_reset
-        else:
-            v = h * (1 - s_reset) + v_reset * s_reset
-        w = [as_tensor(r(s_reset, *w_tilde, *theta), x_seq).expand_as(v) for r in resets]
+        s, v, w = _take_step(step, v, w, x_seq, t)
         spikes.append(s)
         vs.append(v)
         ws.append(w)
@@ -188,7 +241,7 @@ def simulate_reference(
     if len(neuron.states) == 0:
         return _stack(spikes, x_seq), v_seq
     w_seqs = {
-        name: _stack([step[i] for step in ws], x_seq) if store_v_seq else w[i].unsqueeze(0)
+        name: _stack([w_t[i] for w_t in ws], x_seq) if store_v_seq else w[i].unsqueeze(0)
         for i, name in enumerate(neuron.states)
     }
     return _stack(spikes, x_seq), v_seq, w_seqs

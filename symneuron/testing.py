@@ -52,9 +52,13 @@ def available_backends() -> list[str]:
 
 
 def _pairs(
-    backends: Iterable[str] | None, dtypes: Iterable[torch.dtype | str] | None
+    neuron: Neuron,
+    backends: Iterable[str] | None,
+    dtypes: Iterable[torch.dtype | str] | None,
 ) -> list[tuple[str, str]]:
     """The (backend, dtype name) pairs to check, after validating the request."""
+    if not isinstance(neuron, Neuron):
+        raise TypeError(f"assert_neuron_ok needs a symneuron.Neuron, got {type(neuron).__name__}")
     here = available_backends()
     chosen = here if backends is None else list(backends)
     for backend in chosen:
@@ -94,11 +98,10 @@ def assert_neuron_ok(
 ) -> list[CheckReport]:
     """Assert that ``neuron``'s partials and kernels agree with their oracles.
 
-    Runs :func:`symneuron.check` once per (backend, dtype) pair: each derived
-    partial and the surrogate's σ' against central finite differences, and the
-    backend's spikes, V, extra states and gradients (input, initial state, every
-    learnable parameter) against the float64 torch reference on the same random
-    inputs.
+    Runs :func:`symneuron.check` once per (backend, dtype) pair: each derived partial and
+    the surrogate's σ' against central finite differences, and the backend's spikes, V,
+    extra states and gradients (input, initial state, every learnable parameter) against
+    the float64 torch reference on the same random inputs.
 
     Parameters
     ----------
@@ -109,9 +112,8 @@ def assert_neuron_ok(
         :func:`available_backends` finds. Asking for one that is not available
         is a ``ValueError``.
     dtypes : iterable of torch.dtype or str, optional
-        Default: float64 and float32 on every backend, plus float16 and bfloat16
-        on ``"cuda"`` (the only backend with 16-bit kernels; other backends skip
-        them).
+        Default: float64 and float32 on every backend, plus float16 and bfloat16 on
+        ``"cuda"`` (the only backend with 16-bit kernels; other backends skip them).
     T, shape : int, tuple of int
         Time steps and neuron shape of the random inputs.
     seed : int
@@ -139,9 +141,21 @@ def assert_neuron_ok(
     [('torch', 'float64'), ('torch', 'float32')]
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not this function's
-    if not isinstance(neuron, Neuron):
-        raise TypeError(f"assert_neuron_ok needs a symneuron.Neuron, got {type(neuron).__name__}")
-    reports = [
+    reports = _check_each(neuron, _pairs(neuron, backends, dtypes), T, shape, seed, tolerance)
+    _assert_all_passed(neuron.name, reports)
+    return reports
+
+
+def _check_each(
+    neuron: Neuron,
+    pairs: list[tuple[str, str]],
+    T: int,
+    shape: tuple[int, ...],
+    seed: int,
+    tolerance: float | None,
+) -> list[CheckReport]:
+    """One :func:`~symneuron.check` report per (backend, dtype name) pair, in order."""
+    return [
         check(
             neuron,
             backend=backend,
@@ -152,15 +166,19 @@ def assert_neuron_ok(
             tolerance=tolerance,
             seed=seed,
         )  # fmt: skip
-        for backend, name in _pairs(backends, dtypes)
+        for backend, name in pairs
     ]
+
+
+def _assert_all_passed(name: str, reports: list[CheckReport]) -> None:
+    """Raise an AssertionError naming the pairs that passed and holding each failed report."""
+    __tracebackhide__ = True  # pytest shows assert_neuron_ok's caller, not this function
     failed = [report for report in reports if not report.passed]
     if failed:
         passed = [f"{r.backend}/{r.dtype}" for r in reports if r.passed]
         lines = [
-            f"{neuron.name}: {len(failed)} of {len(reports)} checks failed "
+            f"{name}: {len(failed)} of {len(reports)} checks failed "
             f"(passed: {', '.join(passed) or 'none'})",
             *(str(report) for report in failed),
         ]
         raise AssertionError("\n".join(lines))
-    return reports
