@@ -191,8 +191,13 @@ def _kernel_backend(backend: str, x_seq: torch.Tensor) -> str:
     when the backend it picked lacks the dtype (bfloat16 on the CPU, e.g. under
     ``torch.autocast``); a TypeError naming the dtypes of a backend the user chose."""
     chosen = resolve_backend(backend, x_seq.device)
-    if chosen == "torch" or dtypes.dtype_name(x_seq.dtype) in dtypes.supported(chosen):
+    if chosen == "torch":
         return chosen
+    try:
+        dtypes.lookup(chosen, x_seq.dtype)  # (a cached row: host time)
+        return chosen
+    except TypeError:
+        pass
     kernels = f"the {chosen} kernels take {', '.join(dtypes.supported(chosen))}"
     if backend == "auto":
         why = f"{kernels}, not {dtypes.dtype_name(x_seq.dtype)} (run outside torch.autocast)."

@@ -141,6 +141,8 @@ class Program:
         self._flags: dict[str, bool] = {}
         #: which outputs exist, by the call's flags (read-only dicts, made once)
         self._present: dict[Any, dict[str, bool]] = {}
+        #: storage dtype -> the dtype of the learnable-parameter gradient rows
+        self._accum: dict[torch.dtype, torch.dtype] = {}
 
     @property
     def cnames(self) -> tuple[str, ...]:
@@ -245,7 +247,10 @@ class Program:
             present = {"states": self.k > 0, "v_init": flags[0], "w_init": flags[1]}
             present["learnable"] = self.n_learnable > 0
             self._present[flags] = present
-        return Layout(dims, present, dtypes.lookup(self.backend, h_seq.dtype).torch_accum)
+        accum = self._accum.get(h_seq.dtype)
+        if accum is None:
+            accum = self._accum[h_seq.dtype] = dtypes.lookup(self.backend, h_seq.dtype).torch_accum
+        return Layout(dims, present, accum)
 
     def forward(
         self,
