@@ -218,8 +218,11 @@ class NeuronLayer(nn.Module):
         its tables (host time) outside compilation; compiled, copies of the state out of
         the graph's outputs (CUDA graphs overwrite those at their next replay)."""
         if torch.compiler.is_compiling():
-            if v is not None:
-                v, *kept = _keep_state([v, *states.values()])
+            if v is not None:  # v_seq too: a graph output read at the next call fails
+                seq = [] if v_seq is None else [v_seq]
+                v, *kept = _keep_state([v, *seq, *states.values()])
+                if v_seq is not None:
+                    v_seq, *kept = kept
                 states = dict(zip(states, kept, strict=True))
             self.v, self.v_seq, self.states = v, v_seq, states
         else:

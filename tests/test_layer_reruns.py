@@ -139,11 +139,6 @@ def _chunks(net: nn.Sequential, run: Callable, chunks: torch.Tensor, detach: boo
 
 
 @pytest.mark.cuda
-@pytest.mark.xfail(
-    strict=True,
-    reason="H100, 2026-11-25: multi-step chunks under reduce-overhead still read a CUDA-graph "
-    "output overwritten by the next run (issue 25 item 9 open); single steps pass",
-)
 @pytest.mark.parametrize("detach", [False, True], ids=["bptt", "truncated"])
 def test_reduce_overhead_trains_over_chunks(detach: bool) -> None:
     torch._dynamo.reset()
