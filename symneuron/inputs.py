@@ -106,7 +106,7 @@ def v_init_of(
 #: neuron key -> its param names as a set (a dict's keys are checked against it at once)
 
 
-_NAMES: BoundedTable[str, frozenset[str]] = BoundedTable(4096, "simulate.param_names")
+_NAMES: BoundedTable[str, frozenset[str]] = BoundedTable(4096, "inputs.param_names")
 
 
 def _given(neuron: Definition, params: Mapping[Any, Any] | None) -> Mapping[str, Any]:

@@ -14,6 +14,8 @@ from collections.abc import Callable, Hashable
 from functools import wraps
 from typing import Any, Generic, TypeVar
 
+import torch
+
 __all__ = ["BoundedTable", "TABLES", "clear", "memoized"]
 
 K = TypeVar("K")
@@ -52,7 +54,10 @@ class BoundedTable(Generic[K, T]):
 
     def put(self, key: K, value: T) -> T:
         """Store ``value`` under ``key`` (now the newest), forgetting the oldest entries
-        beyond the bound; returns ``value``."""
+        beyond the bound; returns ``value``. Inside ``torch.compile`` tracing nothing is
+        stored (Dynamo cannot enter the lock; the next eager call stores it)."""
+        if torch.compiler.is_compiling():
+            return value
         with self._lock:
             self._items.pop(key, None)
             self._items[key] = value

@@ -24,8 +24,7 @@ import math
 import re
 from collections import namedtuple
 from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -110,36 +109,54 @@ class Arg:
 
 @dataclass(frozen=True)
 class Pass:
-    """One pass's kernel arguments in C order and the variant options of its kernels."""
+    """One pass's kernel arguments in C order and the variant options of its kernels.
+
+    The facts derived from the arguments are fields computed once at construction:
+    launches read them every call, also inside ``torch.compile`` (Dynamo cannot enter
+    the lock of a ``functools.cached_property``).
+
+    Attributes
+    ----------
+    inputs : what a caller passes, by name: every argument neither derived nor an output.
+    defaults : the inputs that have a default, with it.
+    outputs : the output pointers, in order.
+    returns : the named tuple a pass returns: one field per output, None where absent.
+    """
 
     name: str
     args: tuple[Arg, ...]
     #: option name -> its schema type (``"bool"``, ``"str"``)
     options: tuple[tuple[str, str], ...]
+    inputs: tuple[Arg, ...] = field(init=False)
+    defaults: dict[str, Any] = field(init=False)
+    outputs: tuple[Arg, ...] = field(init=False)
+    returns: type = field(init=False)
+    #: per output, what :meth:`allocate` reads (the rule of :meth:`Arg.exists`): the
+    #: shape as a getter of its dims, None for a [T, N] storage output (like ``like``)
+    recipe: tuple[tuple[bool, str | None, Any, bool], ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        inputs = tuple(a for a in self.args if not a.derived and not a.output)
+        outputs = tuple(a for a in self.args if a.output)
+        recipe = tuple(
+            (a.states, a.when, None if a.shape == ("T", "N") and a.role == "storage" else
+             itemgetter(*a.shape),  # one dim gives an int, which new_empty takes too
+             a.role == "accum")
+            for a in outputs
+        )  # fmt: skip
+        derived = {
+            "inputs": inputs,
+            "defaults": {a.name: a.default for a in inputs if a.default is not None},
+            "outputs": outputs,
+            "returns": namedtuple(f"{self.name.capitalize()}Outputs", [a.name for a in outputs]),
+            "recipe": recipe,
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
 
     def of(self, states: bool) -> tuple[Arg, ...]:
         """The arguments of a neuron with (or without) extra states."""
         return tuple(a for a in self.args if states or not a.states)
-
-    # The facts below are read on every launch: computed once per pass.
-    @cached_property
-    def inputs(self) -> tuple[Arg, ...]:
-        """What a caller passes, by name: every argument neither derived nor an output."""
-        return tuple(a for a in self.args if not a.derived and not a.output)
-
-    @cached_property
-    def defaults(self) -> dict[str, Any]:
-        """The inputs that have a default, with it."""
-        return {a.name: a.default for a in self.inputs if a.default is not None}
-
-    @cached_property
-    def outputs(self) -> tuple[Arg, ...]:
-        return tuple(a for a in self.args if a.output)
-
-    @cached_property
-    def returns(self) -> type:
-        """The named tuple a pass returns: one field per output, None where absent."""
-        return namedtuple(f"{self.name.capitalize()}Outputs", [a.name for a in self.outputs])
 
     def allocate(
         self, like: Any, dims: dict[str, int], present: dict[str, bool], accum: Any
@@ -154,21 +171,9 @@ class Pass:
                 else torch.empty_like(like)  # [T, N] like ``like`` (the cheapest allocation)
                 if shape is None
                 else like.new_empty(shape(dims), dtype=accum if accumulates else None)
-                for states, when, shape, accumulates in self._recipe
+                for states, when, shape, accumulates in self.recipe
             ]
         )
-
-    @cached_property
-    def _recipe(self) -> tuple[tuple[bool, str | None, Any, bool], ...]:
-        """Per output, what :meth:`allocate` reads (the rule of :meth:`Arg.exists`); the
-        shape as a getter of its dims, None for a [T, N] storage output (shaped like
-        ``like``)."""
-        return tuple(
-            (a.states, a.when, None if a.shape == ("T", "N") and a.role == "storage" else
-             itemgetter(*a.shape),  # one dim gives an int, which new_empty takes too
-             a.role == "accum")
-            for a in self.outputs
-        )  # fmt: skip
 
 
 def _tensor(name: str, **kw: Any) -> Arg:

@@ -107,3 +107,20 @@ def test_auto_backend_with_bfloat16_on_cpu_runs_the_reference() -> None:
     assert torch.equal(s, ref[0])
     with pytest.raises(TypeError, match="backend='cpu' supports"):
         sn.simulate(sn.models.LIF(), x, backend="cpu")
+
+
+@needs_cc
+def test_compiling_a_layer_first_in_a_fresh_table_traces() -> None:
+    """The bounded tables take a lock to store; Dynamo cannot enter it, so a first call
+    that happens inside torch.compile (a table still empty) must store nothing there."""
+    from symneuron.inputs import _NAMES  # the table the first call fills
+
+    _NAMES.clear()
+    layer = sn.NeuronLayer(sn.models.Izhikevich()).double()
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        layer.reset()
+        return layer(x).sum()
+
+    x = _x(8, 5, 3, 4)
+    assert torch.equal(torch.compile(step, fullgraph=True, backend="eager")(x), step(x))
