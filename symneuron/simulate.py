@@ -97,8 +97,7 @@ def simulate(
         Symbol or name -> float or tensor broadcastable to ``shape`` (scalar,
         per-channel, per-neuron). Omitted params take the neuron's defaults.
     backend : {"auto", "cuda", "cpu", "torch"}
-        "auto": the device's kernels, or the torch reference (one warning) where they
-        lack the dtype or a compiler.
+        "auto": the device's kernels, else the reference (one warning; dtype, compiler).
     store_v_seq : bool
         Return V after every step ([T, *shape]); if False only the last ([1, *shape]).
     states : mapping, optional
