@@ -16,6 +16,7 @@ from .definition import H, S, State, V, X
 from .layer import NeuronLayer
 from .neuron import Neuron
 from .ode import ODEState
+from .recurrent import RecurrentNeuronLayer
 from .simulate import simulate
 from .validate import NonFiniteError
 
@@ -28,6 +29,7 @@ __all__ = [
     "ODEState",
     "Neuron",
     "NeuronLayer",
+    "RecurrentNeuronLayer",
     "simulate",
     "NonFiniteError",
     "check",

@@ -39,6 +39,7 @@ STAGES: dict[str, int] = {
     "models": 5,
     "simulate": 6,
     "layer": 7,
+    "recurrent": 8,
     "check": 7,
     "testing": 8,
     "plot": 8,
