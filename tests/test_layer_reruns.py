@@ -139,6 +139,13 @@ def _chunks(net: nn.Sequential, run: Callable, chunks: torch.Tensor, detach: boo
 
 
 @pytest.mark.cuda
+@pytest.mark.xfail(
+    strict=True,
+    reason="H100, torch 2.11 (graph_partition on, cudagraph_unsafe tag present), "
+    "2026-11-25: training over chunks under reduce-overhead reads, in its backward, an "
+    "output of symneuron::forward that a later replay overwrote, also with V and v_seq "
+    "copied out of the graph; issue 25 item 9 open for chunks (single steps pass)",
+)
 @pytest.mark.parametrize("detach", [False, True], ids=["bptt", "truncated"])
 def test_reduce_overhead_trains_over_chunks(detach: bool) -> None:
     torch._dynamo.reset()

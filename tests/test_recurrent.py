@@ -170,7 +170,7 @@ def test_cuda_matches_the_reference(dtype: torch.dtype) -> None:
     results = []
     for backend, device in (("torch", "cpu"), ("cuda", "cuda")):
         layer = _layer(neuron, 32, 15, backend, bias=True).to(device=device, dtype=dtype)
-        xi = x.to(device=device, dtype=dtype).requires_grad_()
+        xi = x.to(device=device, dtype=dtype).detach().clone().requires_grad_()
         s = layer(xi)
         s.sum().backward()
         results.append([s.detach().cpu(), xi.grad.cpu(), layer.weight.grad.cpu()])
