@@ -107,7 +107,7 @@ def simulate(
         Raise :class:`~symneuron.validate.NonFiniteError` naming the first step and
         neuron at which V (or an extra state) became NaN or ±inf. Off by default: it
         reads the results back (a device synchronisation; not inside ``torch.compile``).
-        Every backend computes the same NaN and inf (a NaN charge does not fire).
+        Tensor params are checked too. Every backend computes the same NaN and inf.
 
     Returns
     -------
@@ -169,6 +169,8 @@ def prepare(
     shape = x_seq.shape[1:]
     v0 = v_init_of(neuron, v_init, x_seq, shape)
     values = param_values(neuron, params, x_seq, shape)
+    if check_finite:  # (reads tensor values back: only when the check is asked for)
+        _raise_if_nonfinite_params(values)
     backend = _kernel_backend(backend, x_seq)
     _warn_constants(neuron, x_seq.dtype, backend)
     check = check_finite and x_seq.shape[0] > 0
@@ -183,6 +185,15 @@ def prepare(
     if v0 is None and isinstance(neuron.v_start, sp.Expr):
         v0 = default_v_init(neuron, x_seq, shape, values)
     return _kernel_run(neuron, backend, x_seq, v0, w0, values, "seq" if keep else "last"), check
+
+
+def _raise_if_nonfinite_params(values: dict[str, float | torch.Tensor]) -> None:
+    for name, value in values.items():
+        if isinstance(value, torch.Tensor) and not bool(torch.isfinite(value).all()):
+            raise ValueError(
+                f"param {name!r} holds NaN or ±inf values; give finite values (as a "
+                "NeuronLayer requires of its parameters)"
+            )
 
 
 def _kernel_backend(backend: str, x_seq: torch.Tensor) -> str:

@@ -124,3 +124,12 @@ def test_compiling_a_layer_first_in_a_fresh_table_traces() -> None:
 
     x = _x(8, 5, 3, 4)
     assert torch.equal(torch.compile(step, fullgraph=True, backend="eager")(x), step(x))
+
+
+def test_nan_tensor_param_is_refused_when_checking() -> None:
+    """A NaN tensor param was accepted by simulate (the layer refuses it); with
+    check_finite=True, which reads values back anyway, simulate refuses it too."""
+    x = _x(9, 4, 3)
+    tau = torch.full((3,), float("nan"), dtype=torch.float64)
+    with pytest.raises(ValueError, match="param 'tau' holds NaN"):
+        sn.simulate(sn.models.LIF(), x, params={"tau": tau}, backend="torch", check_finite=True)
