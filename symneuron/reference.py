@@ -128,6 +128,23 @@ def level_value(
     return as_tensor(fn(*theta), like)
 
 
+Functions = list[Callable[..., torch.Tensor]]
+
+
+def _step_functions(neuron: Definition) -> tuple[Functions, Callable[..., torch.Tensor], Functions]:
+    """The stages, the charge and the updates as torch functions of (V, X, W..., θ...) and
+    (each stage) the earlier stages, (charge) all stages, (each update) H and all stages."""
+    w_syms = list(neuron.state_symbols.values())
+    base = [*w_syms, *(neuron.symbols[n] for n in neuron.params)]
+    k_syms = [z for z, _ in neuron.stages]
+    stages = [
+        torch_function([V, X, *base, *k_syms[:i]], e) for i, (_, e) in enumerate(neuron.stages)
+    ]
+    charge = torch_function([V, X, *base, *k_syms], neuron.charge)
+    updates = [torch_function([V, X, H, *base, *k_syms], s.update) for s in neuron.states.values()]
+    return stages, charge, updates
+
+
 def simulate_reference(
     neuron: Definition,
     x_seq: torch.Tensor,
@@ -149,10 +166,7 @@ def simulate_reference(
     names = list(neuron.params)
     p_syms = [neuron.symbols[n] for n in names]
     w_syms = list(neuron.state_symbols.values())
-    charge = torch_function([V, X, *w_syms, *p_syms], neuron.charge)
-    updates = [
-        torch_function([V, X, H, *w_syms, *p_syms], s.update) for s in neuron.states.values()
-    ]
+    stages, charge, updates = _step_functions(neuron)
     resets = [torch_function([S, *w_syms, *p_syms], s.on_spike) for s in neuron.states.values()]
     theta = [as_tensor(params[n], x_seq) for n in names]
     v_reset = None if neuron.v_reset is None else level_value(neuron, neuron.v_reset, theta, x_seq)
@@ -164,9 +178,12 @@ def simulate_reference(
     ]
     spikes, vs, ws = [], [], []
     for t in range(x_seq.shape[0]):
-        h = _round_through(as_tensor(charge(v, x_seq[t], *w, *theta), x_seq), round_h_to)
+        k: list[torch.Tensor] = []  # the stages, each from the earlier ones
+        for stage in stages:
+            k.append(as_tensor(stage(v, x_seq[t], *w, *theta, *k), x_seq))
+        h = _round_through(as_tensor(charge(v, x_seq[t], *w, *theta, *k), x_seq), round_h_to)
         w_tilde = [
-            _round_through(as_tensor(g(v, x_seq[t], h, *w, *theta), x_seq), round_h_to)
+            _round_through(as_tensor(g(v, x_seq[t], h, *w, *theta, *k), x_seq), round_h_to)
             for g in updates
         ]
         v_th = as_tensor(threshold(*w_tilde, *theta), x_seq)
