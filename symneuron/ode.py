@@ -155,6 +155,11 @@ def phi1(z: sp.Expr) -> sp.Expr:
     return sp.Piecewise((series, near), (expm1(guarded) / guarded, True))
 
 
+#: Operations past which an apparent nonlinearity is not simplified away (SymPy's
+#: ``simplify`` of Wang–Buzsáki's dV/dt, nonlinear through m_∞(V), ran for minutes).
+_SIMPLIFY_OPS = 60
+
+
 def _exp_euler(
     z: sp.Symbol, rhs: sp.Expr, h: sp.Expr, taken: set[str]
 ) -> tuple[list[Stage], sp.Expr]:
@@ -162,7 +167,7 @@ def _exp_euler(
     z + h φ₁(a h) (a z + b), with a, b and φ₁(a h) kept as stages (``a_<z>``, ``b_<z>``,
     ``phi_<z>``) unless they are numbers."""
     a = sp.diff(rhs, z)
-    if a.has(z):
+    if a.has(z) and sp.count_ops(a) <= _SIMPLIFY_OPS:
         a = sp.simplify(a)  # only when needed: simplify is slow on large systems (HH)
     if a.has(z):
         raise ValueError(
