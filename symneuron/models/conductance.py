@@ -86,17 +86,18 @@ def MorrisLecar(
     Methods in Neuronal Modeling, ch. 5, Table 1).
 
     .. math::
-        C \frac{dV}{dt} &= -g_L (V - V_L) - g_{Ca} M_\infty (V - V_{Ca}) - g_K N (V - V_K)
+        C \frac{dV}{dt} &= -g_L (V - V_L) - g_{Ca} M_\infty (V - V_{Ca}) - g_K w (V - V_K)
             + I \\
-        \frac{dN}{dt} &= \phi \cosh\frac{V - V_3}{2 V_4} (N_\infty - N)
+        \frac{dw}{dt} &= \phi \cosh\frac{V - V_3}{2 V_4} (w_\infty - w)
 
-    with M_∞ = (1 + tanh((V − V_1)/V_2))/2, N_∞ = (1 + tanh((V − V_3)/V_4))/2; C = 20,
-    g_L = 2, V_L = −60, g_Ca = 4.4, V_Ca = 120, g_K = 8, V_K = −84, V_1 = −1.2, V_2 = 18,
-    V_3 = 2, V_4 = 30, φ = 0.04. M_∞(V) makes V's equation nonlinear in V, so ``exp_euler``
+    with M_∞ = (1 + tanh((V − V_1)/V_2))/2, w_∞ = (1 + tanh((V − V_3)/V_4))/2 (w is the
+    paper's N, named as by Rinzel and Ermentrout: Brian2 reserves N); C = 20, g_L = 2,
+    V_L = −60, g_Ca = 4.4, V_Ca = 120, g_K = 8, V_K = −84, V_1 = −1.2, V_2 = 18, V_3 = 2,
+    V_4 = 30, φ = 0.04. M_∞(V) makes V's equation nonlinear in V, so ``exp_euler``
     does not apply: RK4 at 0.1 ms by default. V starts at −60 mV; it fires repetitively
     for I ≳ 100 µA/cm².
     """
-    n = sp.Symbol("N", real=True)
+    n = sp.Symbol("w", real=True)
     vl, vca, vk, v1, v3 = sp.symbols("V_L V_Ca V_K V_1 V_3", real=True)
     c_, v2, v4, phi = sp.symbols("C V_2 V_4 phi", positive=True)
     gl, gca, gk = sp.symbols("g_L g_Ca g_K", nonnegative=True)
