@@ -46,7 +46,8 @@ def _user_expressions(given: Mapping[str, Any]) -> list[Any]:
     states = given["states"] or {}
     parts = [e for st in states.values() for e in (st.update, st.on_spike)]
     keys = list(given["params"] or {})
-    return [*keys, given["charge"], given["v_threshold"], given["v_reset"], *parts]
+    stages = [e for _, e in given["stages"]]
+    return [*keys, given["charge"], given["v_threshold"], given["v_reset"], *parts, *stages]
 
 
 def _level_key(level: float | sp.Expr | None) -> str:
@@ -74,17 +75,21 @@ class Definition:
         states: Mapping[Any, State] | None = None,
         firing: str = "level",
         v_init: float | None = None,
+        stages: Iterable[tuple[Any, sp.Expr]] = (),
     ) -> None:
+        stages = tuple(stages)
         given = dict(
             charge=charge, params=params, learnable=learnable, v_threshold=v_threshold,
             v_reset=v_reset, surrogate=surrogate, detach_reset=detach_reset, name=name,
-            states=states, firing=firing, v_init=v_init,
+            states=states, firing=firing, v_init=v_init, stages=stages,
         )  # fmt: skip
         params_ = self._validate_params(params)
         set_ = object.__setattr__
         set_(self, "params", MappingProxyType(params_))
         set_(self, "symbols", MappingProxyType({n: sp.Symbol(n, real=True) for n in params_}))
         set_(self, "state_symbols", MappingProxyType(self._validate_state_names(states)))
+        set_(self, "stages", ())
+        set_(self, "stages", self._validate_stages(stages))
         set_(self, "charge", self._validate_expr(charge, "charge", "charge"))
         set_(self, "v_threshold", self._validate_level(v_threshold, "v_threshold", "threshold"))
         set_(self, "firing", firing_mode(firing, v_reset))
@@ -99,17 +104,7 @@ class Definition:
             _assumptions.check_assumption(pname, kinds, self.params[pname])
         set_(self, "param_assumptions", MappingProxyType(assumptions))
         check_crossing_states(self.firing, self.states, self.state_symbols)
-        updates = [st.update for st in self.states.values() if st.update is not None]
-        uses_x = [self.charge.has(X), *(u.has(X) for u in updates)]
-        if not any(uses_x):
-            raise ValueError(
-                "The neuron does not depend on the input X: use X in the charge, or in a state "
-                "whose new value the charge reads. A synaptic current I that passes X on in "
-                "the same step (snnTorch's Synaptic, sn.models.CuLIF) is written into the "
-                "charge: I_new = 0.5*I + X; sn.Neuron(charge=0.8*V + I_new, "
-                "states={I: sn.State(update=I_new)}). A charge that reads I itself sees "
-                "I[t-1], so X reaches V one step late."
-            )
+        self._check_uses_x()
         set_(self, "learnable", _validate.learnable_names(learnable, self.params, self._used()))
         set_(self, "surrogate", _surrogate_or_default(surrogate))
         if not isinstance(detach_reset, bool):
@@ -119,6 +114,21 @@ class Definition:
         set_(self, "_given", given)
         set_(self, "_key", self._hash())
         _LIVE.setdefault(self._key, self)
+
+    def _check_uses_x(self) -> None:
+        """X must reach the step map: the charge, a state's update or a stage."""
+        updates = [st.update for st in self.states.values() if st.update is not None]
+        uses_x = [self.charge.has(X), *(u.has(X) for u in updates)]
+        uses_x += [e.has(X) for _, e in self.stages]
+        if not any(uses_x):
+            raise ValueError(
+                "The neuron does not depend on the input X: use X in the charge, or in a state "
+                "whose new value the charge reads. A synaptic current I that passes X on in "
+                "the same step (snnTorch's Synaptic, sn.models.CuLIF) is written into the "
+                "charge: I_new = 0.5*I + X; sn.Neuron(charge=0.8*V + I_new, "
+                "states={I: sn.State(update=I_new)}). A charge that reads I itself sees "
+                "I[t-1], so X reaches V one step late."
+            )
 
     params: Mapping[str, float]
     """Each parameter's name -> default value."""
@@ -140,6 +150,11 @@ class Definition:
     """V[0] when ``simulate`` gets no ``v_init`` (None: v_reset, or 0)."""
     states: Mapping[str, State]
     """Each extra state's name -> its validated :class:`State`."""
+    stages: tuple[tuple[sp.Symbol, sp.Expr], ...]
+    """Named intermediate values of the step, ``(symbol, expr)`` in evaluation order (an
+    integrator's stages, :meth:`symneuron.Neuron.from_ode` with ``rk2``/``rk4``): each
+    expression reads V, X, the states, the params and earlier stages; the charge and the
+    state updates may read them."""
     learnable: tuple[str, ...]
     surrogate: _surrogate.Surrogate
     detach_reset: bool
@@ -210,6 +225,24 @@ class Definition:
             )
         return out
 
+    def _validate_stages(
+        self, stages: tuple[tuple[Any, sp.Expr], ...]
+    ) -> tuple[tuple[sp.Symbol, sp.Expr], ...]:
+        """Each stage as (its symbol, its checked expression), the names unique and not a
+        param's, a state's or a reserved symbol's."""
+        out: list[tuple[sp.Symbol, sp.Expr]] = []
+        for entry in stages:
+            if not (isinstance(entry, tuple) and len(entry) == 2):
+                raise TypeError(f"each stage must be a (name, expression) pair, got {entry!r}")
+            name = str(getattr(entry[0], "name", entry[0]))
+            if not name.isidentifier() or name in {s.name for s, _ in out}:
+                raise ValueError(f"stage name {name!r} must be a new identifier; rename it.")
+            _validate.not_reserved(name, "Stage", [*self.params, *self.state_symbols])
+            expr = self._validate_expr(entry[1], f"stage {name}", "ode")
+            out.append((sp.Symbol(name, real=True), expr))
+            object.__setattr__(self, "stages", tuple(out))  # later stages may read it
+        return tuple(out)
+
     def _validate_expr(self, expr: Any, what: str, part: str) -> sp.Expr:
         """``expr`` in the params, the states and ``part``'s reserved symbols, with the
         canonical symbols, checked."""
@@ -219,6 +252,8 @@ class Definition:
             raise TypeError(f"The {what} must be a SymPy expression, got {type(expr).__name__}")
         names = {s.name for s in expr.free_symbols}
         allowed = allowed_in(part) | set(self.state_symbols)
+        if part in ("charge", "update", "ode"):
+            allowed |= {s.name for s, _ in self.stages}
         unknown = sorted(names - set(self.params) - allowed)
         if unknown and part == "charge":
             raise ValueError(
@@ -264,14 +299,23 @@ class Definition:
         return expr
 
     def _canonical(self, name: str) -> sp.Symbol:
-        fixed = reserved_symbol(name)
-        return fixed or self.state_symbols.get(name) or self.symbols[name]
+        fixed = reserved_symbol(name) or self.state_symbols.get(name)
+        return fixed or self.symbols.get(name) or next(s for s, _ in self.stages if s.name == name)
 
     def _used(self) -> set[str]:
         """The names of the symbols the charge, the levels and the states use."""
         exprs = [self.charge, self.v_threshold, self.v_reset]
         exprs += [e for st in self.states.values() for e in (st.update, st.on_spike)]
+        exprs += [e for _, e in self.stages]
         return {s.name for e in exprs if isinstance(e, sp.Expr) for s in e.free_symbols}
+
+    def inline_stages(self, expr: sp.Expr) -> sp.Expr:
+        """``expr`` (the charge, an update) with the stages substituted, latest first: one
+        expression in V, X, the states and the params. It grows with the stages, as SymPy
+        re-evaluates each substitution: for inspecting small models."""
+        for z, e in reversed(self.stages):
+            expr = expr.xreplace({z: e})
+        return expr
 
     # -- identity -----------------------------------------------------------
     @property
@@ -307,6 +351,11 @@ class Definition:
                 *([states] if states else []),
                 *([("firing", self.firing)] if self.firing != "level" else []),
                 *([("v_init", self.v_init)] if self.v_init is not None else []),
+                *(
+                    [("stages", [(s.name, sp.srepr(e)) for s, e in self.stages])]
+                    if self.stages
+                    else []
+                ),
             )
         )
         return hashlib.sha256(text.encode()).hexdigest()[:16]

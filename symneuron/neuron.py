@@ -61,6 +61,11 @@ class Neuron(Definition):
     v_init : float, optional
         V[0] when ``simulate`` is given no ``v_init``; defaults to ``v_reset`` (0
         under soft reset or crossing firing).
+    stages : sequence of (name, sympy.Expr), optional
+        Named intermediate values of the step, in evaluation order, that the charge and
+        the state updates may read (each in V, X, the states, the params and earlier
+        stages). :meth:`from_ode` writes a Runge–Kutta method's stages here, so that the
+        step and its derivative stay a short program instead of one expression per state.
 
     A neuron is immutable: :meth:`replace` builds a changed copy.
 
@@ -106,8 +111,10 @@ class Neuron(Definition):
         >>> float(lif.charge.subs({sn.V: 0, sn.X: 1, lif.symbols["tau"]: 2}))  # 1 - e^(-1/2)
         0.3934693402873666
         """
-        charge, steps = ode.discretise(dv, dt=dt, method=method, states=states, params=params)
-        neuron = cls(charge, params=params, states=steps or None, **kw)
+        step = ode.discretise(dv, dt=dt, method=method, states=states, params=params)
+        neuron = cls(
+            step.charge, params=params, states=step.states or None, stages=step.stages, **kw
+        )
         own = {s.name: s for s in [*neuron.symbols.values(), *neuron.state_symbols.values()]}
 
         def mine(expr: Any) -> sp.Expr:
@@ -139,7 +146,7 @@ class Neuron(Definition):
         :meth:`Definition.replace`); an ODE neuron keeps :attr:`ode` unless
         ``charge``, ``states`` or ``params`` change."""
         out = super().replace(**changes)
-        if self.ode is not None and not {"charge", "states", "params"} & set(changes):
+        if self.ode is not None and not {"charge", "states", "params", "stages"} & set(changes):
             object.__setattr__(out, "ode", self.ode)
         return out
 

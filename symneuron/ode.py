@@ -27,9 +27,9 @@ f the right-hand sides, h = dt):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import sympy as sp
 from sympy.codegen.cfunctions import expm1
@@ -38,7 +38,10 @@ from .definition import State, V
 from .symbols import RESERVED, allowed_in
 from .validate import check_expression, finite_float, named
 
-__all__ = ["ODEState", "ODESystem", "METHODS", "discretise", "phi1", "PHI1_BAND"]
+__all__ = [
+    "ODEState", "ODESystem", "METHODS", "TABLEAUS", "Discretised", "discretise", "phi1",
+    "PHI1_BAND",
+]  # fmt: skip
 
 #: The integration methods, by Brian2's names.
 METHODS = ("euler", "exp_euler", "rk2", "rk4")
@@ -79,21 +82,47 @@ class ODESystem:
     method: str
 
 
-Field = Callable[[dict[sp.Symbol, sp.Expr]], dict[sp.Symbol, sp.Expr]]
+#: The explicit Runge–Kutta methods kept as stages: each stage's fraction c of the step
+#: (stage i reads y + c_i·h·k_{i−1}), and the new value y' = y + h·w·Σ b_i k_i as the
+#: factor w and the integer weights b (Brian2's definitions; rk2 is the midpoint method).
+TABLEAUS: dict[str, tuple[tuple[sp.Expr, ...], sp.Expr, tuple[int, ...]]] = {
+    "rk2": ((sp.Rational(1, 2),), sp.Integer(1), (0, 1)),
+    "rk4": ((sp.Rational(1, 2), sp.Rational(1, 2), sp.Integer(1)), sp.Rational(1, 6), (1, 2, 2, 1)),
+}
+
+Stage = tuple[sp.Symbol, sp.Expr]
 
 
-def _step(method: str, field: Field, y: dict[sp.Symbol, sp.Expr], h: sp.Expr) -> dict:
-    """One step of an explicit method on the whole system (every variable at once)."""
-    k1 = field(y)
-    if method == "euler":
-        return {z: y[z] + h * k1[z] for z in y}
-    if method == "rk2":
-        k2 = field({z: y[z] + h / 2 * k1[z] for z in y})
-        return {z: y[z] + h * k2[z] for z in y}
-    k2 = field({z: y[z] + h / 2 * k1[z] for z in y})
-    k3 = field({z: y[z] + h / 2 * k2[z] for z in y})
-    k4 = field({z: y[z] + h * k3[z] for z in y})
-    return {z: y[z] + h / 6 * (k1[z] + 2 * k2[z] + 2 * k3[z] + k4[z]) for z in y}
+def _stage_symbol(prefix: str, z: sp.Symbol, taken: set[str]) -> sp.Symbol:
+    """``<prefix>_<z>``, with leading underscores until no param or state has the name."""
+    name = f"{prefix}_{z.name}"
+    while name in taken:
+        name = f"_{name}"
+    return sp.Symbol(name, real=True)
+
+
+def _staged(
+    method: str, rhs: dict[sp.Symbol, sp.Expr], h: sp.Expr, taken: set[str]
+) -> tuple[list[Stage], dict[sp.Symbol, sp.Expr]]:
+    """The stages of an explicit Runge–Kutta step as named assignments, in order, and each
+    variable's new value in the slopes ``k<i>_<z>``: slope k_i = f(y_i), stage state
+    y_i = y + c_i h k_{i−1} (``y<i>_<z>``). Nothing is substituted into anything, so the
+    step grows linearly with the stages and equations."""
+    fractions, factor, weights = TABLEAUS[method]
+    slopes = {z: _stage_symbol("k1", z, taken) for z in rhs}
+    stages: list[Stage] = [(slopes[z], f) for z, f in rhs.items()]
+    all_slopes = [slopes]
+    for i, c in enumerate(fractions, start=2):
+        state = {z: _stage_symbol(f"y{i}", z, taken) for z in rhs}
+        stages += [(state[z], z + c * h * slopes[z]) for z in rhs]
+        slopes = {z: _stage_symbol(f"k{i}", z, taken) for z in rhs}
+        stages += [(slopes[z], f.xreplace(state)) for z, f in rhs.items()]
+        all_slopes.append(slopes)
+    new = {
+        z: z + h * factor * sp.Add(*[b * k[z] for b, k in zip(weights, all_slopes, strict=True)])
+        for z in rhs
+    }
+    return stages, new
 
 
 #: |z| below which :func:`phi1` is its Taylor polynomial of degree
@@ -126,10 +155,19 @@ def phi1(z: sp.Expr) -> sp.Expr:
     return sp.Piecewise((series, near), (expm1(guarded) / guarded, True))
 
 
-def _exp_euler(z: sp.Symbol, rhs: sp.Expr, h: sp.Expr) -> sp.Expr:
-    """The exponential Euler step of dz/dt = rhs, linear in z: z + h φ₁(a h) (a z + b)."""
+#: Operations past which an apparent nonlinearity is not simplified away (SymPy's
+#: ``simplify`` of Wang–Buzsáki's dV/dt, nonlinear through m_∞(V), ran for minutes).
+_SIMPLIFY_OPS = 60
+
+
+def _exp_euler(
+    z: sp.Symbol, rhs: sp.Expr, h: sp.Expr, taken: set[str]
+) -> tuple[list[Stage], sp.Expr]:
+    """The exponential Euler step of dz/dt = rhs = a z + b (a, b free of z):
+    z + h φ₁(a h) (a z + b), with a, b and φ₁(a h) kept as stages (``a_<z>``, ``b_<z>``,
+    ``phi_<z>``) unless they are numbers."""
     a = sp.diff(rhs, z)
-    if a.has(z):
+    if a.has(z) and sp.count_ops(a) <= _SIMPLIFY_OPS:
         a = sp.simplify(a)  # only when needed: simplify is slow on large systems (HH)
     if a.has(z):
         raise ValueError(
@@ -137,9 +175,28 @@ def _exp_euler(z: sp.Symbol, rhs: sp.Expr, h: sp.Expr) -> sp.Expr:
             f"d{z}/dt = {rhs} is not linear in {z}; use method='euler', 'rk2' or 'rk4'."
         )
     b = rhs.xreplace({z: 0})  # rhs = a*z + b with a, b free of z
+    stages: list[Stage] = []
+    if not b.is_number:
+        stages.append((_stage_symbol("b", z, taken), b))
+        b = stages[-1][0]
     if a == 0:
-        return z + h * b
-    return z + h * phi1(a * h) * (a * z + b)
+        return stages, z + h * b
+    if a.is_number:
+        return stages, z + h * phi1(a * h) * (a * z + b)
+    a_z, phi_z = _stage_symbol("a", z, taken), _stage_symbol("phi", z, taken)
+    stages += [(a_z, a), (phi_z, phi1(a_z * h))]
+    return stages, z + h * phi_z * (a_z * z + b)
+
+
+class Discretised(NamedTuple):
+    """The discrete step map of an ODE neuron: V's new value (the charge), each state's
+    pre-spike :class:`~symneuron.State`, and the integrator's stages (``symbol = expr``,
+    in order) that the charge and the updates read; no stages for ``euler`` and
+    ``exp_euler``."""
+
+    charge: sp.Expr
+    states: dict[str, State]
+    stages: tuple[Stage, ...] = ()
 
 
 def discretise(
@@ -149,12 +206,13 @@ def discretise(
     method: str = "exp_euler",
     states: Mapping[Any, ODEState] | None = None,
     params: Mapping[Any, float] | None = None,
-) -> tuple[sp.Expr, dict[str, State]]:
-    """(charge, states) of the discrete step map of an ODE neuron.
+) -> Discretised:
+    """The :class:`Discretised` step map of an ODE neuron.
 
     ``dv`` is dV/dt; ``states`` map each extra state (symbol or name) to its
     :class:`ODEState`. Symbols are matched by name, as in :class:`symneuron.Neuron`;
     that class checks the result (unknown symbols, finiteness, learnable params).
+    ``rk2`` and ``rk4`` keep their stages as named symbols (``k1_V``, ``y2_V``, ...).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
@@ -170,10 +228,33 @@ def discretise(
                 f"State {wname!r} has no equation; give ODEState(ode=dW/dt, ...) "
                 "(0 for a state that changes only on spikes)."
             )
+    param_names = set(named(params, "parameter"))
+    rhs = _right_hand_sides(dv, odes, param_names)
+    h = sp.Float(step)
+    stages: list[Stage] = []
+    if method == "exp_euler":
+        new = {}
+        for z, f in rhs.items():
+            more, new[z] = _exp_euler(z, f, h, {*odes, *param_names})
+            stages += more
+    elif method == "euler":
+        new = {z: z + h * f for z, f in rhs.items()}
+    else:
+        stages, new = _staged(method, rhs, h, {*odes, *param_names})
+    out_states = {
+        wname: State(update=new[sp.Symbol(wname, real=True)], on_spike=st.on_spike, init=st.init)
+        for wname, st in odes.items()
+    }
+    return Discretised(new[V], out_states, tuple(stages))
+
+
+def _right_hand_sides(
+    dv: Any, odes: Mapping[str, ODEState], param_names: set[str]
+) -> dict[sp.Symbol, sp.Expr]:
+    """V's and each state's right-hand side with the canonical symbols, checked."""
     reserved = sorted(allowed_in("ode"))
     names = {n: RESERVED[n].symbol for n in reserved}
     names.update({w: sp.Symbol(w, real=True) for w in odes})
-    param_names = set(named(params, "parameter"))
 
     def canonical(expr: Any, what: str) -> sp.Expr:
         expr = sp.sympify(expr)
@@ -194,17 +275,4 @@ def discretise(
     rhs = {V: canonical(dv, "dV/dt")}
     for wname, state in odes.items():
         rhs[names[wname]] = canonical(state.ode, f"d{wname}/dt")
-    h = sp.Float(step)
-    if method == "exp_euler":
-        new = {z: _exp_euler(z, f, h) for z, f in rhs.items()}
-    else:
-
-        def field(y: dict[sp.Symbol, sp.Expr]) -> dict[sp.Symbol, sp.Expr]:
-            return {z: f.xreplace(y) for z, f in rhs.items()}
-
-        new = _step(method, field, {z: z for z in rhs}, h)
-    out_states = {
-        wname: State(update=new[names[wname]], on_spike=state.on_spike, init=state.init)
-        for wname, state in odes.items()
-    }
-    return new[V], out_states
+    return rhs

@@ -131,15 +131,17 @@ def level_value(
 class _Step(NamedTuple):
     """One time step of a neuron at fixed param values θ, as torch functions.
 
-    In the kernels' order: H = f(V, X, W, θ); each W̃ = g(V, X, H, W, θ);
+    In the kernels' order: the integrator's stages K (each from the earlier ones);
+    H = f(V, X, W, θ, K); each W̃ = g(V, X, H, W, θ, K);
     S = Θ(H − V_th(W̃, θ)) (for ``firing="crossing"`` only where V was below V_th);
     then the reset of V and each W after the spike. ``round_h_to`` rounds H and each
     W̃ in value only (``_round_through``). A NamedTuple, which torch.compile traces.
     """
 
     neuron: Definition
-    charge: Callable[..., torch.Tensor]  # (V, X, *W, *θ) -> H
-    updates: list[Callable[..., torch.Tensor]]  # (V, X, H, *W, *θ) -> W̃, one per state
+    stages: list[Callable[..., torch.Tensor]]  # (V, X, *W, *θ, *K earlier) -> K_i
+    charge: Callable[..., torch.Tensor]  # (V, X, *W, *θ, *K) -> H
+    updates: list[Callable[..., torch.Tensor]]  # (V, X, H, *W, *θ, *K) -> W̃, one per state
     resets: list[Callable[..., torch.Tensor]]  # (S, *W̃, *θ) -> W after the spike
     threshold: Callable[..., torch.Tensor]  # (*W̃, *θ) -> V_th
     theta: list[torch.Tensor]
@@ -160,10 +162,15 @@ def _make_step(
     states = neuron.states.values()
     theta = [as_tensor(params[n], like) for n in names]
     v_reset = neuron.v_reset
+    base = [*w_syms, *p_syms]
+    k_syms = [z for z, _ in neuron.stages]
     return _Step(
         neuron=neuron,
-        charge=torch_function([V, X, *w_syms, *p_syms], neuron.charge),
-        updates=[torch_function([V, X, H, *w_syms, *p_syms], s.update) for s in states],
+        stages=[
+            torch_function([V, X, *base, *k_syms[:i]], e) for i, (_, e) in enumerate(neuron.stages)
+        ],
+        charge=torch_function([V, X, *base, *k_syms], neuron.charge),
+        updates=[torch_function([V, X, H, *base, *k_syms], s.update) for s in states],
         resets=[torch_function([S, *w_syms, *p_syms], s.on_spike) for s in states],
         threshold=torch_function([*w_syms, *p_syms], sp.sympify(neuron.v_threshold)),
         theta=theta,
@@ -181,9 +188,12 @@ def _take_step(
     autograd sums the gradient of ``x_seq`` (one shared select changes it by an ulp).
     """
     neuron, theta, round_h_to = step.neuron, step.theta, step.round_h_to
-    h = _round_through(as_tensor(step.charge(v, x_seq[t], *w, *theta), x_seq), round_h_to)
+    k: list[torch.Tensor] = []  # the stages, each from the earlier ones
+    for stage in step.stages:
+        k.append(as_tensor(stage(v, x_seq[t], *w, *theta, *k), x_seq))
+    h = _round_through(as_tensor(step.charge(v, x_seq[t], *w, *theta, *k), x_seq), round_h_to)
     w_tilde = [
-        _round_through(as_tensor(g(v, x_seq[t], h, *w, *theta), x_seq), round_h_to)
+        _round_through(as_tensor(g(v, x_seq[t], h, *w, *theta, *k), x_seq), round_h_to)
         for g in step.updates
     ]
     v_th = as_tensor(step.threshold(*w_tilde, *theta), x_seq)

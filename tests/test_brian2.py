@@ -34,7 +34,6 @@ V, X = sn.V, sn.X
 tau, e_l = sp.symbols("tau E_L", real=True)
 ALL = ("euler", "exp_euler", "rk2", "rk4")
 NONLINEAR = ("euler", "rk2", "rk4")
-HH = ("euler", "exp_euler", "rk2")
 
 
 @dataclass(frozen=True)
@@ -68,13 +67,15 @@ CASES_BY_NAME = {
     "Izhikevich2003_FS": Case(_izhikevich("FS"), NONLINEAR, 5.0, (10.0, 4.0)),
     "Izhikevich2003_CH": Case(_izhikevich("CH"), NONLINEAR, 5.0, (10.0, 4.0)),
     "AdEx2005": Case(lambda m: Z.AdEx2005(method=m), NONLINEAR, 2.0, (900.0, 400.0)),
-    # rk4 left out: its symbolic step of 4 coupled HH equations swells past minutes to derive
-    "HodgkinHuxley": Case(lambda m: Z.HodgkinHuxley(method=m, dt=0.025), HH, 1.0, (30.0, 20.0)),
+    "HodgkinHuxley": Case(lambda m: Z.HodgkinHuxley(method=m, dt=0.025), ALL, 1.0, (30.0, 20.0)),
     "FitzHughNagumo": Case(lambda m: Z.FitzHughNagumo(method=m, dt=0.25), NONLINEAR, 0.1, (.6, .5)),
     "ResonateAndFire": Case(lambda m: Z.ResonateAndFire(method=m), ALL, 0.2, (0.8, 1.0)),
     "IafCondExp": Case(lambda m: Z.IafCondExp(method=m), ALL, 2.0, (40.0, 30.0)),
     "IafPscExp": Case(lambda m: Z.IafPscExp(method=m), ALL, 2.0, (300.0, 200.0)),
     "ThetaNeuron": Case(lambda m: Z.ThetaNeuron(method=m), NONLINEAR, 0.5, (0.3, 0.6)),
+    "WangBuzsaki": Case(lambda m: Z.WangBuzsaki(method=m), NONLINEAR, 1.0, (2.0, 1.0)),
+    "MorrisLecar": Case(lambda m: Z.MorrisLecar(method=m), NONLINEAR, 1.0, (150.0, 50.0)),
+    "Pospischil2008": Case(lambda m: Z.Pospischil2008(method=m), ALL, 1.0, (6.0, 3.0)),
 }  # fmt: skip
 CASES = [(name, method) for name, c in CASES_BY_NAME.items() for method in c.methods]
 

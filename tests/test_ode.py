@@ -35,7 +35,7 @@ def test_exp_euler_of_a_linear_ode_is_its_exact_step() -> None:
     """dV/dt = (X − V)/τ with X constant: V(t + h) = X + (V − X) e^{−h/τ}."""
     h = 0.7
     neuron = sn.Neuron.from_ode((X - V) / tau, dt=h, params={tau: 2.0})
-    assert _same(neuron.charge, X + (V - X) * sp.exp(-sp.Float(h) / tau))
+    assert _same(neuron.inline_stages(neuron.charge), X + (V - X) * sp.exp(-sp.Float(h) / tau))
     # and numerically, over many steps, against the closed form
     t_len = 30
     x = torch.full((t_len, 1), 0.4, dtype=torch.float64)
@@ -56,7 +56,7 @@ def test_explicit_methods_are_their_taylor_polynomials_on_linear_odes(
     h = sp.Rational(1, 4)
     neuron = sn.Neuron.from_ode(a * V + b * X, dt=0.25, method=method, params={a: -0.5, b: 1.0})
     series = sum(a ** (j - 1) * h**j / math.factorial(j) for j in range(1, order + 1))
-    assert _same(neuron.charge, V + (a * V + b * X) * series)
+    assert _same(neuron.inline_stages(neuron.charge), V + (a * V + b * X) * series)
 
 
 def test_coupled_states_update_simultaneously_from_previous_values() -> None:
@@ -89,8 +89,8 @@ def test_rk4_coupled_system_matches_textbook_stages() -> None:
     neuron = sn.Neuron.from_ode(
         -V + W * V / 4 + X, dt=0.1, method="rk4", states={W: sn.ODEState(V - W)}
     )
-    assert _same(neuron.charge, v_new)
-    assert _same(neuron.states["W"].update, w_new)
+    assert _same(neuron.inline_stages(neuron.charge), v_new)
+    assert _same(neuron.inline_stages(neuron.states["W"].update), w_new)
 
 
 def test_learnable_tau_inside_exp_gets_exact_gradients() -> None:

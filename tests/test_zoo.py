@@ -29,6 +29,9 @@ DRIVE = {
     "IafPscExp": (400.0, 300.0),
     "ThetaNeuron": (0.3, 0.6),
     "AdLIF": (8.0, 4.0),
+    "WangBuzsaki": (2.0, 1.0),
+    "MorrisLecar": (150.0, 50.0),
+    "Pospischil2008": (6.0, 3.0),
 }
 
 

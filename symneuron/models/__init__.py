@@ -12,6 +12,7 @@ them, mostly differential equations discretised by :meth:`~symneuron.Neuron.from
 ['h', 'm', 'n']
 """
 
+from .conductance import MorrisLecar, Pospischil2008, WangBuzsaki
 from .discrete import (
     ALIF,
     DISCRETE,
@@ -53,6 +54,9 @@ PAPERS = {
     "IafPscExp": IafPscExp,
     "ThetaNeuron": ThetaNeuron,
     "RefractoryLIF": RefractoryLIF,
+    "WangBuzsaki": WangBuzsaki,
+    "MorrisLecar": MorrisLecar,
+    "Pospischil2008": Pospischil2008,
 }
 
 #: Every model in the zoo: name -> constructor (each callable with no arguments).

@@ -7,6 +7,7 @@ The step map of a neuron is a small graph of named nodes evaluated in order:
     S    = Θ(H − Vth)                       fire; dS/dH = σ'(H − Vth) = SG
     Vnew = H(1 − S) + V_reset·S  |  H − Vth·S   reset
 
+preceded, for an integrator's stages (``Definition.stages``), by one node per stage.
 The backward step is the transposed Jacobian of this map, built here by reverse
 accumulation over the nodes with SymPy partials, with SG standing in for the
 step function's derivative. Extra state variables are more nodes in the same
@@ -19,21 +20,23 @@ elimination and the inputs each step needs. Nothing here prints code.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple
 
 import sympy as sp
 
-from .definition import Definition, H, S, V, X
-from .memo import memoized
-from .signature import param_cnames
-from .surrogate import u as U_SURROGATE
-from .validate import check_expression
+from ..definition import Definition, H, S, V, X
+from ..memo import memoized
+from ..signature import param_cnames
+from ..surrogate import u as U_SURROGATE
+from ..validate import check_expression
+from .program import Assign, Block, blocks, cse_block
 
 __all__ = [
-    "KernelSpec", "Assign", "Block", "K", "StepMap", "derive", "partials", "partial_definitions",
+    "KernelSpec", "Assign", "Block", "K", "StepMap", "Adjoint", "derive", "partials",
+    "partial_definitions",
 ]  # fmt: skip
 
 
@@ -51,52 +54,20 @@ class K:
 
 
 @dataclass(frozen=True)
-class Assign:
-    """``target = expr``: one line of a step body."""
-
-    target: sp.Symbol
-    expr: sp.Expr
-
-
-@dataclass(frozen=True)
-class Block:
-    """The lines of one CSE'd block: temporaries first, then one line per target.
-
-    Iterating gives the lines; :attr:`targets` names what the block computes and
-    :attr:`reads` what it uses from outside itself.
-    """
-
-    lines: tuple[Assign, ...] = ()
-    targets: tuple[sp.Symbol, ...] = ()
-
-    def __iter__(self) -> Iterator[Assign]:
-        return iter(self.lines)
-
-    def __len__(self) -> int:
-        return len(self.lines)
-
-    def __getitem__(self, i: int) -> Assign:
-        return self.lines[i]
-
-    @cached_property
-    def reads(self) -> frozenset[sp.Symbol]:
-        """The symbols the block's expressions use that no line of it defines."""
-        used = set().union(*(line.expr.free_symbols for line in self.lines))
-        return frozenset(used - {line.target for line in self.lines})
-
-
-@dataclass(frozen=True)
 class Node:
-    """One node of the step map: ``symbol = expr`` (``spike`` marks S = Θ(H − Vth))."""
+    """One node of the step map: ``symbol = expr`` (``spike`` marks S = Θ(H − Vth); a
+    ``stage`` is a named intermediate value, whose adjoint is named too)."""
 
     symbol: sp.Symbol
     expr: sp.Expr
     spike: bool = False
     is_reset: bool = False
+    stage: bool = False
 
 
 class StepMap(NamedTuple):
-    """The forward step map by its parts, in evaluation order (:attr:`nodes`)."""
+    """The forward step map by its parts, in evaluation order (:attr:`nodes`): the
+    stages (an integrator's, :attr:`symneuron.Definition.stages`) come first."""
 
     charge: Node
     updates: tuple[Node, ...]
@@ -104,11 +75,20 @@ class StepMap(NamedTuple):
     spike: Node
     reset: Node
     state_resets: tuple[Node, ...]
+    stages: tuple[Node, ...] = ()
 
     @property
     def nodes(self) -> list[Node]:
-        return [self.charge, *self.updates, self.threshold, self.spike, self.reset,
-                *self.state_resets]  # fmt: skip
+        return [*self.stages, self.charge, *self.updates, self.threshold, self.spike,
+                self.reset, *self.state_resets]  # fmt: skip
+
+
+class Adjoint(NamedTuple):
+    """What :func:`transpose` returns: the adjoint of every node input, and the lines
+    that name each stage's adjoint (``grad_<stage>``), in the order they are computed."""
+
+    values: dict[sp.Symbol, sp.Expr]
+    lines: tuple[Assign, ...]
 
 
 @dataclass(frozen=True)
@@ -215,25 +195,27 @@ def grad_symbol(name: str) -> sp.Symbol:
     return sp.Symbol(f"grad_{name}", real=True)
 
 
-def _cse(targets: list[tuple[sp.Symbol, sp.Expr]], prefix: str) -> Block:
-    if not targets:
-        return Block()
-    symbols = sp.numbered_symbols(prefix, real=True)
-    temps, reduced = sp.cse([e for _, e in targets], symbols=symbols, optimizations="basic")
-    lines = [Assign(t, e) for t, e in temps]
-    lines += [Assign(target, e) for (target, _), e in zip(targets, reduced, strict=True)]
-    return Block(tuple(lines), tuple(target for target, _ in targets))
-
-
 def partial_definitions(neuron: Definition) -> dict[str, tuple[sp.Expr, sp.Symbol]]:
     """Each reported partial as (function, variable), keyed ``'dH/dV'``, ``'dW~/dH'``, ...
 
     The charge's partials with respect to V, X, every state and every learnable
     param; each state update's (W̃ = g) with respect to V, X, H, the states and
-    the learnable params it uses.
+    the learnable params it uses. A neuron with stages reports instead each stage's
+    that reads no other stage (``'dk1_V/dV'``: an ODE's right-hand sides) with respect
+    to the V, X, states and learnable params it uses; the later stages, the charge and
+    the updates are differentiated where they stand, in the reverse accumulation.
     """
     learn = [neuron.symbols[n] for n in neuron.learnable]
     states = list(neuron.state_symbols.values())
+    if neuron.stages:
+        named = {s for s, _ in neuron.stages}
+        return {
+            f"d{s}/d{z}": (expr, z)
+            for s, expr in neuron.stages
+            if not expr.free_symbols & named
+            for z in [V, X, *states, *learn]
+            if expr.has(z)
+        }
     out = {f"dH/d{z}": (neuron.charge, z) for z in [V, X, *states, *learn]}
     for wname, state in neuron.states.items():
         update = state.update
@@ -268,8 +250,8 @@ def grad_w_seed(i: int) -> sp.Symbol:
 
 
 def step_map(neuron: Definition, rename: dict[sp.Symbol, sp.Symbol]) -> StepMap:
-    """The forward step map by its parts, params renamed by ``rename``: H, W̃_i, V_th, S,
-    V_new, W_i new (k = 0 leaves H, V_th, S, V_new)."""
+    """The forward step map by its parts, params (and stages) renamed by ``rename``: the
+    stages, H, W̃_i, V_th, S, V_new, W_i new (k = 0 leaves H, V_th, S, V_new)."""
     prev, tilde, new = state_symbols(len(neuron.states))
     publics = list(neuron.state_symbols.values())
     as_prev = {**rename, **dict(zip(publics, prev, strict=True))}
@@ -282,6 +264,7 @@ def step_map(neuron: Definition, rename: dict[sp.Symbol, sp.Symbol]) -> StepMap:
         v_new = K.h * (1 - K.s) + sp.sympify(neuron.v_reset).xreplace(rename) * K.s
     states = list(neuron.states.values())
     return StepMap(
+        stages=tuple(Node(as_prev[z], e.xreplace(as_prev), stage=True) for z, e in neuron.stages),
         charge=Node(K.h, neuron.charge.xreplace(as_prev)),
         updates=tuple(
             Node(wt, sp.sympify(st.update).xreplace({**as_prev, H: K.h}))
@@ -300,33 +283,67 @@ def step_map(neuron: Definition, rename: dict[sp.Symbol, sp.Symbol]) -> StepMap:
 def transpose(
     nodes: list[Node],
     seeds: dict[sp.Symbol, sp.Expr],
-    charge_partials: dict[sp.Symbol, sp.Expr],
+    known: Mapping[sp.Symbol, Mapping[sp.Symbol, sp.Expr]],
     detach_reset: bool,
     crossing: bool = False,
-) -> dict[sp.Symbol, sp.Expr]:
+    inputs: Collection[sp.Symbol] | None = None,
+) -> Adjoint:
     """Reverse accumulation: adjoints of every node input, given the output seeds.
 
-    ``charge_partials`` supplies the partials of the charge node (so they are the
-    ones reported by :func:`partials`). A spike node's partial with respect to its
-    argument is ``SG`` (``SG·gate`` for crossing firing, the gate [V[t−1] < θ] a
-    constant); a reset node sends no adjoint into ``S`` when detached.
+    ``known`` supplies partials of some nodes (node symbol -> input -> partial), so they
+    are the ones reported by :func:`partials`; the others are taken here. A spike node's
+    partial with respect to its argument is ``SG`` (``SG·gate`` for crossing firing, the
+    gate [V[t−1] < θ] a constant); a reset node sends no adjoint into ``S`` when
+    detached. A stage node's adjoint, complete when its turn comes (only later nodes read
+    it), is named ``grad_<stage>`` by a line of :attr:`Adjoint.lines`, so that the earlier
+    nodes' adjoints read that symbol instead of a copy of the expression. With
+    ``inputs``, only the adjoints of those inputs and of the nodes are accumulated.
     """
     adjoint: dict[sp.Symbol, sp.Expr] = dict(seeds)
+    wanted = None if inputs is None else {*inputs, *(n.symbol for n in nodes)}
+    lines: list[Assign] = []
     for node in reversed(nodes):
         a = adjoint.get(node.symbol, sp.Integer(0))
         if a == 0:
             continue
+        if node.stage:
+            named = grad_symbol(node.symbol.name)
+            lines.append(Assign(named, a))
+            a = adjoint[node.symbol] = named
+        given = known.get(node.symbol, {})
         for dep in sorted(node.expr.free_symbols, key=str):
+            if wanted is not None and dep not in wanted:
+                continue
             if node.spike:
                 d = K.sg * (K.gate if crossing else 1) * sp.diff(node.expr, dep)
-            elif node.symbol == K.h:
-                d = charge_partials.get(dep, sp.diff(node.expr, dep))
+            elif dep in given:
+                d = given[dep]
             elif node.is_reset and dep == K.s and detach_reset:
                 continue
             else:
                 d = sp.diff(node.expr, dep)
             adjoint[dep] = adjoint.get(dep, sp.Integer(0)) + a * d
-    return adjoint
+    return Adjoint(adjoint, tuple(lines))
+
+
+def _known_partials(
+    neuron: Definition,
+    found: Mapping[str, sp.Expr],
+    symbol_of: Mapping[str, sp.Symbol],
+    as_internal: Mapping[sp.Symbol, sp.Symbol],
+) -> dict[sp.Symbol, dict[sp.Symbol, sp.Expr]]:
+    """The reported partials (:func:`partials`) by the node they belong to: the charge's,
+    or with stages each first stage's, in the kernels' symbols."""
+    names = ["V", "X", *neuron.states, *neuron.learnable]
+    if not neuron.stages:
+        return {K.h: {symbol_of[n]: found[f"dH/d{n}"].xreplace(as_internal) for n in names}}
+    out: dict[sp.Symbol, dict[sp.Symbol, sp.Expr]] = {}
+    for z, _ in neuron.stages:
+        keys = {n: f"d{z}/d{n}" for n in names if f"d{z}/d{n}" in found}
+        out[as_internal[z]] = {
+            symbol_of[n]: found[k].xreplace(as_internal) for n, k in keys.items()
+        }
+    return out
 
 
 @memoized(256, "derivation.derive")
@@ -338,20 +355,24 @@ def derive(neuron: Definition) -> KernelSpec:
     rename = {neuron.symbols[n]: sp.Symbol(c, real=True) for n, c in cnames.items()}
     symbol_of = {"V": V, "X": X, **{n: rename[neuron.symbols[n]] for n in neuron.params}}
     symbol_of.update(dict(zip(neuron.states, prev, strict=True)))
+    # stages get kernel names of their own, as the params do: st<i>_<name>
+    rename.update({z: sp.Symbol(f"st{i}_{z}", real=True) for i, (z, _) in enumerate(neuron.stages)})
     as_internal = {**rename, **dict(zip(neuron.state_symbols.values(), prev, strict=True))}
-    charge_partials = {
-        symbol_of[n]: found[f"dH/d{n}"].xreplace(as_internal)
-        for n in ["V", "X", *neuron.states, *neuron.learnable]
-    }
     step = step_map(neuron, rename)
     seeds = {K.s: K.grad_s, K.v_new: K.grad_v, **{wn: grad_w_seed(i) for i, wn in enumerate(new)}}
-    crossing = neuron.firing == "crossing"
-    adjoint = transpose(step.nodes, seeds, charge_partials, neuron.detach_reset, crossing)
     inputs = ["V", *neuron.states, "X", *neuron.learnable]
+    adjoint = transpose(
+        step.nodes, seeds, _known_partials(neuron, found, symbol_of, as_internal),
+        neuron.detach_reset, neuron.firing == "crossing", [symbol_of[n] for n in inputs],
+    )  # fmt: skip
     grad_names = {"V": "V", "X": "X", **cnames, **{w: f"W{i}" for i, w in enumerate(neuron.states)}}
     targets = [
-        (grad_symbol(grad_names[n]), adjoint.get(symbol_of[n], sp.Integer(0))) for n in inputs
+        (grad_symbol(grad_names[n]), adjoint.values.get(symbol_of[n], sp.Integer(0)))
+        for n in inputs
     ]
+    stages = [(n.symbol, n.expr) for n in step.stages]
+    charge, backward = blocks(stages, (K.h, step.charge.expr), targets, adjoint.lines)
+    resets = step.state_resets
     sg = neuron.surrogate.derivative().subs(U_SURROGATE, K.u)
     return KernelSpec(
         name=neuron.name,
@@ -359,17 +380,17 @@ def derive(neuron: Definition) -> KernelSpec:
         params=tuple(neuron.params),
         learnable=neuron.learnable,
         param_symbols={n: rename[neuron.symbols[n]] for n in neuron.params},
-        charge=_cse([(K.h, step.charge.expr)], "c"),
+        charge=charge,
         threshold=step.threshold.expr,
-        surrogate=_cse([(K.sg, sg)], "g"),
-        reset=_cse([(V, step.reset.expr)], "r"),
-        backward=_cse(targets, "b"),
+        surrogate=cse_block([(K.sg, sg)], "g"),
+        reset=cse_block([(V, step.reset.expr)], "r"),
+        backward=backward,
         v_start=neuron.v_start if isinstance(neuron.v_start, float) else 0.0,
         partials=found,
         states=tuple(neuron.states),
         state_init=tuple(s.init for s in neuron.states.values()),
-        updates=_cse([(n.symbol, n.expr) for n in step.updates], "a"),
-        state_resets=_cse([(w, n.expr) for w, n in zip(prev, step.state_resets, strict=True)], "q"),
+        updates=cse_block([(n.symbol, n.expr) for n in step.updates], "a"),
+        state_resets=cse_block([(w, n.expr) for w, n in zip(prev, resets, strict=True)], "q"),
         firing=neuron.firing,
         hard_reset=neuron.v_reset is not None,  # crossing firing has v_reset None
     )
