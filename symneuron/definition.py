@@ -23,7 +23,7 @@ import sympy as sp
 from . import assumptions as _assumptions
 from . import surrogate as _surrogate
 from . import validate as _validate
-from .state import State, check_crossing_states, check_on_spike, firing_mode
+from .state import State, check_crossing_states, check_on_spike, check_uses_x, firing_mode
 from .symbols import RESERVED, H, S, V, X, allowed_in, reserved_symbol
 from .validate import check_expression, finite_float, named
 
@@ -104,7 +104,8 @@ class Definition:
             _assumptions.check_assumption(pname, kinds, self.params[pname])
         set_(self, "param_assumptions", MappingProxyType(assumptions))
         check_crossing_states(self.firing, self.states, self.state_symbols)
-        self._check_uses_x()
+        updates = [st.update for st in self.states.values() if st.update is not None]
+        check_uses_x([self.charge, *updates, *(e for _, e in self.stages)])
         set_(self, "learnable", _validate.learnable_names(learnable, self.params, self._used()))
         set_(self, "surrogate", _surrogate_or_default(surrogate))
         if not isinstance(detach_reset, bool):
@@ -114,21 +115,6 @@ class Definition:
         set_(self, "_given", given)
         set_(self, "_key", self._hash())
         _LIVE.setdefault(self._key, self)
-
-    def _check_uses_x(self) -> None:
-        """X must reach the step map: the charge, a state's update or a stage."""
-        updates = [st.update for st in self.states.values() if st.update is not None]
-        uses_x = [self.charge.has(X), *(u.has(X) for u in updates)]
-        uses_x += [e.has(X) for _, e in self.stages]
-        if not any(uses_x):
-            raise ValueError(
-                "The neuron does not depend on the input X: use X in the charge, or in a state "
-                "whose new value the charge reads. A synaptic current I that passes X on in "
-                "the same step (snnTorch's Synaptic, sn.models.CuLIF) is written into the "
-                "charge: I_new = 0.5*I + X; sn.Neuron(charge=0.8*V + I_new, "
-                "states={I: sn.State(update=I_new)}). A charge that reads I itself sees "
-                "I[t-1], so X reaches V one step late."
-            )
 
     params: Mapping[str, float]
     """Each parameter's name -> default value."""

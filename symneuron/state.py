@@ -9,7 +9,7 @@ from typing import Any
 
 import sympy as sp
 
-from .symbols import S
+from .symbols import S, X
 
 __all__ = ["State", "firing_mode", "check_crossing_states", "check_on_spike", "FIRING"]
 
@@ -93,3 +93,17 @@ def check_on_spike(name: str, symbol: sp.Symbol, rule: sp.Expr) -> None:
         f"sn.S; for {rule} at spikes only (as Brian2's reset), write {at_spikes} (that is, "
         f"S*({rule}) + (1 - S)*{name}); a change at every step belongs in update."
     )
+
+
+def check_uses_x(expressions: list[sp.Expr]) -> None:
+    """X must reach the step map: the charge, a state's update or an integrator stage
+    (``expressions``); else a ValueError that shows the same-step synapse form."""
+    if not any(e.has(X) for e in expressions):
+        raise ValueError(
+            "The neuron does not depend on the input X: use X in the charge, or in a state "
+            "whose new value the charge reads. A synaptic current I that passes X on in "
+            "the same step (snnTorch's Synaptic, sn.models.CuLIF) is written into the "
+            "charge: I_new = 0.5*I + X; sn.Neuron(charge=0.8*V + I_new, "
+            "states={I: sn.State(update=I_new)}). A charge that reads I itself sees "
+            "I[t-1], so X reaches V one step late."
+        )
