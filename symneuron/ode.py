@@ -105,21 +105,22 @@ def _staged(
     method: str, rhs: dict[sp.Symbol, sp.Expr], h: sp.Expr, taken: set[str]
 ) -> tuple[list[Stage], dict[sp.Symbol, sp.Expr]]:
     """The stages of an explicit Runge–Kutta step as named assignments, in order, and each
-    variable's new value in the slopes ``k<i>_<z>``: slope k_i = f(y_i), stage state
-    y_i = y + c_i h k_{i−1} (``y<i>_<z>``). Nothing is substituted into anything, so the
-    step grows linearly with the stages and equations."""
+    variable's new value in the increments ``k<i>_<z>``, arranged as Brian2 writes them:
+    k_i = h·f(y_i), stage state y_i = y + c_i k_{i−1} (``y<i>_<z>``), y' = y + w Σ b_i k_i.
+    Nothing is substituted into anything, so the step grows linearly with the stages and
+    equations."""
     fractions, factor, weights = TABLEAUS[method]
     slopes = {z: _stage_symbol("k1", z, taken) for z in rhs}
-    stages: list[Stage] = [(slopes[z], f) for z, f in rhs.items()]
+    stages: list[Stage] = [(slopes[z], h * f) for z, f in rhs.items()]
     all_slopes = [slopes]
     for i, c in enumerate(fractions, start=2):
         state = {z: _stage_symbol(f"y{i}", z, taken) for z in rhs}
-        stages += [(state[z], z + c * h * slopes[z]) for z in rhs]
+        stages += [(state[z], z + c * slopes[z]) for z in rhs]
         slopes = {z: _stage_symbol(f"k{i}", z, taken) for z in rhs}
-        stages += [(slopes[z], f.xreplace(state)) for z, f in rhs.items()]
+        stages += [(slopes[z], h * f.xreplace(state)) for z, f in rhs.items()]
         all_slopes.append(slopes)
     new = {
-        z: z + h * factor * sp.Add(*[b * k[z] for b, k in zip(weights, all_slopes, strict=True)])
+        z: z + factor * sp.Add(*[b * k[z] for b, k in zip(weights, all_slopes, strict=True)])
         for z in rhs
     }
     return stages, new
