@@ -88,3 +88,13 @@ def test_compile_time_benchmark_quick_mode_passes() -> None:
                           text=True, timeout=900)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| FitzHughNagumo | rk4 |" in proc.stdout
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Pospischil2008's exp_euler float32 gradients are 1e-3 off the float64 reference "
+    "(measured 2026-11-25; float64 and rk4 pass): open",
+)
+def test_pospischil_float32_exp_euler_gradients() -> None:
+    report = sn.check(sn.models.Pospischil2008(), backend="cpu", dtype=torch.float32, seed=2)
+    assert report.passed, str(report)
