@@ -220,6 +220,19 @@ def discretise(
     step = finite_float(dt, "dt")
     if step <= 0:
         raise ValueError(f"dt must be > 0, got {step}; give the time step in the ODE's units.")
+    odes = _checked_states(states)
+    param_names = set(named(params, "parameter"))
+    rhs = _right_hand_sides(dv, odes, param_names)
+    stages, new = _integrated(method, rhs, sp.Float(step), {*odes, *param_names})
+    out_states = {
+        wname: State(update=new[sp.Symbol(wname, real=True)], on_spike=st.on_spike, init=st.init)
+        for wname, st in odes.items()
+    }
+    return Discretised(new[V], out_states, tuple(stages))
+
+
+def _checked_states(states: Mapping[Any, ODEState] | None) -> dict[str, ODEState]:
+    """The extra states by name, each an :class:`ODEState` with an equation."""
     odes = named(states, "state", hint=" (an sn.ODEState)")
     for wname, state in odes.items():
         if not isinstance(state, ODEState):
@@ -229,24 +242,23 @@ def discretise(
                 f"State {wname!r} has no equation; give ODEState(ode=dW/dt, ...) "
                 "(0 for a state that changes only on spikes)."
             )
-    param_names = set(named(params, "parameter"))
-    rhs = _right_hand_sides(dv, odes, param_names)
-    h = sp.Float(step)
+    return odes
+
+
+def _integrated(
+    method: str, rhs: dict[sp.Symbol, sp.Expr], h: sp.Expr, taken: set[str]
+) -> tuple[list[Stage], dict[sp.Symbol, sp.Expr]]:
+    """The method's stages (none for euler) and each variable's new value."""
+    if method == "euler":
+        return [], {z: z + h * f for z, f in rhs.items()}
+    if method != "exp_euler":
+        return _staged(method, rhs, h, taken)
     stages: list[Stage] = []
-    if method == "exp_euler":
-        new = {}
-        for z, f in rhs.items():
-            more, new[z] = _exp_euler(z, f, h, {*odes, *param_names})
-            stages += more
-    elif method == "euler":
-        new = {z: z + h * f for z, f in rhs.items()}
-    else:
-        stages, new = _staged(method, rhs, h, {*odes, *param_names})
-    out_states = {
-        wname: State(update=new[sp.Symbol(wname, real=True)], on_spike=st.on_spike, init=st.init)
-        for wname, st in odes.items()
-    }
-    return Discretised(new[V], out_states, tuple(stages))
+    new = {}
+    for z, f in rhs.items():
+        more, new[z] = _exp_euler(z, f, h, taken)
+        stages += more
+    return stages, new
 
 
 def _right_hand_sides(
