@@ -138,20 +138,27 @@ def _(key: str, backend: str, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, 
     return _placeholders(BACKWARD.allocate(h_seq, *layout), h_seq)
 
 
-def _save(ctx: Any, prog: Program, v_mode: str, inputs: dict[str, Any], out: Any) -> None:
+def _save(
+    ctx: Any, prog: Program, v_mode: str, inputs: dict[str, Any], out: Any, extra: tuple = ()
+) -> None:
     """Keep for backward: H and W̃ (extra states only), v_init, w_init, X only when a
-    partial needs it, and the params (``inputs`` by name, ``out`` the forward's)."""
+    partial needs it, the params (``inputs`` by name, ``out`` the forward's), then
+    ``extra`` (what a recurrent binding adds)."""
     ctx.program, ctx.v_mode, ctx.n_params = prog, v_mode, len(inputs["params"])
     x_kept = inputs["x_seq"] if prog.needs_x else None
     ctx.save_for_backward(
-        out.h_seq, out.wt_seq, inputs["v_init"], inputs["w_init"], x_kept, *inputs["params"]
-    )
+        out.h_seq, out.wt_seq, inputs["v_init"], inputs["w_init"], x_kept, *inputs["params"],
+        *extra,
+    )  # fmt: skip
     ctx.set_materialize_grads(False)
 
 
-def _gradients(ctx: Any, grad_spike: Any, grad_v: Any, grad_w: Any, compiled: bool) -> Any:
+def _gradients(
+    ctx: Any, grad_spike: Any, grad_v: Any, grad_w: Any, compiled: bool, launch: Any = None
+) -> Any:
     """dL/dX, dL/dV[0], dL/dW[0] and each param's gradient (None unless learnable), from
-    the saved context: a dict keyed by the forward's input names."""
+    the saved context: a dict keyed by the forward's input names. ``launch`` runs the
+    backward kernel (default: the program's :meth:`~Program.backward`)."""
     if torch.is_grad_enabled() and not torch.compiler.is_compiling():
         raise RuntimeError(
             "symneuron: the fused kernels' backward is not differentiable, so a gradient "
@@ -160,7 +167,9 @@ def _gradients(ctx: Any, grad_spike: Any, grad_v: Any, grad_w: Any, compiled: bo
             "Run this part with backend='torch' (the reference, plain torch ops), which "
             "differentiates twice."
         )
-    h_seq, wt_seq, v_init, w_init, x_seq, *params = ctx.saved_tensors
+    saved = ctx.saved_tensors  # (a recurrent binding saves more after the params)
+    h_seq, wt_seq, v_init, w_init, x_seq = saved[:5]
+    params = saved[5 : 5 + ctx.n_params]
     prog: Program = ctx.program
     if h_seq is None:
         raise RuntimeError(
@@ -182,7 +191,7 @@ def _gradients(ctx: Any, grad_spike: Any, grad_v: Any, grad_w: Any, compiled: bo
         present = prog.backward_layout(h_seq, v_init, w_init).present
         out = _absent_as_none(BACKWARD, backward_op(prog.key, prog.backend, *args), present)
     else:
-        out = prog.backward(*args)
+        out = (launch or prog.backward)(*args)
     grads: list[torch.Tensor | None] = [None] * ctx.n_params
     for j, index in prog.learnable_rows:
         grads[index] = out.grad_params[j].to(params[index].dtype)

@@ -25,9 +25,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import binding_recurrent
+from .binding import Run
 from .layer import NeuronLayer
 from .neuron import Neuron
-from .validate import flag
+from .simulate import prepare
+from .validate import flag, raise_if_not_finite
 
 __all__ = ["RecurrentNeuronLayer"]
 
@@ -143,6 +146,10 @@ class RecurrentNeuronLayer(nn.Module):
                 f"but the input's shape per step is {tuple(x_seq.shape[1:])}: call "
                 "layer.reset() before each new sequence."
             )
+        if not torch.compiler.is_compiling():
+            fused = self._fused(x_seq if bias is None else x_seq + bias, weight)
+            if fused is not None:
+                return fused
         out = []
         for x in x_seq:
             drive = x if s is None else x + nn.functional.linear(s, weight)
@@ -150,6 +157,29 @@ class RecurrentNeuronLayer(nn.Module):
             out.append(s)
         self.s = s
         return torch.stack(out) if out else x_seq.new_zeros(x_seq.shape)
+
+    def _fused(self, drive: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None:
+        """The sequence through the fused kernels (one launch each way), or None where
+        the neuron runs on the torch reference (then the loop over steps runs it)."""
+        cell = self.cell
+        job, check = prepare(
+            cell.neuron, drive, cell.v, cell.param_values(), backend=cell.backend,
+            store_v_seq=False, states=cell.states or None, check_finite=cell.check_finite,
+        )  # fmt: skip
+        if not isinstance(job, Run):
+            return None
+        s_init = None if self.s is None else self.s.reshape(-1)
+        spikes, v_out, w_out = binding_recurrent.run(job, weight, s_init)
+        if check:
+            raise_if_not_finite([("V", v_out)], drive)
+        shape = job.shape
+        spikes = spikes.view(drive.shape[0], *shape)
+        states = {}
+        if w_out is not None:
+            states = {name: w_out[i, -1].view(shape) for i, name in enumerate(cell.neuron.states)}
+        cell._keep(v_out[-1].view(shape), None, states)
+        self.s = spikes[-1]
+        return spikes
 
     def reset(self) -> None:
         """Forget V, the extra states and the last spikes (a new sequence starts)."""

@@ -35,6 +35,8 @@ __all__ = [
     "Pass",
     "FORWARD",
     "BACKWARD",
+    "RFORWARD",
+    "RBACKWARD",
     "V_MODES",
     "GRAD_V_MODES",
     "Variant",
@@ -247,7 +249,34 @@ BACKWARD = Pass(
     (("grad_v_mode", "str"),),
 )
 
-PASSES = {"forward": FORWARD, "backward": BACKWARD}
+
+def _insert(pass_: Pass, name: str, after: str, *new: Arg, tail: tuple[Arg, ...] = ()) -> Pass:
+    """``pass_``'s arguments with ``new`` inserted after argument ``after`` and ``tail``
+    appended: a recurrent pass is its feedforward pass plus the recurrence's arguments."""
+    args = list(pass_.args)
+    at = [a.name for a in args].index(after) + 1
+    return Pass(name, (*args[:at], *new, *args[at:], *tail), pass_.options)
+
+
+_FEATURES = Arg("F", "long long", derived=True)
+
+#: The recurrent forward (DESIGN §3b): FORWARD plus the transposed effective weight
+#: (row m: what neuron m's spike adds to each neuron of its batch row), the spikes of
+#: the step before the first (None: no spike), X_eff for a backward that reads X, and
+#: the neurons per batch row F (N = rows · F).
+RFORWARD = _insert(
+    FORWARD,
+    "rforward",
+    "x_seq",
+    _tensor("weight_t"),
+    _tensor("s_init", when="s_init"),
+    tail=(_out("xeff_seq", "T N", when="store_x"), _FEATURES),
+)
+#: The recurrent backward: BACKWARD plus the effective weight, whose transposed product
+#: with dL/dX_eff[t+1] adds to dL/dS[t] inside the reverse time loop.
+RBACKWARD = _insert(BACKWARD, "rbackward", "params", _tensor("weight"), tail=(_FEATURES,))
+
+PASSES = {p.name: p for p in (FORWARD, BACKWARD, RFORWARD, RBACKWARD)}
 
 
 def param_cnames(params: Sequence[str]) -> tuple[str, ...]:
@@ -283,10 +312,15 @@ class Variant:
     @property
     def base(self) -> str:
         """The variant's name without the neuron's name and the lane count."""
-        if self.pass_name == "forward":
+        if self.pass_name in ("forward", "rforward"):
             store_h, v_mode = self.options
-            return f"forward_{'h' if store_h else 'n'}_{v_mode}"
-        return f"backward_{self.options[0]}"
+            return f"{self.pass_name}_{'h' if store_h else 'n'}_{v_mode}"
+        return f"{self.pass_name}_{self.options[0]}"
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the variant runs the recurrence (one block per batch row)."""
+        return self.pass_name[0] == "r"
 
     def function(self, neuron: str) -> str:
         """The name of the function the variant's kernels share (a template on CUDA)."""
@@ -302,13 +336,15 @@ class Variant:
         return Geometry(math.ceil(threads / block), block)
 
 
-def variants(lanes: int) -> list[Variant]:
-    """Every exported kernel of a source for a dtype of vector width ``lanes``, in order."""
+def variants(lanes: int, recurrent: bool = False) -> list[Variant]:
+    """Every exported kernel of a source for a dtype of vector width ``lanes``, in order
+    (``recurrent``: the recurrent passes' kernels, which a source holds only on request)."""
+    forward, backward = ("rforward", "rbackward") if recurrent else ("forward", "backward")
     out = [
-        Variant("forward", (h, m), k) for h in (True, False) for m in V_MODES
+        Variant(forward, (h, m), k) for h in (True, False) for m in V_MODES
         for k in lane_counts(lanes)
     ]  # fmt: skip
-    return out + [Variant("backward", (m,), k) for m in GRAD_V_MODES for k in lane_counts(lanes)]
+    return out + [Variant(backward, (m,), k) for m in GRAD_V_MODES for k in lane_counts(lanes)]
 
 
 def lane_counts(lanes: int) -> tuple[int, ...]:

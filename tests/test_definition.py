@@ -36,6 +36,7 @@ STAGES: dict[str, int] = {
     "neuron": 4,
     "runtime": 4,
     "binding": 5,
+    "binding_recurrent": 5,
     "models": 5,
     "simulate": 6,
     "layer": 7,

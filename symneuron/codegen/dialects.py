@@ -76,6 +76,31 @@ class Dialect:
         ``one_lane``: the wide kernel runs one neuron per iteration (C only)."""
         raise NotImplementedError
 
+    # -- kernels whose neurons exchange data (one block per batch row) ----------
+    def row_kernels(
+        self, name: str, params: list[str], body: list[str], lanes: dict[int, str]
+    ) -> str:
+        """``body`` as the kernels of one batch row of ``F`` neurons each: it sees ``row0``
+        (the row's first neuron), and runs its per-neuron parts in :meth:`threads`."""
+        raise NotImplementedError
+
+    def lane_arrays(self, arrays: list[tuple[str, str]]) -> list[str]:
+        """Declare per-lane arrays (type, name) that live through the whole time loop."""
+        raise NotImplementedError
+
+    def threads(self, arrays: list[tuple[str, str]], body: list[str]) -> list[str]:
+        """``body`` for each thread's K neurons of the row (``c0``: the first one's column,
+        ``i0``: its index in N), with ``arrays`` (:meth:`lane_arrays`) as ``name[j]``."""
+        raise NotImplementedError
+
+    def row_shared(self, ctype: str, name: str, count: str) -> list[str]:
+        """``count`` values of ``ctype`` the threads of one row share (``name``)."""
+        raise NotImplementedError
+
+    def release(self, names: list[str]) -> list[str]:
+        """Free what :meth:`lane_arrays` and :meth:`row_shared` took (C's heap)."""
+        return []
+
 
 class CDialect(Dialect):
     """C99: K lanes per loop iteration (macros set around each function), OpenMP."""
@@ -117,6 +142,32 @@ class CDialect(Dialect):
             self._function(joined, body, 1 if one_lane else k, exported)
             for k, exported in lanes.items()
         )
+
+    def row_kernels(
+        self, name: str, params: list[str], body: list[str], lanes: dict[int, str]
+    ) -> str:
+        """One thread runs a row's neurons in order at each step; rows run in parallel."""
+        joined = f",\n{INDENT}".join(params)
+        omp = f"#pragma omp parallel for schedule(static) if (N >= {self.parallel_from})"
+        loop = [omp, "for (long long row0 = 0; row0 < N; row0 += F) {", *indent(body), "}"]
+        text = "\n".join(self._with_lanes(1, loop))  # one neuron per thread of a row
+        return "#include <stdlib.h>\n" + "\n".join(
+            f"void {exported}(\n{INDENT}{joined}) {{\n{text}\n}}\n" for exported in lanes.values()
+        )
+
+    def lane_arrays(self, arrays: list[tuple[str, str]]) -> list[str]:
+        return [f"{ct}* {name}_row = ({ct}*)malloc(sizeof({ct}) * F);" for ct, name in arrays]
+
+    def threads(self, arrays: list[tuple[str, str]], body: list[str]) -> list[str]:
+        views = [f"{ct}* {name} = {name}_row + c0;" for ct, name in arrays]
+        head = ["const long long i0 = row0 + c0;", *views]
+        return ["for (long long c0 = 0; c0 < F; c0 += K) {", *indent(head + body), "}"]
+
+    def row_shared(self, ctype: str, name: str, count: str) -> list[str]:
+        return [f"{ctype}* {name} = ({ctype}*)malloc(sizeof({ctype}) * {count});"]
+
+    def release(self, names: list[str]) -> list[str]:
+        return [f"free({name});" for name in names]
 
     def _with_lanes(self, count: int, loop: list[str]) -> list[str]:
         defines = [f"#define K {count}", f"#define sn_vec sn_vec{count}"]
@@ -197,6 +248,32 @@ class CUDADialect(Dialect):
     def barrier(self) -> str:
         return "__syncthreads();"
 
+    def row_kernels(
+        self, name: str, params: list[str], body: list[str], lanes: dict[int, str]
+    ) -> str:
+        """One block per batch row, one thread per K neurons of it; threads past the row
+        stay (no ``return`` before a barrier) and skip the per-neuron parts."""
+        head = [
+            "const long long row0 = (long long)blockIdx.x * F;",
+            "const long long c0 = (long long)threadIdx.x * K;",
+            "const long long i0 = row0 + c0;",
+            "const bool active = c0 < F;",
+        ]
+        return self._wrap(name, params, indent(head + body), lanes)
+
+    def lane_arrays(self, arrays: list[tuple[str, str]]) -> list[str]:
+        return [f"{ct} {name}[K];" for ct, name in arrays]
+
+    def threads(self, arrays: list[tuple[str, str]], body: list[str]) -> list[str]:
+        return ["if (active) {", *indent(body), "}"]
+
+    def row_shared(self, ctype: str, name: str, count: str) -> list[str]:
+        """Dynamic shared memory (its bytes are the launch geometry's ``shared``)."""
+        return [
+            "extern __shared__ __align__(16) unsigned char sn_smem[];",
+            f"{ctype}* {name} = ({ctype}*)sn_smem;",
+        ]
+
     def shared(self, ctype: str, name: str, count: str) -> str:
         return f"__shared__ {ctype} {name}[{count}];"
 
@@ -204,8 +281,12 @@ class CUDADialect(Dialect):
         self, name: str, params: list[str], body: list[str], lanes: dict[int, str],
         one_lane: bool = False,
     ) -> str:  # fmt: skip
+        return self._wrap(name, params, indent(self.neuron_loop(body)), lanes)
+
+    def _wrap(self, name: str, params: list[str], lines: list[str], lanes: dict[int, str]) -> str:
+        """A device function template over K and one exported kernel per lane count."""
         joined = f",\n{INDENT}".join(params)
-        text = "\n".join(indent(self.neuron_loop(body)))
+        text = "\n".join(lines)
         call = ", ".join(p.split()[-1] for p in params)
         out = [
             "template <int K>\n"

@@ -16,6 +16,7 @@ from ..derivation import KernelSpec
 from ..dtypes import DType
 from ..signature import PASSES, Variant, lane_counts, variants
 from .dialects import Dialect
+from .recurrent import RecurrentPrinter
 from .steps import StepPrinter
 
 __all__ = ["render", "kernel_names", "parameters"]
@@ -39,31 +40,38 @@ def parameters(spec: KernelSpec, pass_name: str, dtype: DType, dialect: Dialect)
     return out
 
 
-def kernel_names(spec: KernelSpec, dtype: DType) -> list[str]:
-    """Every exported kernel of a source, in source order."""
-    return [v.exported(spec.name) for v in variants(dtype.lanes)]
+def kernel_names(spec: KernelSpec, dtype: DType, recurrent: bool = False) -> list[str]:
+    """Every exported kernel of a source, in source order (``recurrent``: of a recurrent
+    source)."""
+    return [v.exported(spec.name) for v in variants(dtype.lanes, recurrent)]
 
 
 def _body(printer: StepPrinter, variant: Variant) -> list[str]:
-    if variant.pass_name == "forward":
+    if variant.pass_name in ("forward", "rforward"):
         return printer.forward(*variant.options)
     return printer.backward(*variant.options)
 
 
-def render(spec: KernelSpec, dialect: Dialect, dtype: DType, only: str | None = None) -> str:
-    """The source file: prelude, then every forward and backward variant.
+def render(
+    spec: KernelSpec, dialect: Dialect, dtype: DType, only: str | None = None,
+    recurrent: bool = False,
+) -> str:  # fmt: skip
+    """The source file: prelude, then every forward and backward variant (``recurrent``:
+    of the recurrent passes).
 
     With ``only`` (an exported kernel name), the source holds just that kernel,
     so a first call compiles only what it runs.
     """
-    printer = StepPrinter(spec, dtype, dialect)
+    # an exported name is <neuron>_<base>_k<K>, the recurrent bases start with "r"
+    recurrent = recurrent or (only is not None and only[len(spec.name) + 1 :].startswith("r"))
+    printer = (RecurrentPrinter if recurrent else StepPrinter)(spec, dtype, dialect)
     header = (
         f"// symneuron {dialect.name} kernels for {spec.name} ({dtype.name}), key {spec.key}\n"
         f"// H = {spec.charge[-1].expr}\n"
     )
     parts = [header, dialect.prelude(dtype, lane_counts(dtype.lanes))]
     groups: dict[str, list[Variant]] = {}
-    for variant in variants(dtype.lanes):  # the lane counts of one function together
+    for variant in variants(dtype.lanes, recurrent):  # the lane counts of one function together
         if only is None or variant.exported(spec.name) == only:
             groups.setdefault(variant.function(spec.name), []).append(variant)
     for name, group in groups.items():
@@ -72,9 +80,14 @@ def render(spec: KernelSpec, dialect: Dialect, dtype: DType, only: str | None = 
         lanes = {v.lanes: v.exported(spec.name) for v in group}
         # the C backward keeps one lane when a step calls the math library
         one_lane = first.pass_name == "backward" and _calls_libm(spec)
-        parts.append(dialect.kernels(name, params, _body(printer, first), lanes, one_lane))
+        if first.recurrent:
+            parts.append(dialect.row_kernels(name, params, _body(printer, first), lanes))
+        else:
+            parts.append(dialect.kernels(name, params, _body(printer, first), lanes, one_lane))
     if len(parts) == 2:
-        raise ValueError(f"No kernel named {only!r}; kernels are {kernel_names(spec, dtype)}")
+        raise ValueError(
+            f"No kernel named {only!r}; kernels are {kernel_names(spec, dtype, recurrent)}"
+        )
     return "\n".join(parts)
 
 

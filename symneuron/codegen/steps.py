@@ -8,10 +8,9 @@ V[t−1] (and W[t−1]) from the stored H[t−1] and W̃[t−1] when its partial
 them, and carries dL/dV (and dL/dW) from step to step.
 
 What a pass touches is one table (:class:`StepIO`): the arrays it reads and writes
-each step (:class:`Stream`: array, vector register, the value's name in the body)
-and the per-lane registers it carries from step to step. The loads, stores and
-declarations are printed from it, so the names agree by construction. Both
-dialects print these same bodies; :mod:`~symneuron.codegen.skeleton` wraps them.
+each step (:class:`Stream`), and the registers it carries to the next step; loads,
+stores and declarations are printed from it. :mod:`~symneuron.codegen.skeleton` (and
+:mod:`~symneuron.codegen.recurrent`, around the same lane bodies) wraps them.
 """
 
 from __future__ import annotations
@@ -27,8 +26,7 @@ from .printer import KernelPrinter
 
 __all__ = ["StepPrinter", "Stream", "StepIO", "T_UNROLL"]
 
-#: Unroll factor of the loop over t (NVRTC honours it; it lets the compiler issue later
-#: steps' loads early). The C dialect prints no unroll hints.
+#: Unroll factor of the loop over t (NVRTC honours it: later steps' loads issue early).
 T_UNROLL = "(K == 1 ? 8 : 4)"
 
 
@@ -199,22 +197,29 @@ class StepPrinter:
         (SymPy folds V_reset = 0 away; compilers keep ``+ 0`` without fast-math)."""
         return ["V += 0;"] if self.spec.hard_reset else []
 
-    def lane_state(self) -> list[str]:
-        """Per-lane parameters, threshold and initial state in registers."""
+    def lane_arrays(self) -> list[tuple[str, str]]:
+        """(type, name) of each per-lane register array every pass keeps: parameters,
+        their reciprocals, V and each extra state."""
         ct = self.dt.compute
-        decl = [f"{ct} {c}_l[K];" for c in self.pnames.values()]
-        decl += [f"{ct} V_l[K];"]
+        arrays = [(ct, f"{c}_l") for c in self.pnames.values()] + [(ct, "V_l")]
+        arrays += [(ct, f"{r}_l") for r in self.rcp.values()]
+        return arrays + [(ct, f"w{i}_l") for i in range(self.k)]
+
+    def lane_init(self) -> list[str]:
+        """One lane's parameters, reciprocals and initial state, loaded into its arrays."""
         body = [f"{c}_l[j] = {c}_ptr[(i0 + j) * {c}_stride];" for c in self.pnames.values()]
-        one = self.expr(sp.Float(1.0))
-        decl += [f"{ct} {r}_l[K];" for r in self.rcp.values()]
-        body += [f"{r}_l[j] = {one}/{p}_l[j];" for p, r in self.rcp.items()]
-        start = self.expr(sp.Float(self.spec.v_start))
-        body += [f"V_l[j] = v_init ? {self.load('v_init[i0 + j]')} : {start};"]
+        body += [f"{r}_l[j] = {self.expr(sp.Float(1.0))}/{p}_l[j];" for p, r in self.rcp.items()]
+        start, first_v = self.expr(sp.Float(self.spec.v_start)), self.load("v_init[i0 + j]")
+        body += [f"V_l[j] = v_init ? {first_v} : {start};"]
         for i, init in enumerate(self.spec.state_init):
-            decl.append(f"{ct} w{i}_l[K];")
             first = self.load(f"w_init[(long long){i} * N + i0 + j]")
             body.append(f"w{i}_l[j] = w_init ? {first} : {self.expr(sp.Float(init))};")
-        return decl + self.dialect.lane_loop(body)
+        return body
+
+    def lane_state(self) -> list[str]:
+        """Per-lane parameters, threshold and initial state in registers."""
+        decl = [f"{ct} {name}[K];" for ct, name in self.lane_arrays()]
+        return decl + self.dialect.lane_loop(self.lane_init())
 
     def lane_params(self) -> list[str]:
         ct = self.dt.compute

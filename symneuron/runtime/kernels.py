@@ -22,7 +22,7 @@ from .. import derivation, dtypes
 from ..codegen import render_source
 from ..definition import Definition, find
 from ..memo import BoundedTable
-from ..signature import BACKWARD, FORWARD, Arg, Geometry, Pass, Variant, param_cnames
+from ..signature import BACKWARD, FORWARD, PASSES, Arg, Geometry, Pass, Variant, param_cnames
 from . import Kinds, cache, cpu, cuda, settings
 
 __all__ = ["Backend", "BACKENDS", "Program", "program", "lookup"]
@@ -129,13 +129,13 @@ class Program:
             (j, params.index(name)) for j, name in enumerate(neuron.learnable)
         )
         states = bool(self.k)
-        self._pack = {p.name: _packer(p.of(states)) for p in (FORWARD, BACKWARD)}
+        self._pack = {p.name: _packer(p.of(states)) for p in PASSES.values()}
         counts = {"param": self.n_params, "learnable": self.n_learnable}
-        self._kinds = {p.name: _kinds(p.of(states), counts) for p in (FORWARD, BACKWARD)}
+        self._kinds = {p.name: _kinds(p.of(states), counts) for p in PASSES.values()}
         #: the tensors of each pass (for the lane count and the launcher's dtype, device)
         self._tensors = {
             p.name: tuple(a.name for a in p.of(states) if a.pointer and a.each is None)
-            for p in (FORWARD, BACKWARD)
+            for p in PASSES.values()
         }
         self._launchers: dict[tuple[Any, ...], tuple[Variant, Launch]] = {}
         self._flags: dict[str, bool] = {}

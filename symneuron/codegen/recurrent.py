@@ -1,0 +1,157 @@
+"""The recurrent kernels' bodies: the neuron's own step with the recurrence around it.
+
+A recurrent layer (DESIGN §3b) feeds each batch row's spikes back through a weight
+``R`` [F, F]: ``X_eff[t] = x[t] + R·s[t−1]``. One kernel runs the whole sequence each
+way; a block of threads (one thread per K neurons) owns one batch row, so the
+cross-neuron parts of a step need only the block's barrier:
+
+* forward, step t: each thread adds to its lanes' ``x[t]`` the recurrent input, the
+  sum of ``R[c, m]`` over the previous step's spiking neurons ``m`` (spikes are 0/1,
+  read from the row's shared buffer), into the register the neuron's step reads X
+  from; then the unchanged step body (:meth:`StepPrinter.forward_lane`) runs and the
+  lanes' spikes go to the shared buffer for step t+1. ``X_eff`` is stored for a
+  backward that reads X.
+* backward, step t (descending): the spikes' total gradient adds ``Σ_m R[m, c] ·
+  dL/dX_eff[t+1][m]`` (the transposed product, dense) to ``dL/dS[t]`` in the register
+  the step's backward reads it from; then the unchanged backward body runs and
+  ``dL/dX_eff[t]`` goes to the shared buffer for step t−1.
+
+Both buffers are double: step t reads one half and writes the other, so one barrier a
+step suffices. The printing of loads, stores and lane bodies is
+:class:`~symneuron.codegen.steps.StepPrinter`'s; the dialect supplies the row, the
+threads, the shared buffer and the barrier.
+"""
+
+from __future__ import annotations
+
+from .steps import StepIO, StepPrinter
+
+__all__ = ["RecurrentPrinter"]
+
+
+class RecurrentPrinter(StepPrinter):
+    """The bodies of one spec's recurrent kernels for one dtype and dialect."""
+
+    def _recurrent_sum(self, weights: str, factor: str, condition: str | None) -> list[str]:
+        """``rec[j] = Σ_m factor(m) · weights[m · F + c0 + j]`` over the row's neurons m
+        (only those where ``condition`` holds, factor 1 then)."""
+        ct = self.dt.compute
+        add = (
+            f"rec[j] += {self.load('w_m[j]')};"
+            if condition
+            else f"rec[j] += g_m * {self.load('w_m[j]')};"
+        )
+        inner = [f"const {self.dt.storage}* w_m = {weights} + m * F + c0;"]
+        inner += [] if condition else [f"const {ct} g_m = {factor};"]
+        inner += self.dialect.lane_loop([add])
+        loop = ["for (long long m = 0; m < F; ++m) {"]
+        if condition:
+            loop += [f"    if ({condition}) {{", *["        " + line for line in inner], "    }"]
+        else:
+            loop += ["    " + line for line in inner]
+        return [f"{ct} rec[K];", *self.dialect.lane_loop(["rec[j] = 0;"]), *loop, "}"]
+
+    def _add_to(self, register: str) -> list[str]:
+        """The vector register's lanes plus ``rec``, rounded to storage (as the torch
+        loop's ``x + s @ R.T`` is)."""
+        value = f"{self.load(f'{register}.v[j]')} + rec[j]"
+        return self.dialect.lane_loop([f"{register}.v[j] = {self.store(value)};"])
+
+    def _buffers(self) -> list[str]:
+        """This step's halves of the row's shared double buffer."""
+        ct = self.dt.compute
+        return [
+            f"const {ct}* before = sn_shared + ((t + 1) & 1) * F;",
+            f"{ct}* now = sn_shared + (t & 1) * F;",
+        ]
+
+    # -- the forward --------------------------------------------------------
+    def forward(self, store_h: bool, v_mode: str) -> list[str]:
+        io = self.forward_io(store_h, v_mode)  # X: read from x_v, which the sum fills
+        arrays, vec, d = self.lane_arrays(), self.vec, self.dialect
+        step = [
+            "const long long k = (long long)t * N + i0;",
+            f"{vec} x_v = *(const {vec}*)(x_seq + k);",
+            *self._recurrent_sum("weight_t", "", "before[m] != 0"),
+            *self._add_to("x_v"),
+            f"if (xeff_seq) *({vec}*)(xeff_seq + k) = x_v;",
+            f"{vec} {', '.join(s.register for s in io.writes)};",
+            *d.lane_loop(self.forward_lane(io)),
+            *[self.write_vector(s) for s in io.writes],
+            *d.lane_loop([f"now[c0 + j] = {self.load('s_v.v[j]')};"]),
+        ]
+        first = self.load("s_init[i0 + j]")
+        init = [*d.lane_loop(self.lane_init()), *d.lane_loop(
+            [f"sn_shared[F + c0 + j] = s_init ? {first} : 0;"])]  # fmt: skip
+        last = [f"v_seq[i0 + j] = {self.store('V_l[j]')};"]
+        last += [
+            f"w_out[(long long){i} * N + i0 + j] = {self.store(f'w{i}_l[j]')};"
+            for i in range(self.k)
+        ]
+        return self._row(arrays, init, step, d.lane_loop(last) if v_mode == "last" else [])
+
+    def _row(
+        self, arrays: list[tuple[str, str]], init: list[str], step: list[str], last: list[str],
+        reverse: bool = False,
+    ) -> list[str]:  # fmt: skip
+        """A row's kernel: its arrays, each thread's set-up, the time loop (a step of the
+        threads, then the barrier), each thread's final stores, and the release."""
+        d = self.dialect
+        head = "for (int t = T - 1; t >= 0; --t) {" if reverse else "for (int t = 0; t < T; ++t) {"
+        return [
+            *d.row_shared(self.dt.compute, "sn_shared", "2 * F"),
+            *d.lane_arrays(arrays),
+            *d.threads(arrays, init),
+            *([d.barrier()] if d.barrier() else []),
+            head,
+            *["    " + line for line in self._buffers()],
+            *["    " + line for line in d.threads(arrays, step)],
+            *(["    " + d.barrier()] if d.barrier() else []),
+            "}",
+            *(d.threads(arrays, last) if last else []),
+            *d.release(["sn_shared", *[f"{name}_row" for _, name in arrays]]),
+        ]
+
+    # -- the backward -------------------------------------------------------
+    def backward(self, grad_v_mode: str) -> list[str]:
+        at, d, vec = self.dt.accum, self.dialect, self.vec
+        io = self.backward_io(grad_v_mode)
+        arrays = self.lane_arrays() + [(self.dt.compute, carry) for carry, _ in io.carries]
+        arrays += [(at, f"acc_{c}") for c in self.learnable()]
+        step = [
+            "const long long k = (long long)t * N + i0;",
+            *self._loads(io),
+            f"{vec} gs_v = *(const {vec}*)(grad_spike + k);",
+            *self._recurrent_sum("weight", "before[m]", None),
+            *self._add_to("gs_v"),
+            f"{vec} {', '.join(s.register for s in io.writes)};",
+            *d.lane_loop(self.backward_lane(io, grad_v_mode)),
+            *[self.write_vector(s) for s in io.writes],
+            *d.lane_loop([f"now[c0 + j] = {self.load('gx_v.v[j]')};"]),
+        ]
+        init = [f"{carry}[j] = 0;" for carry, _ in io.carries]
+        init += [f"acc_{c}[j] = 0;" for c in self.learnable()]
+        final = [f"if (grad_v_init) grad_v_init[i0 + j] = {self.store('carry_l[j]')};"]
+        final += [
+            f"if (grad_w_init) grad_w_init[(long long){i} * N + i0 + j] = "
+            f"{self.store(f'carry_w{i}_l[j]')};"
+            for i in range(self.k)
+        ]
+        final += [f"grad_{c}_ptr[i0 + j] = acc_{c}[j];" for c in self.learnable()]
+        init += ["sn_shared[(T & 1) * F + c0 + j] = 0;"]  # what "step T" passes back: 0
+        return self._row(
+            arrays, d.lane_loop(self.lane_init() + init), step, d.lane_loop(final), reverse=True
+        )
+
+    def _loads(self, io: StepIO) -> list[str]:
+        """This step's vectors: H and W̃ of steps t and t−1 (no register carries them
+        from step to step: a C thread runs the row's neurons in turn), X_eff, and the
+        gradients of V (and W) from the loss."""
+        out = [self.read_vector(s) for s in (*self.streams("h"), *self.streams("wt"))]
+        for s in io.reads:
+            if s.register in ("hp_v",) or s.register.startswith("wtp"):
+                out += [f"{self.vec} {s.register};", f"if (t > 0) {s.register} = "
+                        f"*(const {self.vec}*)({self.array(s)} + k - N);"]  # fmt: skip
+            elif s.array not in ("grad_spike", "h_seq", "wt_seq"):
+                out.append(self.read_vector(s))
+        return out

@@ -1,0 +1,132 @@
+"""The recurrent passes of a program: one launch per sequence each way, one block per
+batch row (:mod:`symneuron.codegen.recurrent` prints the kernels).
+
+A row of ``F`` neurons runs on one block of ``ceil(F / K)`` threads (K lanes each: 1,
+or the dtype's vector width when F exceeds :data:`MAX_THREADS`), with two halves of
+``F`` compute values of shared memory for the spikes (forward) or the gradients
+(backward) that the neurons exchange each step. On the CPU one thread runs a row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .. import dtypes
+from ..signature import RBACKWARD, RFORWARD, Geometry, Pass, Variant
+
+__all__ = ["MAX_THREADS", "max_features", "forward", "backward"]
+
+#: threads of one block (CUDA's limit)
+MAX_THREADS = 1024
+#: neurons of one row the single-kernel path takes: its shared memory stays under the
+#: 48 KB a block gets without opting in
+MAX_FEATURES = 4096
+
+
+def max_features(backend: str, dtype: torch.dtype) -> int:
+    """The largest layer the fused kernels run on ``backend`` in ``dtype``."""
+    if backend != "cuda":
+        return MAX_FEATURES
+    return min(MAX_FEATURES, MAX_THREADS * dtypes.lookup(backend, dtype).lanes)
+
+
+def _lanes(prog: Any, features: int, dtype: torch.dtype) -> int:
+    """Neurons per thread: 1, or the dtype's width for a row wider than a block."""
+    limit = max_features(prog.backend, dtype)
+    if features > limit:
+        raise ValueError(
+            f"symneuron: the fused recurrent kernel runs layers of up to {limit} neurons "
+            f"on backend={prog.backend!r} in {dtypes.dtype_name(dtype)} (one block per batch "
+            f"row, the exchanged values in its shared memory); this layer has {features}. "
+            "Use backend='torch' (a loop over steps) for it, or a smaller layer."
+        )
+    if not prog.impl.simt or features <= MAX_THREADS:
+        return 1
+    width = dtypes.lookup(prog.backend, dtype).lanes
+    if features % width:
+        raise ValueError(
+            f"symneuron: a recurrent layer of more than {MAX_THREADS} neurons on CUDA takes "
+            f"{width} per thread in {dtypes.dtype_name(dtype)}: its size must be a multiple "
+            f"of {width}, got {features}"
+        )
+    return width
+
+
+def _launch(
+    prog: Any, pass_: Pass, options: tuple[Any, ...], values: dict[str, Any], features: int
+) -> None:
+    first = values[prog._tensors[pass_.name][0]]
+    lanes = _lanes(prog, features, first.dtype)
+    lkey = (first.dtype, first.device, pass_.name, options, lanes)
+    found = prog._launchers.get(lkey)
+    if found is None:
+        variant = Variant(pass_.name, options, lanes)
+        launch = prog._launcher(variant.exported(prog.name), first)
+        found = prog._launchers[lkey] = (variant, launch)
+    geometry = None
+    if prog.impl.simt:
+        item = dtypes.lookup(prog.backend, first.dtype).torch_compute.itemsize
+        block = 32 * math.ceil(math.ceil(features / lanes) / 32)
+        geometry = Geometry(first.shape[1] // features, block, 2 * features * item)
+    found[1](prog._kinds[pass_.name], prog._pack[pass_.name](values), geometry)
+
+
+def forward(
+    prog: Any,
+    x_seq: torch.Tensor,
+    weight_t: torch.Tensor,
+    s_init: torch.Tensor | None,
+    v_init: torch.Tensor | None,
+    w_init: torch.Tensor | None,
+    params: Sequence[torch.Tensor],
+    store_h: bool,
+    v_mode: str,
+) -> Any:
+    """The recurrent forward over ``x_seq`` [T, rows·F]: :data:`RFORWARD`'s outputs
+    (those of :meth:`Program.forward` and X_eff [T, N] when stored for the backward).
+    ``weight_t`` [F, F] is the effective weight transposed (contiguous)."""
+    t_len, n = x_seq.shape
+    features = weight_t.shape[0]
+    layout = prog.forward_layout(x_seq, store_h, v_mode)
+    present = dict(layout.present, store_x=store_h and prog.needs_x)
+    out = RFORWARD.allocate(x_seq, layout.dims, present, None)
+    if n == 0 or t_len == 0:
+        return out
+    values = dict(
+        zip(out._fields, out, strict=True), x_seq=x_seq, weight_t=weight_t, s_init=s_init,
+        v_init=v_init, w_init=w_init, params=params, param_strides=prog._check_params(params),
+        T=t_len, N=n, F=features,
+    )  # fmt: skip
+    _launch(prog, RFORWARD, (store_h, v_mode), values, features)
+    return out
+
+
+def backward(prog: Any, weight: torch.Tensor) -> Any:
+    """The recurrent backward, as a function of :meth:`Program.backward`'s arguments
+    (``weight`` [F, F] the effective weight, contiguous); ``grad_spike`` must be a full
+    [T, N] tensor."""
+
+    def run(
+        grad_spike: torch.Tensor, grad_v_seq: Any, grad_w_seq: Any, h_seq: torch.Tensor,
+        wt_seq: Any, x_seq: Any, v_init: Any, w_init: Any, params: Sequence[torch.Tensor],
+        grad_v_mode: str,
+    ) -> Any:  # fmt: skip
+        t_len, n = h_seq.shape
+        out = RBACKWARD.allocate(h_seq, *prog.backward_layout(h_seq, v_init, w_init))
+        if n == 0:
+            return out
+        values = dict(
+            zip(out._fields, out, strict=True), grad_spike=grad_spike.contiguous(),
+            grad_v_seq=grad_v_seq, grad_w_seq=grad_w_seq, h_seq=h_seq, wt_seq=wt_seq,
+            x_seq=x_seq, v_init=v_init, w_init=w_init, params=params, weight=weight,
+            param_strides=prog._check_params(params), grad_spike_scalar=0, T=t_len, N=n,
+            F=weight.shape[0],
+        )  # fmt: skip
+        _launch(prog, RBACKWARD, (grad_v_mode,), values, weight.shape[0])
+        return out
+
+    return run
