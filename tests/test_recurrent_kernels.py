@@ -1,0 +1,189 @@
+"""The fused recurrent kernels (one launch per sequence each way) against the oracle:
+the torch reference backend run one step at a time (RecurrentNeuronLayer's loop), in
+float64. Spikes must be identical and every gradient (x, weight, bias, a learnable
+neuron parameter, the carried state) within 1e-10."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import generator
+
+import symneuron as sn
+from symneuron import binding_recurrent
+from symneuron.runtime import cpu
+
+pytestmark = pytest.mark.skipif(not cpu.available(), reason="needs a C compiler")
+
+#: zoo models with a state or a learnable parameter worth a recurrence; the ODE models
+#: with a long first compile run in the slow suite
+QUICK = ["LIF", "ALIF", "Izhikevich", "AdEx"]
+SLOW = sorted(set(sn.models.ZOO) - set(QUICK) - {"HodgkinHuxley", "Pospischil2008"})
+
+
+def _run(neuron: sn.Neuron, backend: str, x: torch.Tensor, size: int, device: str = "cpu",
+         dtype: torch.dtype = torch.float64, scale: float = 2.0, **kw) -> dict:  # fmt: skip
+    """One layer (same seed for every backend), its spikes, final V and gradients."""
+    torch.manual_seed(4)
+    layer = sn.RecurrentNeuronLayer(neuron, size, backend=backend, bias=True, **kw)
+    layer = layer.to(device=device, dtype=dtype)
+    with torch.no_grad():
+        layer.weight.mul_(scale)
+    xi = x.to(device=device, dtype=dtype).detach().clone().requires_grad_()
+    s = layer(xi)
+    readout = torch.linspace(-1, 1, size, dtype=dtype, device=device)
+    (s * readout).sum().backward()
+    grads = {name: p.grad for name, p in layer.named_parameters() if p.grad is not None}
+    return {"s": s.detach(), "v": layer.cell.v.detach(), "x": xi.grad, **grads}
+
+
+def _compare(got: dict, want: dict, tol: float = 1e-10) -> None:
+    assert want["s"].sum() > 0 and want["s"].mean() < 0.9, "the oracle's layer must spike"
+    assert torch.equal(got["s"].cpu(), want["s"].cpu())
+    assert set(got) == set(want)
+    for name in want:
+        if name != "s":
+            torch.testing.assert_close(got[name].cpu(), want[name].cpu(), rtol=tol, atol=tol)
+
+
+def _learnable(name: str) -> sn.Neuron:
+    neuron = sn.models.ZOO[name]()
+    return neuron.replace(learnable=list(neuron.params)[:1]) if neuron.params else neuron
+
+
+def _drive(neuron: sn.Neuron, x: torch.Tensor) -> float:
+    """An input scale at which the neuron fires on 5-60 % of its steps without the
+    recurrence (the paper models take their inputs in their own units)."""
+    for scale in (1.0, 0.5, 0.3, 3.0, 10.0, 30.0, 100.0, 300.0, 1e3, 3e3, 1e4):
+        rate = float(sn.simulate(neuron, scale * x, backend="torch")[0].mean())
+        if 0.05 <= rate <= 0.6:
+            return scale
+    raise AssertionError(f"no input scale makes {neuron.name} fire")
+
+
+def _check(name: str) -> None:
+    neuron = _learnable(name)
+    x = 1.5 * torch.rand(15, 2, 10, generator=generator(3), dtype=torch.float64)
+    scale = _drive(neuron, x)
+    x = scale * x
+    _compare(
+        _run(neuron, "cpu", x, 10, scale=2 * scale), _run(neuron, "torch", x, 10, scale=2 * scale)
+    )
+
+
+@pytest.mark.parametrize("name", QUICK)
+def test_cpu_kernels_match_the_reference_loop(name: str) -> None:
+    _check(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SLOW)
+def test_every_zoo_model(name: str) -> None:
+    _check(name)
+
+
+def test_the_fused_kernels_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cpu layer runs the fused binding (one forward call per sequence), not the loop."""
+    calls = []
+    real = binding_recurrent.RecurrentBinding.apply
+    monkeypatch.setattr(
+        binding_recurrent.RecurrentBinding, "apply", lambda *a: calls.append(1) or real(*a)
+    )
+    layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 8, backend="cpu")
+    layer(torch.rand(20, 3, 8, requires_grad=True)).sum().backward()
+    assert calls == [1]
+
+
+def test_state_carries_over_with_its_gradient() -> None:
+    """Two calls without reset (s[−1] and V carried, with their graphs) equal one call
+    over the whole sequence: spikes and every gradient."""
+    neuron = _learnable("ALIF")
+    x = 1.5 * torch.rand(12, 3, 9, generator=generator(5), dtype=torch.float64)
+    out = {}
+    for split in (False, True):
+        torch.manual_seed(6)
+        layer = sn.RecurrentNeuronLayer(neuron, 9, backend="cpu").double()
+        with torch.no_grad():
+            layer.weight.mul_(2.0)
+        xi = x.clone().requires_grad_()
+        s = torch.cat([layer(xi[:5]), layer(xi[5:])]) if split else layer(xi)
+        (s * torch.linspace(-1, 1, 9, dtype=torch.float64)).sum().backward()
+        out[split] = (s, xi.grad, layer.weight.grad, layer.cell.tau.grad)
+    assert out[False][0].sum() > 0
+    for got, want in zip(out[True], out[False], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_inference_mask_frozen_weight_and_batch_dims() -> None:
+    neuron = sn.models.LIF()
+    x = 2 * torch.rand(10, 2, 3, 6, generator=generator(7), dtype=torch.float64)
+    mask = 1 - torch.eye(6)
+    layers = []
+    for backend in ("torch", "cpu"):
+        torch.manual_seed(8)
+        layer = sn.RecurrentNeuronLayer(neuron, 6, backend=backend, mask=mask, learn_weight=False)
+        layers.append(layer.double())
+    with torch.no_grad():
+        want, got = layers[0](x), layers[1](x)
+    assert want.shape == (10, 2, 3, 6) and 0 < float(want.mean()) < 0.9
+    assert torch.equal(got, want)
+    torch.testing.assert_close(layers[1].cell.v, layers[0].cell.v, rtol=0, atol=1e-12)
+    xi = x.clone().requires_grad_()
+    layers[1].reset()
+    layers[1](xi).sum().backward()
+    assert xi.grad is not None and layers[1].weight.grad is None
+
+
+def test_weight_gradient_alone() -> None:
+    """Only the weight requires grad (x does not): the kernels still save for backward."""
+    neuron = sn.models.LIF()
+    x = 1.5 * torch.rand(9, 4, 5, generator=generator(9), dtype=torch.float64)
+    grads = []
+    for backend in ("torch", "cpu"):
+        torch.manual_seed(10)
+        layer = sn.RecurrentNeuronLayer(neuron, 5, backend=backend).double()
+        with torch.no_grad():
+            layer.weight.mul_(2.0)
+        (layer(x) * torch.arange(5.0, dtype=torch.float64)).sum().backward()
+        grads.append(layer.weight.grad)
+    assert float(grads[0].abs().max()) > 0
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", QUICK)
+def test_cuda_kernels_match_the_reference(name: str, dtype: torch.dtype) -> None:
+    """CUDA in every dtype against the float64 reference loop (spikes identical in
+    float64, gradients to 1e-10; 16-bit: spikes and gradients to the dtype's rounding)."""
+    neuron = _learnable(name)
+    x = 1.5 * torch.rand(20, 3, 40, generator=generator(11), dtype=torch.float64)
+    want = _run(neuron, "torch", x, 40)
+    got = _run(neuron, "cuda", x, 40, device="cuda", dtype=dtype)
+    if dtype == torch.float64:
+        _compare(got, want)
+        return
+    got = {k: v.double().cpu() for k, v in got.items()}
+    flips = float((got["s"] != want["s"]).double().mean())
+    assert flips <= {torch.float32: 0.0, torch.float16: 0.03, torch.bfloat16: 0.05}[dtype]
+    if dtype == torch.float32:
+        for name_ in want:
+            scale = float(want[name_].abs().max().clamp_min(1.0))
+            assert float((got[name_] - want[name_]).abs().max()) <= 1e-4 * scale, name_
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("size", [1024, 1536, 4096])
+def test_cuda_wide_layers(size: int) -> None:
+    """Rows wider than a block take the dtype's lanes per thread (fp32: 4)."""
+    neuron = sn.models.LIF()
+    x = 1.2 * torch.rand(6, 2, size, generator=generator(12), dtype=torch.float64)
+    want = _run(neuron, "torch", x, size, scale=0.2)
+    _compare(_run(neuron, "cuda", x, size, device="cuda", scale=0.2), want)
+
+
+@pytest.mark.cuda
+def test_cuda_too_wide_says_what_to_do() -> None:
+    layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 4097, backend="cuda").cuda()
+    with pytest.raises(ValueError, match="up to 4096 neurons.*backend='torch'"):
+        layer(torch.rand(3, 1, 4097, device="cuda"))
