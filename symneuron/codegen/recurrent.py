@@ -44,7 +44,8 @@ class RecurrentPrinter(StepPrinter):
         inner = [f"const {self.dt.storage}* w_m = {weights} + m * F + c0;"]
         inner += [] if condition else [f"const {ct} g_m = {factor};"]
         inner += self.dialect.lane_loop([add])
-        loop = ["for (long long m = 0; m < F; ++m) {"]
+        # unrolled: a thread keeps several rows' loads in flight (they come from L2)
+        loop = [*self.dialect.unroll("16"), "for (long long m = 0; m < F; ++m) {"]
         if condition:
             loop += [f"    if ({condition}) {{", *["        " + line for line in inner], "    }"]
         else:
@@ -69,43 +70,91 @@ class RecurrentPrinter(StepPrinter):
     def forward(self, store_h: bool, v_mode: str) -> list[str]:
         io = self.forward_io(store_h, v_mode)  # X: read from x_v, which the sum fills
         arrays, vec, d = self.lane_arrays(), self.vec, self.dialect
+        votes = d.name == "cuda"  # the spikes as warp-vote words: a sum over the spiking
+        if votes:
+            gather, publish = self._spiking_sum(), [f"flag[j] = s_v.v[j] != {self.store('0')};"]
+        else:
+            gather = self._recurrent_sum("weight_t", "", "before[m] != 0")
+            publish = [f"now[c0 + j] = {self.load('s_v.v[j]')};"]
         step = [
             "const long long k = (long long)t * N + i0;",
             f"{vec} x_v = *(const {vec}*)(x_seq + k);",
-            *self._recurrent_sum("weight_t", "", "before[m] != 0"),
+            *gather,
             *self._add_to("x_v"),
             f"if (xeff_seq) *({vec}*)(xeff_seq + k) = x_v;",
             f"{vec} {', '.join(s.register for s in io.writes)};",
             *d.lane_loop(self.forward_lane(io)),
             *[self.write_vector(s) for s in io.writes],
-            *d.lane_loop([f"now[c0 + j] = {self.load('s_v.v[j]')};"]),
+            *d.lane_loop(publish),
         ]
-        first = self.load("s_init[i0 + j]")
-        init = [*d.lane_loop(self.lane_init()), *d.lane_loop(
-            [f"sn_shared[F + c0 + j] = s_init ? {first} : 0;"])]  # fmt: skip
+        first = f"(s_init ? {self.load('s_init[i0 + j]')} : 0)"
+        start = f"flag[j] = {first} != 0;" if votes else f"sn_shared[F + c0 + j] = {first};"
+        init = [*d.lane_loop(self.lane_init()), *d.lane_loop([start])]
         last = [f"v_seq[i0 + j] = {self.store('V_l[j]')};"]
         last += [
             f"w_out[(long long){i} * N + i0 + j] = {self.store(f'w{i}_l[j]')};"
             for i in range(self.k)
         ]
-        return self._row(arrays, init, step, d.lane_loop(last) if v_mode == "last" else [])
+        last = d.lane_loop(last) if v_mode == "last" else []
+        return self._row(arrays, init, step, last, votes=votes)
+
+    def _spiking_sum(self) -> list[str]:
+        """CUDA: ``rec[j] = Σ weight_t[m · F + c0 + j]`` over the neurons m that spiked at
+        step t−1, read from the vote words (bit b of word q: the neuron of lane q mod K
+        of thread 32·(q / K) + b), in a fixed order: the result does not depend on timing."""
+        ct, st = self.dt.compute, self.dt.storage
+        add = self.dialect.lane_loop([f"rec[j] += {self.load('w_m[j]')};"])
+        return [
+            f"{ct} rec[K];",
+            *self.dialect.lane_loop(["rec[j] = 0;"]),
+            "const unsigned int* voted = sn_words + ((t + 1) & 1) * n_words;",
+            "for (int q = 0; q < n_words; ++q) {",
+            "    unsigned int bits = voted[q];",
+            "    while (bits) {",
+            "        const int b = __ffs(bits) - 1;",
+            "        bits &= bits - 1;",
+            "        const long long m = (long long)((q / K) * 32 + b) * K + q % K;",
+            f"        const {st}* w_m = weight_t + m * F + c0;",
+            *["        " + line for line in add],
+            "    }",
+            "}",
+        ]
+
+    def _votes(self, half: str) -> list[str]:
+        """Every thread (active or not) votes its lanes' flags into the words of ``half``."""
+        return [
+            "for (int j = 0; j < K; ++j) {",
+            "    const unsigned int bits = __ballot_sync(0xffffffffu, flag[j]);",
+            f"    if ((threadIdx.x & 31) == 0) sn_words[{half} * n_words + "
+            "(threadIdx.x >> 5) * K + j] = bits;",
+            "}",
+        ]
 
     def _row(
         self, arrays: list[tuple[str, str]], init: list[str], step: list[str], last: list[str],
-        reverse: bool = False,
+        reverse: bool = False, votes: bool = False,
     ) -> list[str]:  # fmt: skip
         """A row's kernel: its arrays, each thread's set-up, the time loop (a step of the
         threads, then the barrier), each thread's final stores, and the release."""
         d = self.dialect
         head = "for (int t = T - 1; t >= 0; --t) {" if reverse else "for (int t = 0; t < T; ++t) {"
+        words = [
+            "const int n_words = (int)(blockDim.x >> 5) * K;",
+            "unsigned int* sn_words = (unsigned int*)(sn_shared + 2 * F);",
+            "unsigned int flag[K];",
+            *d.lane_loop(["flag[j] = 0;"]),
+        ]
         return [
             *d.row_shared(self.dt.compute, "sn_shared", "2 * F"),
+            *(words if votes else []),
             *d.lane_arrays(arrays),
             *d.threads(arrays, init),
+            *(self._votes("1") if votes else []),
             *([d.barrier()] if d.barrier() else []),
             head,
             *["    " + line for line in self._buffers()],
             *["    " + line for line in d.threads(arrays, step)],
+            *(["    " + line for line in self._votes("(t & 1)")] if votes else []),
             *(["    " + d.barrier()] if d.barrier() else []),
             "}",
             *(d.threads(arrays, last) if last else []),

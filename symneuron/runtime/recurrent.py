@@ -72,7 +72,8 @@ def _launch(
     if prog.impl.simt:
         item = dtypes.lookup(prog.backend, first.dtype).torch_compute.itemsize
         block = 32 * math.ceil(math.ceil(features / lanes) / 32)
-        geometry = Geometry(first.shape[1] // features, block, 2 * features * item)
+        words = 2 * (block // 32) * lanes * 4  # the forward's spike votes (uint32)
+        geometry = Geometry(first.shape[1] // features, block, 2 * features * item + words)
     found[1](prog._kinds[pass_.name], prog._pack[pass_.name](values), geometry)
 
 
