@@ -7,12 +7,11 @@ connectivity mask, row j receiving from column i as in ``nn.Linear``)::
     the neuron's step with X_eff in place of X;  s[t] = its spikes
 
 Any neuron the compiler takes works: X_eff enters wherever X enters (the charge or a
-state's update). This first version runs the step map one step at a time through the
-neuron's single-step kernels (:class:`~symneuron.layer.NeuronLayer` with
-``step_mode="s"``), the recurrent product between steps in torch; the fused kernel
-with the recurrence inside the time loop is the next step (docs/architecture.md,
-"Where the next two capabilities enter"). The semantics, the parameters and the state
-are the ones that kernel will keep.
+state's update). On the ``cpu`` and ``cuda`` backends a sequence runs in one fused
+kernel each way (:mod:`symneuron.binding_recurrent`, DESIGN §3b); on ``torch`` and
+under ``torch.compile`` the layer loops over steps through the neuron's single-step
+layer (:attr:`RecurrentNeuronLayer.cell`), the recurrent product in torch between
+steps: the oracle the fused kernels are tested against.
 """
 
 from __future__ import annotations
