@@ -88,9 +88,13 @@ class Dialect:
         """Declare per-lane arrays (type, name) that live through the whole time loop."""
         raise NotImplementedError
 
-    def threads(self, arrays: list[tuple[str, str]], body: list[str]) -> list[str]:
+    def threads(
+        self, arrays: list[tuple[str, str]], body: list[str], helpers: bool = False
+    ) -> list[str]:
         """``body`` for each thread's K neurons of the row (``c0``: the first one's column,
-        ``i0``: its index in N), with ``arrays`` (:meth:`lane_arrays`) as ``name[j]``."""
+        ``i0``: its index in N), with ``arrays`` (:meth:`lane_arrays`) as ``name[j]``;
+        ``helpers``: also in the threads that help the neuron's own (``part`` > 0 of
+        ``n_parts``), which may not touch the arrays."""
         raise NotImplementedError
 
     def row_shared(self, ctype: str, name: str, count: str) -> list[str]:
@@ -149,7 +153,8 @@ class CDialect(Dialect):
         """One thread runs a row's neurons in order at each step; rows run in parallel."""
         joined = f",\n{INDENT}".join(params)
         omp = f"#pragma omp parallel for schedule(static) if (N >= {self.parallel_from})"
-        loop = [omp, "for (long long row0 = 0; row0 < N; row0 += F) {", *indent(body), "}"]
+        head = ["const int n_parts = 1, part = 0;  /* one thread: no helpers */"]
+        loop = [omp, "for (long long row0 = 0; row0 < N; row0 += F) {", *indent(head + body), "}"]
         text = "\n".join(self._with_lanes(1, loop))  # one neuron per thread of a row
         return "#include <stdlib.h>\n" + "\n".join(
             f"void {exported}(\n{INDENT}{joined}) {{\n{text}\n}}\n" for exported in lanes.values()
@@ -158,7 +163,9 @@ class CDialect(Dialect):
     def lane_arrays(self, arrays: list[tuple[str, str]]) -> list[str]:
         return [f"{ct}* {name}_row = ({ct}*)malloc(sizeof({ct}) * F);" for ct, name in arrays]
 
-    def threads(self, arrays: list[tuple[str, str]], body: list[str]) -> list[str]:
+    def threads(
+        self, arrays: list[tuple[str, str]], body: list[str], helpers: bool = False
+    ) -> list[str]:
         views = [f"{ct}* {name} = {name}_row + c0;" for ct, name in arrays]
         head = ["const long long i0 = row0 + c0;", *views]
         return ["for (long long c0 = 0; c0 < F; c0 += K) {", *indent(head + body), "}"]
@@ -255,17 +262,22 @@ class CUDADialect(Dialect):
         stay (no ``return`` before a barrier) and skip the per-neuron parts."""
         head = [
             "const long long row0 = (long long)blockIdx.x * F;",
-            "const long long c0 = (long long)threadIdx.x * K;",
+            "const int row_threads = 32 * (int)((F + 32 * K - 1) / (32 * K));",
+            "const int n_parts = blockDim.x / row_threads;  // threads per neuron",
+            "const int part = threadIdx.x / row_threads;",
+            "const long long c0 = (long long)(threadIdx.x % row_threads) * K;",
             "const long long i0 = row0 + c0;",
-            "const bool active = c0 < F;",
+            "const bool active = part == 0 && c0 < F;",
         ]
         return self._wrap(name, params, indent(head + body), lanes)
 
     def lane_arrays(self, arrays: list[tuple[str, str]]) -> list[str]:
         return [f"{ct} {name}[K];" for ct, name in arrays]
 
-    def threads(self, arrays: list[tuple[str, str]], body: list[str]) -> list[str]:
-        return ["if (active) {", *indent(body), "}"]
+    def threads(
+        self, arrays: list[tuple[str, str]], body: list[str], helpers: bool = False
+    ) -> list[str]:
+        return [f"if ({'c0 < F' if helpers else 'active'}) {{", *indent(body), "}"]
 
     def row_shared(self, ctype: str, name: str, count: str) -> list[str]:
         """Dynamic shared memory (its bytes are the launch geometry's ``shared``)."""

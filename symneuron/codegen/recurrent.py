@@ -32,7 +32,9 @@ __all__ = ["RecurrentPrinter"]
 class RecurrentPrinter(StepPrinter):
     """The bodies of one spec's recurrent kernels for one dtype and dialect."""
 
-    def _recurrent_sum(self, weights: str, factor: str, condition: str | None) -> list[str]:
+    def _recurrent_sum(
+        self, weights: str, factor: str, condition: str | None, span: str = "m = 0; m < F"
+    ) -> list[str]:
         """``rec[j] = Σ_m factor(m) · weights[m · F + c0 + j]`` over the row's neurons m
         (only those where ``condition`` holds, factor 1 then)."""
         ct = self.dt.compute
@@ -45,7 +47,7 @@ class RecurrentPrinter(StepPrinter):
         inner += [] if condition else [f"const {ct} g_m = {factor};"]
         inner += self.dialect.lane_loop([add])
         # unrolled: a thread keeps several rows' loads in flight (they come from L2)
-        loop = [*self.dialect.unroll("16"), "for (long long m = 0; m < F; ++m) {"]
+        loop = [*self.dialect.unroll("16"), f"for (long long {span}; ++m) {{"]
         if condition:
             loop += [f"    if ({condition}) {{", *["        " + line for line in inner], "    }"]
         else:
@@ -132,10 +134,11 @@ class RecurrentPrinter(StepPrinter):
 
     def _row(
         self, arrays: list[tuple[str, str]], init: list[str], step: list[str], last: list[str],
-        reverse: bool = False, votes: bool = False,
+        reverse: bool = False, votes: bool = False, helpers: list[str] | None = None,
     ) -> list[str]:  # fmt: skip
-        """A row's kernel: its arrays, each thread's set-up, the time loop (a step of the
-        threads, then the barrier), each thread's final stores, and the release."""
+        """A row's kernel: its arrays, each thread's set-up, the time loop (``helpers``,
+        a phase every thread of a neuron runs, and a barrier; then a step of the neurons'
+        own threads, and the barrier), each thread's final stores, and the release."""
         d = self.dialect
         head = "for (int t = T - 1; t >= 0; --t) {" if reverse else "for (int t = 0; t < T; ++t) {"
         words = [
@@ -145,7 +148,10 @@ class RecurrentPrinter(StepPrinter):
             *d.lane_loop(["flag[j] = 0;"]),
         ]
         return [
-            *d.row_shared(self.dt.compute, "sn_shared", "2 * F"),
+            *d.row_shared(
+                self.dt.compute, "sn_shared", f"{'(2 + n_parts)' if helpers else '2'} * F"
+            ),
+            *([f"{self.dt.compute}* parts = sn_shared + 2 * F;"] if helpers else []),
             *(words if votes else []),
             *d.lane_arrays(arrays),
             *d.threads(arrays, init),
@@ -153,6 +159,12 @@ class RecurrentPrinter(StepPrinter):
             *([d.barrier()] if d.barrier() else []),
             head,
             *["    " + line for line in self._buffers()],
+            *(
+                ["    " + line for line in d.threads(arrays, helpers, helpers=True)]
+                if helpers
+                else []
+            ),
+            *(["    " + d.barrier()] if helpers and d.barrier() else []),
             *["    " + line for line in d.threads(arrays, step)],
             *(["    " + line for line in self._votes("(t & 1)")] if votes else []),
             *(["    " + d.barrier()] if d.barrier() else []),
@@ -167,11 +179,24 @@ class RecurrentPrinter(StepPrinter):
         io = self.backward_io(grad_v_mode)
         arrays = self.lane_arrays() + [(self.dt.compute, carry) for carry, _ in io.carries]
         arrays += [(at, f"acc_{c}") for c in self.learnable()]
+        # each of the n_parts threads of a neuron sums its part of the m range (CUDA:
+        # up to 4 threads a neuron keep more loads in flight); the neuron's own thread
+        # adds the parts in order
+        partial = [
+            "const long long chunk = (F + n_parts - 1) / n_parts;",
+            "const long long m1 = (part + 1) * chunk < F ? (part + 1) * chunk : F;",
+            *self._recurrent_sum("weight", "before[m]", None, "m = part * chunk; m < m1"),
+            *d.lane_loop(["parts[part * F + c0 + j] = rec[j];"]),
+        ]
+        total = [f"{self.dt.compute} rec[K];", *d.lane_loop(["rec[j] = 0;"])]
+        total += ["for (int p = 0; p < n_parts; ++p) {"]
+        total += ["    " + line for line in d.lane_loop(["rec[j] += parts[p * F + c0 + j];"])]
         step = [
             "const long long k = (long long)t * N + i0;",
             *self._loads(io),
             f"{vec} gs_v = *(const {vec}*)(grad_spike + k);",
-            *self._recurrent_sum("weight", "before[m]", None),
+            *total,
+            "}",
             *self._add_to("gs_v"),
             f"{vec} {', '.join(s.register for s in io.writes)};",
             *d.lane_loop(self.backward_lane(io, grad_v_mode)),
@@ -189,8 +214,9 @@ class RecurrentPrinter(StepPrinter):
         final += [f"grad_{c}_ptr[i0 + j] = acc_{c}[j];" for c in self.learnable()]
         init += ["sn_shared[(T & 1) * F + c0 + j] = 0;"]  # what "step T" passes back: 0
         return self._row(
-            arrays, d.lane_loop(self.lane_init() + init), step, d.lane_loop(final), reverse=True
-        )
+            arrays, d.lane_loop(self.lane_init() + init), step, d.lane_loop(final),
+            reverse=True, helpers=partial,
+        )  # fmt: skip
 
     def _loads(self, io: StepIO) -> list[str]:
         """This step's vectors: H and W̃ of steps t and t−1 (no register carries them

@@ -22,6 +22,8 @@ __all__ = ["MAX_THREADS", "max_features", "forward", "backward"]
 
 #: threads of one block (CUDA's limit)
 MAX_THREADS = 1024
+#: threads a neuron's transposed product is spread over in the backward (at most)
+BACKWARD_PARTS = 4
 #: neurons of one row the single-kernel path takes: its shared memory stays under the
 #: 48 KB a block gets without opting in
 MAX_FEATURES = 4096
@@ -68,13 +70,23 @@ def _launch(
         variant = Variant(pass_.name, options, lanes)
         launch = prog._launcher(variant.exported(prog.name), first)
         found = prog._launchers[lkey] = (variant, launch)
-    geometry = None
-    if prog.impl.simt:
-        item = dtypes.lookup(prog.backend, first.dtype).torch_compute.itemsize
-        block = 32 * math.ceil(math.ceil(features / lanes) / 32)
-        words = 2 * (block // 32) * lanes * 4  # the forward's spike votes (uint32)
-        geometry = Geometry(first.shape[1] // features, block, 2 * features * item + words)
+    geometry = _geometry(prog, pass_, first, features, lanes) if prog.impl.simt else None
     found[1](prog._kinds[pass_.name], prog._pack[pass_.name](values), geometry)
+
+
+def _geometry(prog: Any, pass_: Pass, first: torch.Tensor, features: int, lanes: int) -> Geometry:
+    """One block per row: a thread per K neurons (rounded up to whole warps); the
+    backward gives each neuron up to 4 threads for its transposed product, while they
+    fit a block. Shared memory: the exchanged values' two halves, and the forward's
+    spike votes or the backward's partial sums."""
+    item = dtypes.lookup(prog.backend, first.dtype).torch_compute.itemsize
+    row_threads = 32 * math.ceil(features / (32 * lanes))
+    if pass_ is RFORWARD:
+        words = 2 * (row_threads // 32) * lanes * 4  # uint32 votes, two halves
+        return Geometry(first.shape[1] // features, row_threads, 2 * features * item + words)
+    parts = max(1, min(BACKWARD_PARTS, MAX_THREADS // row_threads))
+    shared = (2 + parts) * features * item
+    return Geometry(first.shape[1] // features, row_threads * parts, shared)
 
 
 def forward(
