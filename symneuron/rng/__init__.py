@@ -36,12 +36,13 @@ Bit for bit. The words and uniforms are integer operations and exact conversions
 every form returns the same bits. ln, sin and cos are not correctly rounded: torch
 (Sleef, MKL), glibc and CUDA's libdevice differ by an ulp or two (a Box–Muller from
 torch's and glibc's log, cos and sin differs in 21% of float32 and 1.3% of float64
-draws, by up to 3 ulps). So the normal is built from correctly rounded operations only
-(+, −, ×, /, √ and the exact ``frexp``): ln u = e·ln 2 + 2 atanh((m − 1)/(m + 1)) for
-u = m·2^e, and 2πv is reduced exactly in integers to j quarter turns and a fraction
-f ∈ [−½, ½] (4v = j + f), with sin(πf/2) and cos(πf/2) as polynomials in f. The steps
-are written once (:func:`symneuron.rng.convert.box_muller`), run by torch and printed as
-C and CUDA, one operation each in one order, so the three forms agree bit for bit
+draws, by up to 3 ulps). So the normal is built from correctly rounded operations
+only (+, −, ×, /, √, and the exponent and mantissa read off the bits):
+ln u = e·ln 2 + 2 atanh((m − 1)/(m + 1)) for u = m·2^e, and 2πv is reduced exactly in
+integers to j quarter turns and a fraction f ∈ [−½, ½] (4v = j + f), with sin(πf/2)
+and cos(πf/2) as polynomials in f. The steps are written once
+(:func:`symneuron.rng.convert.box_muller`), run by torch and printed as C and CUDA, one
+operation each in one order, so the three forms agree bit for bit
 provided nothing fuses a product and a sum into one rounding: the CUDA text spells each
 operation with a ``__f*_rn`` / ``__d*_rn`` intrinsic (never contracted; the PTX holds no
 ``fma``), the C text puts one operation in each statement (GCC at ``-std=c99``,
@@ -53,8 +54,8 @@ residual (:func:`symneuron.rng.convert.sqrt`). The normals are within 4 ulps of 
 Box–Muller values (measured: 3.7 ulps in float32 against float64, 2.9 in float64
 against mpmath). The alternatives were weighed: an inverse CDF (Wichura's AS241) needs
 ln in its tails and a rational of degree 7 per normal; a Box–Muller from the targets'
-own ln, sin and cos (about as many instructions as this one on a GPU: 104 PTX
-instructions against 114 per pair) agrees across forms only to 3 ulps.
+own ln, sin and cos (no cheaper on a GPU: 104 PTX instructions per pair with CUDA's
+``logf``, ``sincospif`` and ``sqrtf``, 100 here) agrees across forms only to 3 ulps.
 
 Guarantees. The same (seed, offset, stream, step, neuron) gives the same words and
 uniforms on every form and dtype, and the same normal bits in C, CUDA and eager torch

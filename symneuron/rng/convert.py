@@ -181,6 +181,7 @@ class Torch:
         return torch.where(c, a, b)
 
     def frexp(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(m, e) with a = m·2^e, m in [1/2, 1): exact, as the C text's bit fields."""
         m, e = torch.frexp(a)
         return m, e.to(self.dtype)
 

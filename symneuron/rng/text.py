@@ -36,24 +36,51 @@ def _rn(prefix: str) -> dict[str, str]:
 
 _INFIX = {"add": "{} + {}", "sub": "{} - {}", "mul": "{} * {}", "div": "{} / {}"}
 
+#: the bits of a float or double and back, as C99 unions (vectorisable, unlike frexp)
+_C_BITS = """typedef union {
+    float f;
+    sn_u32 u;
+} sn_float_union;
+typedef union {
+    double f;
+    sn_u64 u;
+} sn_double_union;
+static inline sn_u32 sn_bits_float(float x) { sn_float_union b; b.f = x; return b.u; }
+static inline float sn_float_of(sn_u32 u) { sn_float_union b; b.u = u; return b.f; }
+static inline sn_u64 sn_bits_double(double x) { sn_double_union b; b.f = x; return b.u; }
+static inline double sn_double_of(sn_u64 u) { sn_double_union b; b.u = u; return b.f; }
+"""
+_CUDA_BITS = """#define sn_bits_float __float_as_uint
+#define sn_float_of __uint_as_float
+#define sn_bits_double(x) ((sn_u64)__double_as_longlong(x))
+#define sn_double_of(u) __longlong_as_double((long long)(u))
+"""
+
 #: dialect name (:attr:`symneuron.codegen.dialects.Dialect.name`) -> its target
 TARGETS: dict[str, Target] = {
     "c": Target(
         "c",
         "static inline",
         "#include <math.h>\n#include <stdint.h>\n"
-        "typedef uint32_t sn_u32;\ntypedef uint64_t sn_u64;\n",
+        "typedef uint32_t sn_u32;\ntypedef uint64_t sn_u64;\n" + _C_BITS,
         {
-            "float": {**_INFIX, "sqrt": "sqrtf({})", "frexp": "frexpf"},
-            "double": {**_INFIX, "sqrt": "sqrt({})", "frexp": "frexp"},
+            "float": {**_INFIX, "sqrt": "sqrtf({})"},
+            "double": {**_INFIX, "sqrt": "sqrt({})"},
         },
     ),
     "cuda": Target(
         "cuda",
         "__device__ __forceinline__",
-        "typedef unsigned int sn_u32;\ntypedef unsigned long long sn_u64;\n",
-        {"float": {**_rn("f"), "frexp": "frexpf"}, "double": {**_rn("d"), "frexp": "frexp"}},
+        "typedef unsigned int sn_u32;\ntypedef unsigned long long sn_u64;\n" + _CUDA_BITS,
+        {"float": _rn("f"), "double": _rn("d")},
     ),
+}
+
+#: frexp of a positive normal number from its bits: (unsigned type, mantissa mask,
+#: exponent field of [1/2, 1), exponent shift, exponent of [1/2, 1))
+_FIELDS = {
+    "float": ("sn_u32", "0x807FFFFFu", "0x3F000000u", 23, 126),
+    "double": ("sn_u64", "0x800FFFFFFFFFFFFFull", "0x3FE0000000000000ull", 52, 1022),
 }
 
 
@@ -103,10 +130,13 @@ class Text:
         return self._let(self.precision, f"{c} ? {a} : {b}")
 
     def frexp(self, a: str) -> tuple[str, str]:
-        e = f"e{len(self.lines)}"
-        self.lines.append(f"int {e};")
-        m = self._let(self.precision, f"{self.spelled['frexp']}({a}, &{e})")
-        return m, self._let(self.precision, f"({self.precision}){e}")
+        """``frexp`` of a positive normal number, read off its bits (exact)."""
+        unsigned, mask, half, shift, bias = _FIELDS[self.precision]
+        bits = self._let(unsigned, f"sn_bits_{self.precision}({a})")
+        m = self._let(self.precision, f"sn_{self.precision}_of(({bits} & {mask}) | {half})")
+        return m, self._let(
+            self.precision, f"({self.precision})((int)({bits} >> {shift}) - {bias})"
+        )
 
     def real(self, n: str) -> str:
         return self._let(self.precision, f"({self.precision}){n}")
@@ -169,7 +199,7 @@ def source(target: str) -> str:
 
     Every function is ``static inline`` (C) or ``__device__ __forceinline__`` (CUDA);
     the C text includes ``<math.h>`` and ``<stdint.h>``, the CUDA text no header (NVRTC
-    provides ``frexpf`` and the ``__*_rn`` intrinsics). Names: see :mod:`symneuron.rng`.
+    provides the ``__*_rn`` intrinsics and ``__float_as_uint``). Names: see :mod:`symneuron.rng`.
 
     Examples
     --------
