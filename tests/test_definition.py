@@ -27,6 +27,7 @@ STAGES: dict[str, int] = {
     "memo": 0,
     "signature": 0,
     "params": 0,
+    "rng": 0,
     "definition": 1,
     "derivation": 2,
     "ode": 2,
