@@ -58,12 +58,15 @@ TOL = 1e-12
 # -- the network and its training loop (run by the workers and by the oracle) ---------
 
 
-def build_net(backend: str, scalar_shape: tuple[int, ...] = ()) -> SpikingNet:
+def build_net(
+    backend: str, scalar_shape: tuple[int, ...] = (), recurrent: bool = False
+) -> SpikingNet:
     """conv -> LIF (per-channel τ) -> pool, linear -> PLIF (scalar w) -> linear ->
     Izhikevich (per-neuron τ, extra state W) -> linear readout; float64, seeded.
 
     ``scalar_shape=(1,)`` gives PLIF's w as a 1-element tensor: FSDP2 refuses 0-dim
-    parameters."""
+    parameters. ``recurrent``: the PLIF layer is a RecurrentNeuronLayer (its fused
+    kernels on the cpu backend), fed back by its spikes through a learnable weight."""
     torch.manual_seed(seed_of("dist-net"))
     gen = generator(seed_of("dist-neuron-params"))
     lif = sn.models.LIF(learnable=["tau"], v_reset=None)
@@ -74,7 +77,11 @@ def build_net(backend: str, scalar_shape: tuple[int, ...] = ()) -> SpikingNet:
         SeqToANN(nn.Conv2d(IN_SHAPE[0], 4, 3, padding=1)),
         sn.NeuronLayer(lif, backend=backend, params={"tau": per_channel_tau}),
         SeqToANN(nn.MaxPool2d(2), nn.Flatten(), nn.Linear(36, 12)),
-        sn.NeuronLayer(
+        sn.RecurrentNeuronLayer(
+            sn.models.PLIF(), 12, backend=backend, params={"w": torch.full(scalar_shape, 0.2)}
+        )
+        if recurrent
+        else sn.NeuronLayer(
             sn.models.PLIF(), backend=backend, params={"w": torch.full(scalar_shape, 0.2)}
         ),
         SeqToANN(nn.Linear(12, 10)),
@@ -91,6 +98,13 @@ def build_net(backend: str, scalar_shape: tuple[int, ...] = ()) -> SpikingNet:
 
 def neuron_layers(net: nn.Module) -> list[sn.NeuronLayer]:
     return [m for m in net.modules() if isinstance(m, sn.NeuronLayer)]
+
+
+def spiking_layers(net: nn.Module) -> list[nn.Module]:
+    """The layers whose outputs are spike sequences (a recurrent layer, not its cell)."""
+    cells = {id(m.cell) for m in net.modules() if isinstance(m, sn.RecurrentNeuronLayer)}
+    kinds = (sn.NeuronLayer, sn.RecurrentNeuronLayer)
+    return [m for m in net.modules() if isinstance(m, kinds) and id(m) not in cells]
 
 
 def global_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,7 +128,7 @@ def train(net: nn.Module, model: Callable[..., torch.Tensor], rank: int, world: 
     spikes: list[torch.Tensor] = []
     hooks = [
         layer.register_forward_hook(lambda m, i, out: spikes.append(out.detach()))
-        for layer in neuron_layers(net)
+        for layer in spiking_layers(net)
     ]
     for step in range(STEPS):
         x_seq, labels = global_batch(step)
@@ -209,9 +223,9 @@ def assert_neuron_params_learn(ref: dict, scalar_shape: tuple[int, ...]) -> None
 
 
 @functools.cache
-def oracle(backend: str, scalar_shape: tuple[int, ...] = ()) -> dict:
+def oracle(backend: str, scalar_shape: tuple[int, ...] = (), recurrent: bool = False) -> dict:
     """The single-process run on the full batch (computed once per backend and shape)."""
-    net = build_net(backend, scalar_shape)
+    net = build_net(backend, scalar_shape, recurrent)
     return train(net, net, rank=0, world=1)
 
 
@@ -241,6 +255,16 @@ def test_ddp_matches_single_process(ddp_and_fsdp: list[dict], backend: str) -> N
     ref = oracle(backend)
     assert_neuron_params_learn(ref, ())
     assert_matches_single_process([rank[f"ddp-{backend}"] for rank in ddp_and_fsdp], ref)
+
+
+def test_ddp_recurrent_layer_matches_single_process(ddp_and_fsdp: list[dict]) -> None:
+    """A RecurrentNeuronLayer's fused cpu kernels under DDP: gradients (its weight's
+    included), parameters, V and spikes as the single-process run on the full batch."""
+    ref = oracle("cpu", (), True)
+    for spikes in ref["spikes"][0]:
+        assert_fires_sometimes(spikes)
+    assert float(ref["grads"][0]["3.weight"].abs().max()) > 0
+    assert_matches_single_process([rank["ddp-recurrent-cpu"] for rank in ddp_and_fsdp], ref)
 
 
 def test_fsdp2_matches_single_process(ddp_and_fsdp: list[dict]) -> None:
@@ -347,6 +371,8 @@ def _ddp(rank: int) -> dict[str, Any]:
     for backend in ("cpu", "torch"):
         net = build_net(backend)
         result[f"ddp-{backend}"] = train(net, DistributedDataParallel(net), rank, WORLD)
+    net = build_net("cpu", recurrent=True)
+    result["ddp-recurrent-cpu"] = train(net, DistributedDataParallel(net), rank, WORLD)
     result["compiled-aot_eager"] = _compiled(rank, "aot_eager")
     try:
         from torch.distributed.fsdp import fully_shard
