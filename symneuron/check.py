@@ -19,6 +19,7 @@ import torch
 from .definition import H, V, X
 from .derivation import partial_definitions
 from .neuron import Neuron
+from .recurrent import RecurrentNeuronLayer
 from .reference import simulate_reference, torch_function
 from .simulate import resolve_backend, simulate
 from .surrogate import u as U
@@ -279,8 +280,14 @@ def check(
     points: int = 64,
     tolerance: float | None = None,
     seed: int | None = None,
+    recurrent: bool = False,
 ) -> CheckReport:
     """Verify ``neuron``'s derivatives and its ``backend`` kernels against oracles.
+
+    With ``recurrent=True`` it also runs a :class:`~symneuron.RecurrentNeuronLayer` of
+    ``shape[-1]`` neurons (and a bias) on ``backend`` against the same layer on the
+    torch reference, one step at a time in float64: spikes, and the gradients of the
+    input, the recurrent weight, the bias and every learnable parameter.
 
     Returns a :class:`CheckReport`: each comparison with its max error and
     tolerance, and ``report.passed``. Inputs are fresh random draws unless
@@ -320,4 +327,38 @@ def check(
     names += [f"grad {k}" for k in inputs]
     for name, a, b in zip(names, got, reference, strict=True):
         report.results.append(CheckResult(f"{name} vs reference", _rel_error(a.double(), b), tol))
+    if recurrent:
+        found = _recurrent(neuron, backend, inputs["x_seq"], weights[0], gen)
+        report.results += [CheckResult(name, error, tol) for name, error in found]
     return report
+
+
+def _recurrent(
+    neuron: Neuron, backend: str, x_seq: torch.Tensor, readout: torch.Tensor,
+    gen: torch.Generator,
+) -> list[tuple[str, float]]:  # fmt: skip
+    """A recurrent layer on ``backend`` (in ``x_seq``'s dtype) against the reference's
+    loop over steps in float64: (comparison, error) pairs."""
+    size = x_seq.shape[-1]
+    bound = 2 / size**0.5  # twice nn.Linear's initial range: the recurrence matters
+    weight = bound * (2 * torch.rand(size, size, generator=gen, dtype=torch.float64) - 1)
+    bias = 0.1 * torch.rand(size, generator=gen, dtype=torch.float64)
+    runs = []
+    for chosen, dtype in ((backend, x_seq.dtype), ("torch", torch.float64)):
+        layer = RecurrentNeuronLayer(neuron, size, backend=chosen, bias=True)
+        layer = layer.to(device=x_seq.device, dtype=dtype)
+        with torch.no_grad():
+            layer.weight.copy_(weight)
+            layer.bias.copy_(bias)  # type: ignore[union-attr]
+        x = x_seq.detach().to(dtype).requires_grad_(True)
+        spikes = layer(x)
+        (spikes * readout.to(dtype)).sum().backward()
+        learnable = [getattr(layer.cell, name).grad for name in neuron.learnable]
+        grads = [x.grad, layer.weight.grad, layer.bias.grad, *learnable]  # type: ignore[union-attr]
+        runs.append([spikes.detach(), *grads])
+    names = ["spikes", "grad x_seq", "grad weight", "grad bias"]
+    names += [f"grad {name}" for name in neuron.learnable]
+    return [
+        (f"recurrent {name} vs reference loop", _rel_error(got.double().cpu(), want.cpu()))
+        for name, got, want in zip(names, *runs, strict=True)
+    ]

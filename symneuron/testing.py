@@ -95,6 +95,7 @@ def assert_neuron_ok(
     shape: tuple[int, ...] = (4, 16),
     seed: int = 0,
     tolerance: float | None = None,
+    recurrent: bool = False,
 ) -> list[CheckReport]:
     """Assert that ``neuron``'s partials and kernels agree with their oracles.
 
@@ -121,6 +122,9 @@ def assert_neuron_ok(
     tolerance : float, optional
         Maximum relative error of the kernels; default per dtype as in
         :func:`symneuron.check`.
+    recurrent : bool
+        Also check a :class:`~symneuron.RecurrentNeuronLayer` of the neuron on each
+        backend against the reference's loop over steps (``sn.check(recurrent=True)``).
 
     Returns
     -------
@@ -141,7 +145,8 @@ def assert_neuron_ok(
     [('torch', 'float64'), ('torch', 'float32')]
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not this function's
-    reports = _check_each(neuron, _pairs(neuron, backends, dtypes), T, shape, seed, tolerance)
+    pairs = _pairs(neuron, backends, dtypes)
+    reports = _check_each(neuron, pairs, T, shape, seed, tolerance, recurrent)
     _assert_all_passed(neuron.name, reports)
     return reports
 
@@ -153,6 +158,7 @@ def _check_each(
     shape: tuple[int, ...],
     seed: int,
     tolerance: float | None,
+    recurrent: bool = False,
 ) -> list[CheckReport]:
     """One :func:`~symneuron.check` report per (backend, dtype name) pair, in order."""
     return [
@@ -165,6 +171,7 @@ def _check_each(
             shape=shape,
             tolerance=tolerance,
             seed=seed,
+            recurrent=recurrent,
         )  # fmt: skip
         for backend, name in pairs
     ]

@@ -42,7 +42,7 @@ STAGES: dict[str, int] = {
     "simulate": 6,
     "layer": 7,
     "recurrent": 8,
-    "check": 7,
+    "check": 8,
     "testing": 8,
     "plot": 8,
     "nir": 8,

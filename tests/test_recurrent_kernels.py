@@ -224,3 +224,28 @@ def test_torch_compile_fullgraph_matches_eager() -> None:
     assert float(outs[0][0].sum()) > 0
     for got, want in zip(outs[1], outs[0], strict=True):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_check_and_assert_neuron_ok_take_recurrent_layers() -> None:
+    report = sn.check(_learnable("ALIF"), backend="cpu", recurrent=True, seed=3)
+    names = {r.name for r in report.results}
+    assert {"recurrent spikes vs reference loop", "recurrent grad weight vs reference loop",
+            "recurrent grad tau vs reference loop"} <= names  # fmt: skip
+    assert report.passed, str(report)
+    sn.testing.assert_neuron_ok(
+        sn.models.PLIF(learnable=["w"]), backends=["cpu"], dtypes=["float64"], recurrent=True
+    )
+
+
+def test_check_recurrent_fails_on_a_wrong_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison can fail: a recurrent kernel whose weight gradient is doubled."""
+    real = binding_recurrent.RecurrentBinding.backward
+
+    def doubled(ctx, *grads):  # type: ignore[no-untyped-def]
+        out = list(real(ctx, *grads))
+        out[2] = None if out[2] is None else 2 * out[2]
+        return tuple(out)
+
+    monkeypatch.setattr(binding_recurrent.RecurrentBinding, "backward", staticmethod(doubled))
+    report = sn.check(sn.models.LIF(), backend="cpu", recurrent=True, seed=3)
+    assert [r.name for r in report.failures()] == ["recurrent grad weight vs reference loop"]
