@@ -187,11 +187,13 @@ def _gradients(
         grad_w = h_seq.new_zeros((prog.k, rows, h_seq.shape[1])) if grad_w is None else grad_w
         grad_v, grad_w = grad_v.contiguous(), grad_w.contiguous()
     args = (grad_spike, grad_v, grad_w, h_seq, wt_seq, x_seq, v_init, w_init, params, mode)
-    if compiled:
+    if launch is not None:
+        out = launch(*args)
+    elif compiled:
         present = prog.backward_layout(h_seq, v_init, w_init).present
         out = _absent_as_none(BACKWARD, backward_op(prog.key, prog.backend, *args), present)
     else:
-        out = (launch or prog.backward)(*args)
+        out = prog.backward(*args)
     grads: list[torch.Tensor | None] = [None] * ctx.n_params
     for j, index in prog.learnable_rows:
         grads[index] = out.grad_params[j].to(params[index].dtype)

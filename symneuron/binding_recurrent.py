@@ -16,12 +16,13 @@ from typing import Any
 
 import torch
 
-from .binding import Run, _gradients, _save
-from .params import compute_dtype, grad_shape, launch_param
+from .binding import Run, _absent_as_none, _gradients, _op_args, _placeholders, _save, _schema
+from .params import compute_dtype, grad_shape, kernel_param, launch_param
 from .runtime import recurrent as kernels
-from .runtime.kernels import Program, program
+from .runtime.kernels import Program, lookup, program
+from .signature import RBACKWARD, RFORWARD
 
-__all__ = ["RecurrentBinding", "run"]
+__all__ = ["RecurrentBinding", "run", "rforward_op", "rbackward_op"]
 
 
 class RecurrentBinding(torch.autograd.Function):
@@ -63,16 +64,8 @@ class RecurrentBinding(torch.autograd.Function):
         launch = kernels.backward(ctx.program, weight)
         found = _gradients(ctx, grad_spike.contiguous(), grad_v, grad_w, False, launch)
         grad_x = found["x_seq"]  # dL/dX_eff [T, N]
-        features = weight.shape[0]
         needs = ctx.needs_input_grad
-        grad_weight = grad_s = None
-        if needs[2] and grad_x.shape[0] > 0:
-            g = grad_x.reshape(-1, features)  # [T·rows, F]
-            first = spike_seq.new_zeros(1, spike_seq.shape[1]) if s_init is None else s_init[None]
-            before = torch.cat([first, spike_seq[:-1]]).reshape(-1, features)
-            grad_weight = g.t() @ before  # Σ_t dL/dX_eff[t]ᵀ s[t−1]: one GEMM
-        if needs[3] and grad_x.shape[0] > 0:
-            grad_s = (grad_x[0].reshape(-1, features) @ weight).reshape(-1)
+        grad_weight, grad_s = _recurrence(grad_x, weight, spike_seq, s_init, needs[2], needs[3])
         grads = [
             g.view(gshape) if g is not None and need else None
             for g, gshape, need in zip(
@@ -85,14 +78,125 @@ class RecurrentBinding(torch.autograd.Function):
         return (*[given.get(name) for name in RecurrentBinding.INPUTS], *grads)
 
 
+def _recurrence(
+    grad_x: torch.Tensor, weight: torch.Tensor, spike_seq: torch.Tensor,
+    s_init: torch.Tensor | None, need_weight: bool, need_s: bool,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:  # fmt: skip
+    """dL/dR = Σ_t dL/dX_eff[t]ᵀ · s[t−1] (one GEMM over all steps and rows) and
+    dL/ds[−1] = dL/dX_eff[0] · R, from dL/dX_eff [T, rows·F]."""
+    features = weight.shape[0]
+    if grad_x.shape[0] == 0:
+        return None, None
+    grad_weight = grad_s = None
+    if need_weight:
+        first = spike_seq.new_zeros(1, spike_seq.shape[1]) if s_init is None else s_init[None]
+        before = torch.cat([first, spike_seq[:-1]]).reshape(-1, features)
+        grad_weight = grad_x.reshape(-1, features).t() @ before
+    if need_s:
+        grad_s = (grad_x[0].reshape(-1, features) @ weight).reshape(-1)
+    return grad_weight, grad_s
+
+
+# -- the custom ops (what torch.compile traces through) ----------------------------
+
+
+#: Each op's argument names in schema order (the autograd formula's positions).
+R_ARGS = {
+    p.name: ("key", "backend", *[name for name, _ in _op_args(p)]) for p in (RFORWARD, RBACKWARD)
+}
+
+
+@torch.library.custom_op("symneuron::rforward", mutates_args=(), schema=_schema(RFORWARD))
+def rforward_op(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
+    """The recurrent forward kernel as a custom op; outputs in :data:`RFORWARD`'s order."""
+    given = dict(zip(R_ARGS["rforward"][2:], args, strict=True))
+    return _placeholders(kernels.forward(lookup(key, backend), **given), given["x_seq"])
+
+
+@rforward_op.register_fake
+def _(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
+    given = dict(zip(R_ARGS["rforward"][2:], args, strict=True))
+    x_seq, prog = given["x_seq"], lookup(key, backend)
+    layout = kernels.forward_layout(prog, x_seq, given["store_h"], given["v_mode"])
+    return _placeholders(RFORWARD.allocate(x_seq, *layout), x_seq)
+
+
+@torch.library.custom_op("symneuron::rbackward", mutates_args=(), schema=_schema(RBACKWARD))
+def rbackward_op(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
+    """The recurrent backward kernel as a custom op; outputs in :data:`RBACKWARD`'s order."""
+    given = dict(zip(R_ARGS["rbackward"][2:], args, strict=True))
+    launch = kernels.backward(lookup(key, backend), given.pop("weight"))
+    return _placeholders(launch(**given), given["h_seq"])
+
+
+@rbackward_op.register_fake
+def _(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
+    given = dict(zip(R_ARGS["rbackward"][2:], args, strict=True))
+    h_seq = given["h_seq"]
+    layout = lookup(key, backend).backward_layout(h_seq, given["v_init"], given["w_init"])
+    return _placeholders(RBACKWARD.allocate(h_seq, *layout), h_seq)
+
+
+def _setup_context(
+    ctx: Any, inputs: tuple[Any, ...], output: Any, keyword_only_inputs: Any = None
+) -> None:
+    given = dict(zip(R_ARGS["rforward"], inputs, strict=True))
+    prog = lookup(given["key"], given["backend"])
+    layout = kernels.forward_layout(prog, given["x_seq"], given["store_h"], given["v_mode"])
+    out = _absent_as_none(RFORWARD, output, layout[1])
+    raw = RFORWARD.returns(*output)
+    ctx.mark_non_differentiable(raw.h_seq, raw.wt_seq, raw.xeff_seq)
+    kept = {"x_seq": out.xeff_seq, "v_init": given["v_init"], "w_init": given["w_init"],
+            "params": given["params"]}  # fmt: skip
+    _save(
+        ctx, prog, given["v_mode"], kept, out, (given["weight_t"], raw.spike_seq, given["s_init"])
+    )
+
+
+def _backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+    grad = RFORWARD.returns(*grads)
+    weight_t, spike_seq, s_init = ctx.saved_tensors[5 + ctx.n_params :]
+    weight = weight_t.t().contiguous()
+    prog = ctx.program
+
+    def launch(*args: Any) -> Any:
+        present = prog.backward_layout(args[3], args[6], args[7]).present
+        found = rbackward_op(prog.key, prog.backend, *args[:9], weight, args[9])
+        return _absent_as_none(RBACKWARD, found, present)
+
+    grad_spike = torch.zeros_like(spike_seq) if grad.spike_seq is None else grad.spike_seq
+    found = _gradients(ctx, grad_spike, grad.v_seq, grad.w_out, True, launch)
+    needs = ctx.needs_input_grad
+    grad_weight, grad_s = _recurrence(found["x_seq"], weight, spike_seq, s_init, needs[3], needs[4])
+    found.update(weight_t=None if grad_weight is None else grad_weight.t(), s_init=grad_s)
+    return tuple(found.get(name) for name in R_ARGS["rforward"])
+
+
+rforward_op.register_autograd(_backward, setup_context=_setup_context)
+
+
 def run(
     job: Run, weight: torch.Tensor, s_init: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """A prepared run with the recurrence ``X_eff[t] = x[t] + weight·s[t−1]`` per row of
     ``weight.shape[0]`` neurons (``s_init`` [N]: s[−1], None for no spike): (spike_seq
     [T, N], v_seq [T or 1, N], w_out [k, T or 1, N] or None)."""
+    store = job.store_h or (torch.is_grad_enabled() and weight.requires_grad)
+    if torch.compiler.is_compiling():  # the custom op, which compilation traces through
+        dtype, device, n = (
+            compute_dtype(job.backend, job.x_seq.dtype),
+            job.x_seq.device,
+            job.x_seq.shape[1],
+        )
+        params = [kernel_param(p, dtype, device, job.shape, n) for p in job.params]
+        args = (job.x_seq, weight.t().contiguous(), s_init, job.v_init, job.w_init, params)
+        got = RFORWARD.returns(
+            *rforward_op(job.neuron.key(), job.backend, *args, store, job.v_mode)
+        )
+        states = len(job.neuron.states) > 0
+        return got.spike_seq, got.v_seq, got.w_out if states else None
     prog = program(job.neuron, job.backend)
-    if job.store_h or (torch.is_grad_enabled() and weight.requires_grad):
+    if store:
         out = RecurrentBinding.apply(prog, job.x_seq, weight, s_init, job.v_init, job.w_init,
                                      job.v_mode, job.shape, *job.params)  # fmt: skip
         return out[0], out[1], out[2] if len(out) > 2 else None

@@ -145,10 +145,9 @@ class RecurrentNeuronLayer(nn.Module):
                 f"but the input's shape per step is {tuple(x_seq.shape[1:])}: call "
                 "layer.reset() before each new sequence."
             )
-        if not torch.compiler.is_compiling():
-            fused = self._fused(x_seq if bias is None else x_seq + bias, weight)
-            if fused is not None:
-                return fused
+        fused = self._fused(x_seq if bias is None else x_seq + bias, weight)
+        if fused is not None:
+            return fused
         out = []
         for x in x_seq:
             drive = x if s is None else x + nn.functional.linear(s, weight)

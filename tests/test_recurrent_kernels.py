@@ -12,6 +12,7 @@ from conftest import generator
 import symneuron as sn
 from symneuron import binding_recurrent
 from symneuron.runtime import cpu
+from symneuron.runtime import recurrent as rkernels
 
 pytestmark = pytest.mark.skipif(not cpu.available(), reason="needs a C compiler")
 
@@ -206,24 +207,48 @@ def test_cuda_too_wide_says_what_to_do() -> None:
         layer(torch.rand(3, 1, 4097, device="cuda"))
 
 
-def test_torch_compile_fullgraph_matches_eager() -> None:
-    """Compiled (fullgraph), the layer runs its loop over steps; same spikes and
-    gradients as the eager fused kernels."""
+@pytest.mark.parametrize("compile_backend", ["eager", "aot_eager"])
+def test_torch_compile_fullgraph_matches_eager(
+    compile_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compiled (fullgraph), the layer runs the fused kernels through the custom ops
+    (symneuron::rforward, ::rbackward): same spikes and gradients as eager."""
+    torch._dynamo.reset()
     x = 1.5 * torch.rand(6, 2, 5, generator=generator(14), dtype=torch.float64)
     outs = []
+    launched: list[str] = []
+    real_forward, real_backward = rkernels.forward, rkernels.backward
+    monkeypatch.setattr(
+        rkernels, "forward", lambda *a, **k: launched.append("f") or real_forward(*a, **k)
+    )
+    monkeypatch.setattr(
+        rkernels, "backward", lambda *a, **k: launched.append("b") or real_backward(*a, **k)
+    )
     for compiled in (False, True):
         torch.manual_seed(15)
         layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 5, backend="cpu").double()
         with torch.no_grad():
             layer.weight.mul_(2.0)
-        run = torch.compile(layer, fullgraph=True, backend="eager") if compiled else layer
+        run = torch.compile(layer, fullgraph=True, backend=compile_backend) if compiled else layer
         xi = x.clone().requires_grad_()
         s = run(xi)
         s.sum().backward()
         outs.append((s.detach(), xi.grad, layer.weight.grad))
     assert float(outs[0][0].sum()) > 0
+    assert launched == ["f", "b", "f", "b"]  # eager, then compiled: one launch each way
     for got, want in zip(outs[1], outs[0], strict=True):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_custom_ops_pass_opcheck() -> None:
+    """torch.library.opcheck: schema, fake tensors and autograd registration agree."""
+    prog = sn.binding.program(sn.models.ALIF(learnable=["tau"]), "cpu")
+    x = torch.rand(5, 12, dtype=torch.float64, generator=generator(16), requires_grad=True)
+    w = torch.rand(6, 6, dtype=torch.float64, generator=generator(17), requires_grad=True)
+    params = [torch.tensor(float(v), dtype=torch.float64) for v in prog.neuron.params.values()]
+    params[0].requires_grad_()
+    args = (x, w, None, None, None, params, True, "seq")
+    torch.library.opcheck(binding_recurrent.rforward_op, (prog.key, "cpu", *args))
 
 
 def test_check_and_assert_neuron_ok_take_recurrent_layers() -> None:

@@ -18,7 +18,7 @@ import torch
 from .. import dtypes
 from ..signature import RBACKWARD, RFORWARD, Geometry, Pass, Variant
 
-__all__ = ["MAX_THREADS", "max_features", "forward", "backward"]
+__all__ = ["MAX_THREADS", "max_features", "forward_layout", "forward", "backward"]
 
 #: threads of one block (CUDA's limit)
 MAX_THREADS = 1024
@@ -89,6 +89,15 @@ def _geometry(prog: Any, pass_: Pass, first: torch.Tensor, features: int, lanes:
     return Geometry(first.shape[1] // features, row_threads * parts, shared)
 
 
+def forward_layout(
+    prog: Any, x_seq: torch.Tensor, store_h: bool, v_mode: str
+) -> tuple[dict[str, int], dict[str, bool], None]:
+    """The recurrent forward's output dims and which outputs exist (fakes too): the
+    feedforward's, and X_eff when the backward reads X."""
+    layout = prog.forward_layout(x_seq, store_h, v_mode)
+    return layout.dims, dict(layout.present, store_x=store_h and prog.needs_x), None
+
+
 def forward(
     prog: Any,
     x_seq: torch.Tensor,
@@ -105,9 +114,7 @@ def forward(
     ``weight_t`` [F, F] is the effective weight transposed (contiguous)."""
     t_len, n = x_seq.shape
     features = weight_t.shape[0]
-    layout = prog.forward_layout(x_seq, store_h, v_mode)
-    present = dict(layout.present, store_x=store_h and prog.needs_x)
-    out = RFORWARD.allocate(x_seq, layout.dims, present, None)
+    out = RFORWARD.allocate(x_seq, *forward_layout(prog, x_seq, store_h, v_mode))
     if n == 0 or t_len == 0:
         return out
     values = dict(
