@@ -1,8 +1,10 @@
-"""The README's training snippet learns, and the demo trains on the digits and draws.
+"""The README's training snippet learns, the demo trains on the digits and draws, and
+the recurrent example remembers a cue that its feed-forward twin cannot.
 
 Run as a new user would: the snippet is the code block under the README heading
 "## A custom neuron, trained", read from README.md and executed as it stands
-(on three seeds); the demo is examples/demo.py with a one-epoch budget.
+(on three seeds); the demo is examples/demo.py with a one-epoch budget; the
+recurrent example is examples/recurrent.py with a short budget and delay.
 """
 
 from __future__ import annotations
@@ -42,12 +44,18 @@ def test_readme_snippet_visibly_learns(seed: int, capsys: pytest.CaptureFixture[
     assert losses[-1] < 0.5 * losses[0], f"the README snippet does not learn: {losses}"
 
 
-def load_demo() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("symneuron_demo", ROOT / "examples" / "demo.py")
+def load_example(name: str) -> ModuleType:
+    """examples/<name>.py as a module (its ``main`` not run)."""
+    path = ROOT / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"symneuron_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_demo() -> ModuleType:
+    return load_example("demo")
 
 
 def test_demo_learns_the_digits_in_one_epoch_and_saves_its_figures(
@@ -82,3 +90,40 @@ def test_demo_rate_code_fires_with_the_pixel_intensity() -> None:
 def test_demo_rejects_a_zero_budget() -> None:
     with pytest.raises(SystemExit):
         load_demo().main(["--epochs", "0"])
+
+
+def test_recurrent_example_remembers_what_feedforward_cannot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for extra in ("tqdm", "matplotlib"):
+        pytest.importorskip(extra)
+    example = load_example("recurrent")
+    final = example.main(["--steps", "200", "--delay", "6", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert final["recurrent"] > 0.9, f"the recurrent network should recall the cue: {out}"
+    assert final["feedforward"] < 0.4, f"without recurrence it should be near chance: {out}"
+    line = f"recurrent {final['recurrent']:.3f}, feedforward {final['feedforward']:.3f}"
+    assert f"held-out accuracy at delay 6: {line} (chance 0.25)" in out
+    for name in ("recurrent_learning.png", "recurrent_raster.png"):
+        data = (tmp_path / name).read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 10_000, name
+
+
+def test_recurrent_example_trials_hold_the_cue_only_at_the_start() -> None:
+    example = load_example("recurrent")
+    x_seq, cues = example.trials(4000, 3, torch.Generator().manual_seed(0))
+    assert x_seq.shape == (4 + 3 + 4, 4000, 25) and set(x_seq.unique().tolist()) <= {0.0, 1.0}
+    cue_channels = x_seq[:, :, :20].unflatten(2, (4, 5)).mean(3)  # [T, n, cue]
+    shown = cue_channels[:4].gather(2, cues.view(1, -1, 1).expand(4, -1, 1))
+    assert abs(float(shown.mean()) - 0.6) < 0.01  # sd: sqrt(.24 / 80000) = 0.002
+    assert abs(float(cue_channels[:4].sum(2).mean() - shown.squeeze(2).mean()) - 3 * 0.02) < 0.01
+    assert abs(float(x_seq[4:7].mean()) - 0.02) < 0.005  # the delay: noise only
+    go = x_seq[:, :, 20:]
+    assert abs(float(go[7:].mean()) - 0.6) < 0.01 and abs(float(go[:7].mean()) - 0.02) < 0.005
+    curriculum = [example.delay_at(step, 800, 15) for step in (0, 26, 27, 399, 400, 799)]
+    assert curriculum == [1, 1, 2, 15, 15, 15]
+
+
+def test_recurrent_example_rejects_a_zero_budget() -> None:
+    with pytest.raises(SystemExit):
+        load_example("recurrent").main(["--steps", "0"])

@@ -57,8 +57,11 @@ def export(
         layer. Layers: ``nn.Linear`` (→ Affine, or Linear without bias), ``nn.Conv1d``,
         ``nn.Conv2d``, ``nn.Flatten``, ``nn.AvgPool2d`` (→ AvgPool2d; with
         ``divisor_override=1`` → SumPool2d), :class:`Scale`, :class:`PerStep`,
-        :class:`~symneuron.NeuronLayer` (→ IF, LIF, CubaLIF or Threshold) and
-        :class:`Readout` (→ I, LI or CubaLI).
+        :class:`~symneuron.NeuronLayer` (→ IF, LIF, CubaLIF or Threshold),
+        :class:`Readout` (→ I, LI or CubaLI) and
+        :class:`~symneuron.RecurrentNeuronLayer` (→ a nested NIRGraph as snnTorch
+        writes RLeaky: ``input → lif → output`` and the cycle ``lif → w_rec → lif``,
+        w_rec an Affine or Linear of the masked weight).
     sample_input : Tensor [T, B, *shape]
         Input as the module takes it; only its first step is run, through the
         stateless layers, to find each node's shape (NIR shapes have no T or B).
@@ -117,7 +120,12 @@ def load(
     Parameters
     ----------
     graph : nir.NIRGraph
-        E.g. from ``nir.read(path)``. Cyclic (recurrent) graphs are refused.
+        E.g. from ``nir.read(path)``. One form of cycle loads: a spiking neuron node
+        (LIF, IF, CubaLIF, Threshold) and an Affine or Linear node that feed each
+        other, the latter with no other edges (snnTorch's RLeaky and RSynaptic,
+        nested or flat); each becomes a :class:`~symneuron.RecurrentNeuronLayer`
+        whose edge back carries the previous step's spikes. Other cycles raise a
+        ValueError.
     dt : float
         The step length in the unit of the graph's τ.
     backend : {"auto", "cuda", "cpu", "torch"}

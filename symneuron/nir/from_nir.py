@@ -10,12 +10,14 @@ from torch import nn
 
 from .modules import Graph, PerStep, Scale
 from .neurons import NEURON_NODES, from_node
+from .recurrent import layer_of, loops, subgraph_layer
 
 __all__ = ["module_of"]
 
 _LOADED = (
     "Input, Output, Affine, Linear, Scale, Conv1d, Conv2d, Flatten, SumPool2d, AvgPool2d, "
-    "IF, LIF, CubaLIF, LI, I, CubaLI, Threshold and nested NIRGraph"
+    "IF, LIF, CubaLIF, LI, I, CubaLI, Threshold, nested NIRGraph, and a spiking neuron fed "
+    "back through an Affine/Linear node (a RecurrentNeuronLayer)"
 )
 
 
@@ -82,27 +84,39 @@ def _stateless(kind: str, node: Any, dtype: torch.dtype) -> nn.Module | None:
     return None
 
 
+def _node_module(
+    node: Any, path: str, dt: float, method: str, backend: str, dtype: torch.dtype
+) -> nn.Module | None:
+    """The module of one NIR node (``None`` for Input and Output)."""
+    kind = type(node).__name__
+    if kind in ("Input", "Output"):
+        return None
+    if kind == "NIRGraph":
+        inner = module_of(node, dt, method, backend, dtype, where=f"{path}.")
+        recurrent = subgraph_layer(inner)  # snnTorch's RLeaky/RSynaptic: the layer itself
+        return inner if recurrent is None else recurrent
+    if kind in NEURON_NODES:
+        return from_node(node, dt, method, backend, dtype)
+    layer = _stateless(kind, node, dtype)
+    if layer is None:
+        raise ValueError(
+            f"NIR node {path!r} of type {kind} cannot be loaded; symneuron.nir loads {_LOADED}."
+        )
+    return PerStep(layer)
+
+
 def module_of(
     graph: Any, dt: float, method: str, backend: str, dtype: torch.dtype, where: str = ""
 ) -> Graph:
     """The module running ``graph`` (see :func:`symneuron.nir.load`)."""
+    recurrent = loops(graph, where)  # neuron node -> its recurrent Affine/Linear node
     modules: dict[str, nn.Module | None] = {}
     for name, node in graph.nodes.items():
-        kind = type(node).__name__
-        path = f"{where}{name}"
-        if kind in ("Input", "Output"):
-            modules[name] = None
-        elif kind == "NIRGraph":
-            modules[name] = module_of(node, dt, method, backend, dtype, where=f"{path}.")
-        elif kind in NEURON_NODES:
-            modules[name] = from_node(node, dt, method, backend, dtype)
-        else:
-            layer = _stateless(kind, node, dtype)
-            if layer is None:
-                raise ValueError(
-                    f"NIR node {path!r} of type {kind} cannot be loaded; symneuron.nir "
-                    f"loads {_LOADED}."
-                )
-            modules[name] = PerStep(layer)
+        if name in recurrent:
+            weight = graph.nodes[recurrent[name]]
+            modules[name] = layer_of(node, weight, dt, method, backend, dtype)
+        elif name not in recurrent.values():
+            modules[name] = _node_module(node, f"{where}{name}", dt, method, backend, dtype)
+    cycle = {(n, w) for n, w in recurrent.items()} | {(w, n) for n, w in recurrent.items()}
     edges = [(str(src), str(dst)) for src, dst in graph.edges]
-    return Graph(modules, edges)
+    return Graph(modules, [edge for edge in edges if edge not in cycle])

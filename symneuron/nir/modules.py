@@ -17,8 +17,17 @@ from torch import nn
 
 from ..layer import NeuronLayer
 from ..neuron import Neuron
+from ..recurrent import RecurrentNeuronLayer
 
-__all__ = ["PerStep", "Scale", "Readout", "Graph", "NEVER"]
+__all__ = ["PerStep", "Scale", "Readout", "Graph", "NEVER", "SUPPORTED_CYCLE"]
+
+#: The one form of cycle :func:`symneuron.nir.load` takes, for its error messages.
+SUPPORTED_CYCLE = (
+    "symneuron.nir loads one form of cycle: a spiking neuron node (LIF, IF, CubaLIF, "
+    "Threshold) of n neurons and an Affine or Linear node of weight [n, n] that feed each "
+    "other (neuron -> w -> neuron, w with no other edges), as snnTorch's RLeaky and "
+    "RSynaptic export; it loads as a symneuron.RecurrentNeuronLayer"
+)
 
 #: The threshold of a :class:`Readout`: no finite H reaches the largest float64.
 NEVER = sys.float_info.max
@@ -122,8 +131,9 @@ def _topological(names: Sequence[str], edges: Sequence[tuple[str, str]]) -> list
     if len(order) != len(names):
         cyclic = sorted(n for n in names if n not in order)
         raise ValueError(
-            f"The NIR graph has a cycle through {cyclic} (a recurrent connection); "
-            "symneuron.nir loads feed-forward graphs only (with branches and adds)."
+            f"The NIR graph has a cycle through {cyclic} that is not of the recurrent form "
+            f"symneuron runs. {SUPPORTED_CYCLE}. Other cycles (longer loops, a "
+            "convolution or a non-spiking node in the loop) are not loaded."
         )
     return order
 
@@ -187,5 +197,5 @@ class Graph(nn.Module):
     def reset(self) -> None:
         """Forget the state of every neuron layer (call between sequences)."""
         for module in self.modules():
-            if isinstance(module, NeuronLayer):
+            if isinstance(module, (NeuronLayer, RecurrentNeuronLayer)):
                 module.reset()

@@ -48,7 +48,7 @@ from ..layer import NeuronLayer
 from ..neuron import Neuron
 from .modules import Readout
 
-__all__ = ["METHODS", "to_node", "from_node", "NEURON_NODES"]
+__all__ = ["METHODS", "to_node", "from_node", "neuron_of", "NEURON_NODES"]
 
 #: The discretisations: forward Euler, and exponential Euler (exact for a held input).
 METHODS = ("euler", "exp_euler")
@@ -264,8 +264,10 @@ _FIELDS = {
 _FIELDS["LI"], _FIELDS["I"], _FIELDS["CubaLI"] = _FIELDS["LIF"], _FIELDS["IF"], _FIELDS["CubaLIF"]
 
 
-def from_node(node: Any, dt: float, method: str, backend: str, dtype: torch.dtype) -> nn.Module:
-    """The layer that runs NIR neuron ``node`` (a node type in :data:`NEURON_NODES`)."""
+def neuron_of(
+    node: Any, dt: float, method: str, dtype: torch.dtype
+) -> tuple[Neuron, dict[str, torch.Tensor]]:
+    """The neuron of NIR neuron ``node`` and its parameter values per neuron, in ``dtype``."""
     kind = type(node).__name__
     neuron = _neuron(kind, float(dt), method)
 
@@ -278,6 +280,12 @@ def from_node(node: Any, dt: float, method: str, backend: str, dtype: torch.dtyp
         params["v_rst"] = tensor(node.v_reset)
     if kind == "Threshold":
         params["theta"] = _strict(node.threshold, dtype)
-    if kind in ("LI", "I", "CubaLI"):
+    return neuron, params
+
+
+def from_node(node: Any, dt: float, method: str, backend: str, dtype: torch.dtype) -> nn.Module:
+    """The layer that runs NIR neuron ``node`` (a node type in :data:`NEURON_NODES`)."""
+    neuron, params = neuron_of(node, dt, method, dtype)
+    if type(node).__name__ in ("LI", "I", "CubaLI"):
         return Readout(neuron, backend=backend, params=params)
     return NeuronLayer(neuron, backend=backend, params=params)

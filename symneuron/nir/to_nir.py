@@ -9,15 +9,18 @@ import torch
 from torch import nn
 
 from ..layer import NeuronLayer
+from ..recurrent import RecurrentNeuronLayer
 from .modules import Graph, PerStep, Readout, Scale
 from .neurons import to_node
+from .recurrent import node_of
 
 __all__ = ["graph_of"]
 
 _SUPPORTED = (
     "nn.Linear, nn.Conv1d, nn.Conv2d, nn.Flatten, nn.AvgPool2d (divisor_override=1: SumPool2d), "
-    "nn.Identity, symneuron.nir.Scale, symneuron.NeuronLayer, symneuron.nir.Readout, and "
-    "nn.Sequential / symneuron.nir.PerStep / symneuron.nir.Graph of these"
+    "nn.Identity, symneuron.nir.Scale, symneuron.NeuronLayer, symneuron.RecurrentNeuronLayer, "
+    "symneuron.nir.Readout, and nn.Sequential / symneuron.nir.PerStep / symneuron.nir.Graph "
+    "of these"
 )
 
 
@@ -127,7 +130,9 @@ class _Builder:
                 raise ValueError(f"node {name!r}: the inputs it adds have different shapes.")
             step = step + more
         shape = tuple(step.shape[1:])
-        if isinstance(module, (NeuronLayer, Readout)):
+        if isinstance(module, RecurrentNeuronLayer):
+            node, out = node_of(name, module, shape, self.dt, self.method), step
+        elif isinstance(module, (NeuronLayer, Readout)):
             node, out = to_node(name, module, shape, self.dt, self.method), step
         else:
             node = _stateless(module, name, shape)
