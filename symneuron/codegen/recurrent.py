@@ -28,6 +28,9 @@ from .steps import StepIO, StepPrinter
 
 __all__ = ["RecurrentPrinter"]
 
+#: unroll factor of the sums over a row's neurons (their loads come from L2)
+UNROLL = 8
+
 
 class RecurrentPrinter(StepPrinter):
     """The bodies of one spec's recurrent kernels for one dtype and dialect."""
@@ -47,7 +50,7 @@ class RecurrentPrinter(StepPrinter):
         inner += [] if condition else [f"const {ct} g_m = {factor};"]
         inner += self.dialect.lane_loop([add])
         # unrolled: a thread keeps several rows' loads in flight (they come from L2)
-        loop = [*self.dialect.unroll("16"), f"for (long long {span}; ++m) {{"]
+        loop = [*self.dialect.unroll(str(UNROLL)), f"for (long long {span}; ++m) {{"]
         if condition:
             loop += [f"    if ({condition}) {{", *["        " + line for line in inner], "    }"]
         else:

@@ -24,6 +24,9 @@ __all__ = ["MAX_THREADS", "max_features", "forward_layout", "forward", "backward
 MAX_THREADS = 1024
 #: threads a neuron's transposed product is spread over in the backward (at most)
 BACKWARD_PARTS = 4
+#: rows of at least this many neurons (a multiple of the dtype's width) take the
+#: dtype's width per thread: 16-byte loads of the weights
+WIDE_FROM = MAX_THREADS + 1
 #: neurons of one row the single-kernel path takes: its shared memory stays under the
 #: 48 KB a block gets without opting in
 MAX_FEATURES = 4096
@@ -47,9 +50,13 @@ def _lanes(prog: Any, features: int, dtype: torch.dtype) -> int:
             f"row, the exchanged values in its shared memory); this layer has {features}. "
             "Use backend='torch' (a loop over steps) for it, or a smaller layer."
         )
-    if not prog.impl.simt or features <= MAX_THREADS:
+    if not prog.impl.simt:
         return 1
     width = dtypes.lookup(prog.backend, dtype).lanes
+    if features >= WIDE_FROM and features % width == 0:
+        return width
+    if features <= MAX_THREADS:
+        return 1
     if features % width:
         raise ValueError(
             f"symneuron: a recurrent layer of more than {MAX_THREADS} neurons on CUDA takes "
@@ -89,6 +96,12 @@ def _geometry(prog: Any, pass_: Pass, first: torch.Tensor, features: int, lanes:
     return Geometry(first.shape[1] // features, row_threads * parts, shared)
 
 
+def _aligned(tensor: torch.Tensor | None) -> torch.Tensor | None:
+    """``tensor``, copied when its start is not 16-byte aligned (a view with an offset):
+    the kernels of several lanes per thread load 16 bytes at once."""
+    return tensor if tensor is None or tensor.data_ptr() % 16 == 0 else tensor.clone()
+
+
 def forward_layout(
     prog: Any, x_seq: torch.Tensor, store_h: bool, v_mode: str
 ) -> tuple[dict[str, int], dict[str, bool], None]:
@@ -114,6 +127,7 @@ def forward(
     ``weight_t`` [F, F] is the effective weight transposed (contiguous)."""
     t_len, n = x_seq.shape
     features = weight_t.shape[0]
+    x_seq = _aligned(x_seq)
     out = RFORWARD.allocate(x_seq, *forward_layout(prog, x_seq, store_h, v_mode))
     if n == 0 or t_len == 0:
         return out
@@ -141,8 +155,9 @@ def backward(prog: Any, weight: torch.Tensor) -> Any:
         if n == 0:
             return out
         values = dict(
-            zip(out._fields, out, strict=True), grad_spike=grad_spike.contiguous(),
-            grad_v_seq=grad_v_seq, grad_w_seq=grad_w_seq, h_seq=h_seq, wt_seq=wt_seq,
+            zip(out._fields, out, strict=True), grad_spike=_aligned(grad_spike.contiguous()),
+            grad_v_seq=_aligned(grad_v_seq), grad_w_seq=_aligned(grad_w_seq), h_seq=h_seq,
+            wt_seq=wt_seq,
             x_seq=x_seq, v_init=v_init, w_init=w_init, params=params, weight=weight,
             param_strides=prog._check_params(params), grad_spike_scalar=0, T=t_len, N=n,
             F=weight.shape[0],
