@@ -7,8 +7,7 @@
 #       the paper models (symneuron only; each against its own floor)
 #   bash benchmarks/gpu_session.sh zoo    every zoo model's training kernels against its
 #       own floor (fp32 and bf16, T = 16 and 64, N = 2^20; the target is >= 0.85),
-#       then the CUDA tests; compare with `python3 benchmarks/roofline.py` (the static
-#       estimate of each model's bound)
+#       then the CUDA tests
 #
 # The measured bound of each kernel (Nsight Compute, about 3 minutes for the zoo):
 #   python3 benchmarks/profile_ncu.py --models zoo --dtypes bf16,fp32 --out-dir $OUT/ncu
