@@ -74,8 +74,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start no configuration after this many seconds")  # fmt: skip
     p.add_argument("--request-timeout-s", type=float, default=300.0)
     p.add_argument("--wheels", default=str(core.REPO / ".whl"), help="SpikingJelly/loguru wheels")
-    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--settings", default=None, help=argparse.SUPPRESS)
     return p
 
 
@@ -268,16 +266,16 @@ class Bench(core.Parent):
     max_failures = 2
 
     def __init__(self, args: argparse.Namespace, settings: dict[str, Any]) -> None:
-        super().__init__(args, "symneuron-e2e/1", settings, str(Path(__file__).resolve()))
+        super().__init__(args, "symneuron-e2e/1", settings)
         self.worker_of = dict(WORKER_OF)
         self.rounds, self.medians, self.digits = settings["rounds"], ("step_ms", "wall_ms"), 4
         self.results["stopped"] = []
 
-    def env(self, kind: str) -> dict[str, str]:
-        env = super().env(kind)
+    def env(self, kind: str) -> tuple[list[str], dict[str, str]]:
+        paths, env = super().env(kind)
         for model in ALL_MODELS if kind == "sjtorch" else ():
             env[f"SJ_{model.upper()}_CUDA_IMPLEMENTATION"] = "torch"
-        return env
+        return paths, env
 
     def skip_reason(self, library: str) -> str | None:
         """Why ``library`` is n/a before anything runs (None: it runs)."""
@@ -332,7 +330,7 @@ class Bench(core.Parent):
                 locate_sj("sj014", Path(self.args.wheels))
                 self.worker_of["sj-torch"] = "sj014"
         needed = {self.worker_of[lib] for lib in s["libraries"] if not self.skip_reason(lib)}
-        self.start([kind for kind in KINDS if kind in needed])
+        self.start([kind for kind in KINDS if kind in needed], Worker)
         configs = [dict(network=n, precision=p) for n in s["networks"] for p in s["precisions"]]
         self.run(configs, self.run_config, s["time_budget_s"])
         annotate(self.results["records"], self.args.dry_run)
@@ -358,10 +356,8 @@ def write_outputs(results: dict[str, Any], args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark (or, with the internal ``--worker``, one worker process)."""
+    """Run the benchmark, or (``--report``) redo the outputs of a saved JSON."""
     args = build_parser().parse_args(argv)
-    if args.worker:
-        return core.serve(lambda: Worker(args.worker, json.loads(args.settings)), {})
     if args.report:
         results = json.loads(Path(args.report).read_text())
         args.out = None

@@ -11,7 +11,6 @@ what each mode measured: ``benchmarks/NOTES.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import sys
@@ -108,8 +107,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop starting new configurations after this many seconds")
     g.add_argument("--request-timeout-s", type=float, default=300.0)
     g.add_argument("--no-plot", action="store_true")
-    g.add_argument("--worker", choices=["main", "sj014", "sj200"], help=argparse.SUPPRESS)
-    g.add_argument("--settings", default=None, help=argparse.SUPPRESS)
     return p
 # fmt: on
 
@@ -196,7 +193,7 @@ class Bench(core.Parent):
     """The comparison's parent: the matrix, its workers, its results and their file."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        super().__init__(args, SCHEMA, worker_settings(args), str(Path(__file__).resolve()))
+        super().__init__(args, SCHEMA, worker_settings(args))
         self.matrix, self.configs = plan_configs(args)
         self.rounds, self.medians = args.rounds, ("wall_s", "gpu_s")
         self.results["meta"].update(matrix=self.matrix, notes=NOTES)
@@ -260,7 +257,9 @@ class Bench(core.Parent):
         self.event(f"{len(self.configs)} configurations x {len(self.matrix['peers'])} peers; "
                    f"budget {args.time_budget_s:.0f} s")  # fmt: skip
         kinds = {WORKER_OF.get(p, p) for p in self.matrix["peers"]}
-        self.start([k for k in ("main", "sj014", "sj200") if k in kinds])
+        import peers
+
+        self.start([k for k in ("main", "sj014", "sj200") if k in kinds], peers.WorkerState)
         if "main" in kinds:
             self.copy_bandwidth()
         self.write()
@@ -291,12 +290,7 @@ def _brief(rec: Rec) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.worker:
-        import peers
-
-        return peers.worker_main(args, json.loads(args.settings) if args.settings else {})
-    return Bench(args).main()
+    return Bench(build_parser().parse_args(argv)).main()
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ worker processes and their parent, and the output (JSON, markdown tables, plots)
 
 ``bench_neurons.py`` and ``bench_e2e.py`` run each library in a long-lived worker process
 of its own (the two SpikingJelly versions conflict): a :class:`Parent` starts the
-:class:`Worker` processes, each answering through :func:`serve` from a :class:`WorkerBase`.
+:class:`Worker` processes, each serving a :class:`WorkerBase`.
 torch is imported lazily, so that a parent and the reports stay light.
 """
 
@@ -18,13 +18,11 @@ import json
 import math
 import os
 import platform
-import queue
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -37,7 +35,6 @@ for _path in (str(REPO), str(HERE)):  # the repository's symneuron, and the benc
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-MARK = "@@BENCH "  # marks a worker's answer on its stdout (anything else goes to the log)
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}
 DTYPE_ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
 #: worker kind -> the SpikingJelly version it imports (sjtorch: any, its torch backend)
@@ -403,95 +400,83 @@ class WorkerBase:
                 self.free()
         return {"records": records}
 
-    def prepare(self, cfg: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    def op_prepare(self, req: Rec) -> Rec:
         def work(name: str, rec: Rec) -> None:
             if self.sj is not None:
                 self.sj.clear()
-            self.entries[name] = self.build(cfg, name, rec)
+            self.entries[name] = self.build(req["cfg"], name, rec)
 
-        return self._each(names, work, self.status_of)
+        return self._each(req["names"], work, self.status_of)
 
-    def measure(self, names: list[str]) -> dict[str, Any]:
+    def op_measure(self, req: Rec) -> Rec:
         def work(name: str, rec: Rec) -> None:
             if name not in self.entries:
                 raise RuntimeError("not prepared (its worker restarted)")
             with no_gc():
                 rec.update(self.time(self.entries[name]))
 
-        return self._each(names, work, lambda exc: "error")
+        return self._each(req["names"], work, lambda exc: "error")
 
-    def drop(self) -> dict[str, Any]:
+    def op_drop(self, req: Rec) -> Rec:
         self.entries.clear()
         self.free()
         return {"records": []}
 
 
-def serve(start: Callable[[], WorkerBase], ops: dict[str, Callable[[Any, Rec], Rec]]) -> int:
-    """A worker's main loop: ``start()`` builds its state (answered with ``{"ready":
-    state.meta()}``), then one JSON request per stdin line, ``{"op": name, ...}``, answered
-    with ``ops[name](state, request)`` (``prepare``, ``measure`` and ``drop`` built in); an
-    answer holding ``"exit"`` ends the worker with that code once sent."""
-    ops = {
-        "prepare": lambda w, r: w.prepare(r["cfg"], r["names"]),
-        "measure": lambda w, r: w.measure(r["names"]),
-        "drop": lambda w, r: w.drop(),
-        **ops,
-    }
-
-    def reply(obj: dict[str, Any]) -> None:
-        sys.stdout.write(MARK + json.dumps(obj, default=str) + "\n")
-        sys.stdout.flush()
-
+def _serve(conn: Any, start: type[WorkerBase], kind: str, settings: Rec, paths: list[str],
+           env: dict[str, str]) -> None:  # fmt: skip
+    """A worker process's main loop: ``start(kind, settings)`` builds its state (answered with
+    ``{"ready": state.meta()}``), then each request ``{"op": name, ...}`` is answered with
+    ``state.op_<name>(request)``; an answer holding ``"exit"`` ends the worker once sent."""
+    os.dup2(2, 1)  # whatever the libraries print goes to the log, not the parent's stdout
+    sys.path[:0] = paths
+    os.environ.update(env)
     try:
-        state = start()
-        reply({"ready": state.meta()})
+        state = start(kind, settings)
+        conn.send({"ready": state.meta()})
     except Exception as exc:  # noqa: BLE001
-        reply({"error": short_error(exc)})
-        return 2
-    for line in sys.stdin:
-        req = json.loads(line) if line.strip() else {}
-        if req.get("op") == "quit":
-            return 0
+        return conn.send({"error": short_error(exc)})
+    while (req := conn.recv()).get("op") != "quit":
         try:
-            answer = ops[req["op"]](state, req) if req.get("op") in ops else None
-            answer = answer if answer is not None else {"error": f"unknown op {req.get('op')!r}"}
+            answer = getattr(state, f"op_{req.get('op')}")(req)
         except Exception as exc:  # noqa: BLE001
             answer = {"error": short_error(exc)}
-        reply(answer)
+        conn.send(answer)
         if "exit" in answer:
-            return int(answer["exit"])
-    return 0
+            return
 
 
 class Worker:
-    """A long-lived worker process (``script --worker kind``) answering one marked JSON
-    line per request; restarted after it dies, retired after ``max_failures`` in a row."""
+    """A worker process (``start``, a :class:`WorkerBase` subclass, in a spawned process with
+    ``paths`` first on sys.path and ``env`` set) answering one request at a time; restarted
+    after it dies, retired after ``max_failures`` failures in a row."""
 
-    def __init__(self, kind: str, argv: list[str], max_failures: int) -> None:
-        self.kind, self.argv, self.max_failures = kind, argv, max_failures
+    def __init__(
+        self, kind: str, start: type[WorkerBase], settings: Rec, max_failures: int
+    ) -> None:
+        self.kind, self.start, self.settings, self.max_failures = (
+            kind,
+            start,
+            settings,
+            max_failures,
+        )
+        self.paths: list[str] = []
         self.env: dict[str, str] = {}
-        self.proc: subprocess.Popen[str] | None = None
-        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.proc: Any = None
         self.meta: dict[str, Any] = {}
         self.failures, self.dead = 0, ""
 
     def launch(self) -> None:
         """Start the process without waiting for it (see :meth:`ready`)."""
+        import multiprocessing
+
         log(f"[bench] starting worker {self.kind}")
-        self.lines = lines = queue.Queue()
-        cmd, pipe = [sys.executable, "-u", *self.argv], subprocess.PIPE
-        self.proc = proc = subprocess.Popen(cmd, stdin=pipe, stdout=pipe, text=True, bufsize=1,
-                                            env=self.env, cwd=str(REPO))  # fmt: skip
-
-        def read() -> None:
-            for line in proc.stdout or ():
-                if line.startswith(MARK):
-                    lines.put(line[len(MARK) :])
-                else:
-                    sys.stderr.write(f"[{self.kind}] {line}")
-            lines.put(None)
-
-        threading.Thread(target=read, daemon=True).start()
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        args = (child, self.start, self.kind, self.settings, self.paths, self.env)
+        self.proc = ctx.Process(target=_serve, args=args, name=f"bench-{self.kind}")
+        self.proc.start()
+        child.close()
 
     def _fail(self, why: str) -> WorkerDied:
         self.stop(graceful=False)
@@ -501,14 +486,13 @@ class Worker:
         return WorkerDied(why)
 
     def _next(self, timeout: float) -> dict[str, Any]:
+        if not self.conn.poll(timeout):
+            raise self._fail(f"worker {self.kind} gave no answer in {timeout:.0f} s")
         try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            raise self._fail(f"worker {self.kind} gave no answer in {timeout:.0f} s") from None
-        if line is None:
-            code = self.proc.poll() if self.proc else None
-            raise self._fail(f"worker {self.kind} exited (code {code})")
-        return dict(json.loads(line))
+            return dict(self.conn.recv())
+        except (EOFError, OSError):
+            self.proc.join(5)
+            raise self._fail(f"worker {self.kind} exited (code {self.proc.exitcode})") from None
 
     def ready(self, timeout: float) -> None:
         """Wait for the started process's first answer: its ``meta``."""
@@ -521,13 +505,11 @@ class Worker:
         """The worker's answer to ``req`` (started, or restarted, first when needed)."""
         if self.dead:
             raise WorkerDied(self.dead)
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None or not self.proc.is_alive():
             self.launch()
             self.ready(timeout)
-        assert self.proc is not None and self.proc.stdin is not None
         try:
-            self.proc.stdin.write(json.dumps(req) + "\n")
-            self.proc.stdin.flush()
+            self.conn.send(req)
         except OSError as exc:
             raise self._fail(f"worker {self.kind}: pipe closed ({exc})") from None
         answer = self._next(timeout)
@@ -536,15 +518,13 @@ class Worker:
 
     def stop(self, graceful: bool = True) -> None:
         proc, self.proc = self.proc, None
-        if proc is not None and graceful and proc.poll() is None and proc.stdin is not None:
+        if proc is not None and graceful and proc.is_alive():
             with contextlib.suppress(Exception):
-                proc.stdin.write('{"op": "quit"}\n')
-                proc.stdin.flush()
-                proc.wait(timeout=10)
-        if proc is not None and proc.poll() is None:
-            proc.kill()  # this worker's own pid only
-            with contextlib.suppress(Exception):
-                proc.wait(timeout=10)
+                self.conn.send({"op": "quit"})
+                proc.join(10)
+        if proc is not None and proc.is_alive():
+            proc.kill()  # this worker's own process only
+            proc.join(10)
 
 
 class Parent:
@@ -554,9 +534,8 @@ class Parent:
 
     max_failures, rounds, medians, digits = 3, 1, ("wall_s",), None
 
-    def __init__(self, args: argparse.Namespace, schema: str, settings: dict[str, Any],
-                 script: str) -> None:  # fmt: skip
-        self.args, self.settings, self.script = args, settings, script
+    def __init__(self, args: argparse.Namespace, schema: str, settings: dict[str, Any]) -> None:
+        self.args, self.settings = args, settings
         self.t0 = time.monotonic()
         self.workers: dict[str, Worker] = {}
         meta = dict(date=now_iso(), argv=sys.argv[1:], host=platform.node(), dry_run=args.dry_run)
@@ -571,27 +550,21 @@ class Parent:
         log(f"[bench {self.elapsed():5.1f}s] {text}")
         self.results["events"].append({"t_s": round(self.elapsed(), 1), "text": text[:1500]})
 
-    def env(self, kind: str) -> dict[str, str]:
-        """A worker's environment: the repository and only its own SpikingJelly on PYTHONPATH
-        (raises FileNotFoundError when it has none); a dry run's torch.compile caches in a
-        private TMPDIR (others may clean /tmp's)."""
-        own = locate_sj(kind, Path(self.args.wheels)) if kind in SJ_VERSION else []
-        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        paths = [str(REPO), str(HERE), *own, *(p for p in paths if "snbench-sj-" not in p)]
-        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(paths))
-        if self.args.dry_run:
-            env["TMPDIR"] = str(Path(tempfile.gettempdir(), "snbench-dryrun-tmp"))
-            Path(env["TMPDIR"]).mkdir(exist_ok=True)
-        return env
+    def env(self, kind: str) -> tuple[list[str], dict[str, str]]:
+        """A worker's sys.path entries (only its own SpikingJelly: FileNotFoundError when it has
+        none) and environment (a dry run's torch.compile caches in a private TMPDIR)."""
+        paths = locate_sj(kind, Path(self.args.wheels)) if kind in SJ_VERSION else []
+        tmp = Path(tempfile.gettempdir(), "snbench-dryrun-tmp")
+        return paths, {"TMPDIR": str(tmp)} if self.args.dry_run else {}
 
-    def start(self, kinds: list[str]) -> None:
-        """Start the workers ``kinds`` at once (their imports overlap), then wait for each;
-        one that cannot start is recorded and marked dead."""
+    def start(self, kinds: list[str], state: type[WorkerBase]) -> None:
+        """Start the workers ``kinds`` (each a ``state``) at once, then wait for each; one
+        that cannot start is recorded and marked dead."""
         for kind in kinds:
-            argv = [self.script, "--worker", kind, "--settings", json.dumps(self.settings)]
-            w = self.workers[kind] = Worker(kind, argv, self.max_failures)
+            w = self.workers[kind] = Worker(kind, state, self.settings, self.max_failures)
             try:
-                w.env = self.env(kind)
+                w.paths, w.env = self.env(kind)
+                Path(w.env.get("TMPDIR", ".")).mkdir(exist_ok=True)
                 w.launch()
             except Exception as exc:  # noqa: BLE001
                 w.dead = f"{type(exc).__name__}: {exc}"[:1500]
@@ -610,13 +583,17 @@ class Parent:
 
     def ask(self, kind: str, req: dict[str, Any]) -> list[Rec]:
         """The worker's records for ``req`` (one per name; errors when it cannot answer)."""
+        worker = self.workers[kind]
         try:
-            answer = self.workers[kind].request(req, self.args.request_timeout_s)
+            if worker.dead:  # said once, when it died
+                raise WorkerDied(worker.dead)
+            answer = worker.request(req, self.args.request_timeout_s)
             if "error" in answer:
                 raise WorkerDied(f"worker {kind}: {answer['error']}")
             return list(answer["records"])
         except WorkerDied as exc:
-            self.event(str(exc))
+            if not str(exc) == worker.dead:
+                self.event(str(exc))
             why = f"worker: {exc}"[:1500]
             return [{"name": n, "status": "error", "error": why} for n in req.get("names", [])]
 

@@ -8,7 +8,6 @@ A configuration is ``dict(model, T, N, dtype, mode)``; an entry is a peer of it
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import time
@@ -17,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import bench_neurons as bn
-from core import Rec, SpikingJelly, Timer, WorkerBase, is_sticky_cuda, serve, torch_dtype
+from core import Rec, SpikingJelly, Timer, WorkerBase, is_sticky_cuda, torch_dtype
 
 
 def reference_spikes(neuron: Any, x: Any, params: dict[str, Any], round_h_to: Any = None) -> Any:
@@ -246,8 +245,9 @@ class WorkerState(WorkerBase):
         super().__init__(kind, settings)
         self.inputs: Inputs | None = None
 
-    def copy(self, nbytes: int) -> dict[str, Any]:
+    def op_copy(self, req: Rec) -> Rec:
         """The device-to-device copy bandwidth of the floor model (bytes read + written)."""
+        nbytes = int(req["bytes"])
         bufs = [self.torch.ones(nbytes // 4, device=self.device) for _ in range(2)]
         for _ in range(3):
             bufs[1].copy_(bufs[0])
@@ -255,8 +255,9 @@ class WorkerState(WorkerBase):
         nbytes, t = bufs[0].numel() * 4, statistics.median(times)
         bufs.clear()
         self.free()
-        return dict(bytes=nbytes, gpu_s=t, gpu_min_s=min(times), bandwidth_Bps=2 * nbytes / t,
+        copy = dict(bytes=nbytes, gpu_s=t, gpu_min_s=min(times), bandwidth_Bps=2 * nbytes / t,
                     counted="bytes read + bytes written")  # fmt: skip
+        return {"records": [copy]}
 
     def _runner(self, peer: str, cfg: dict[str, Any]) -> Runner:
         args = (cfg["model"], torch_dtype(cfg["dtype"]), self.device)
@@ -315,9 +316,3 @@ class WorkerState(WorkerBase):
         dtype = any(w in text for w in ("dtype", "bfloat16", "half", "float16"))
         said = any(w in text for w in ("support", "not implemented", "expected"))
         return "unsupported" if isinstance(exc, NotImplementedError) or dtype and said else "error"
-
-
-def worker_main(args: argparse.Namespace, settings: dict[str, Any]) -> int:
-    """``--worker``: a long-lived peer worker."""
-    ops = {"copy": lambda state, req: {"records": [state.copy(int(req["bytes"]))]}}
-    return serve(lambda: WorkerState(args.worker, settings), ops)

@@ -515,17 +515,49 @@ def markdown(results: dict[str, Any], plot_name: str | None = None) -> str:
     ))  # fmt: skip
 
 
-def plot(results: dict[str, Any], path: str | Path) -> Path:
-    """Floor fractions (training, inference) of one model against T, and the wall speed-ups."""
+COLORS = {"symneuron": "C3", "sj014": "C0", "sj200": "C1", "torch": "C7", "compile": "C2"}
+
+
+def _finish(ax: Any, drawn: bool) -> None:
+    if drawn:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+
+
+def _speedup_panel(ax: Any, recs: list[Rec], big: int, models: list[str]) -> None:
+    """Bars: each peer's wall time over symneuron's, geomean over T, per model (fp32)."""
     from matplotlib.ticker import FuncFormatter
 
+    peers = [p for p in PEERS[1:] if any(r["peer"] == p for r in recs)]
+    sn = [r for r in _sn({"records": recs}, mode="training", dtype="fp32", N=big) if r.get("vs")]
+    width, drawn = 0.8 / max(1, len(peers)), False
+    for i, peer in enumerate(peers):
+        heights = []
+        for m in models:
+            vals = [r["vs"][peer]["wall"] for r in sn if r["model"] == m and peer in r["vs"]]
+            heights.append(math.exp(statistics.mean(map(math.log, vals))) if vals else math.nan)
+        drawn = drawn or any(math.isfinite(h) for h in heights)
+        offsets = [j + (i - (len(peers) - 1) / 2) * width for j in range(len(models))]
+        ax.bar(offsets, heights, width, color=COLORS[peer], label=PEER_LABEL[peer])
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda val, _pos: f"{val:g}×"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda val, _pos: ""))
+    ax.set_xticks(range(len(models)), models)
+    ax.set_ylabel("symneuron wall speed-up (geomean over T)")
+    ax.set_title(f"training, fp32, N = {_n(big)}: peer wall / symneuron wall")
+    _finish(ax, drawn)
+
+
+def plot(results: dict[str, Any], path: str | Path) -> Path:
+    """Floor fractions (training, inference) of one model against T, and the wall speed-ups."""
     plt = pyplot()
     annotate(results)
     recs, path = [r for r in results.get("records", []) if _ok(r)], Path(path)
     big = max((r["N"] for r in recs), default=2**20)
     models_present = [m for m in MODELS if any(r["model"] == m for r in recs)]
     model = "LIF" if "LIF" in models_present else (models_present or ["LIF"])[0]
-    colors = {"symneuron": "C3", "sj014": "C0", "sj200": "C1", "torch": "C7", "compile": "C2"}
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
 
     def series(peer: str, mode: str, field: str) -> tuple[list[int], list[float]]:
@@ -534,52 +566,26 @@ def plot(results: dict[str, Any], path: str | Path) -> Path:
                      and tuple(r[k] for k in key) == (peer, mode, model, "fp32", big))  # fmt: skip
         return [p[0] for p in pts], [p[1] for p in pts]
 
-    def finish(ax: Any, drawn: bool) -> None:
-        if drawn:
-            ax.legend(fontsize=8)
-        else:
-            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-
     for ax, mode in zip(axes[:2], ("training", "inference"), strict=True):
         drawn = False
         for peer in PEERS:
             ts, fracs = series(peer, mode, "floor_frac_gpu")
             if ts:
                 drawn = True
-                ax.plot(ts, fracs, "o-", color=colors[peer], label=PEER_LABEL[peer])
-                ax.plot(*series(peer, mode, "floor_frac_wall"), "x:", color=colors[peer], alpha=0.6)
+                ax.plot(ts, fracs, "o-", color=COLORS[peer], label=PEER_LABEL[peer])
+                ax.plot(*series(peer, mode, "floor_frac_wall"), "x:", color=COLORS[peer], alpha=0.6)
         ax.axhline(1.0, color="k", lw=0.8)
         ax.axhline(0.9, color="k", lw=0.6, ls="--")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("T")
         ax.set_ylabel("fraction of copy floor (o- GPU, x: wall)")
         ax.set_title(f"{mode}, {model}, fp32, N = {_n(big)}")
-        finish(ax, drawn)
-    ax = axes[2]
-    peers = [p for p in PEERS[1:] if any(r["peer"] == p for r in recs)]
-    sn = [r for r in _sn({"records": recs}, mode="training", dtype="fp32", N=big) if r.get("vs")]
-    width, drawn = 0.8 / max(1, len(peers)), False
-    for i, peer in enumerate(peers):
-        heights = []
-        for m in models_present:
-            vals = [r["vs"][peer]["wall"] for r in sn if r["model"] == m and peer in r["vs"]]
-            heights.append(math.exp(statistics.mean(map(math.log, vals))) if vals else math.nan)
-        drawn = drawn or any(math.isfinite(h) for h in heights)
-        offsets = [j + (i - (len(peers) - 1) / 2) * width for j in range(len(models_present))]
-        ax.bar(offsets, heights, width, color=colors[peer], label=PEER_LABEL[peer])
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda val, _pos: f"{val:g}×"))
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda val, _pos: ""))
-    ax.set_xticks(range(len(models_present)), models_present)
-    ax.set_ylabel("symneuron wall speed-up (geomean over T)")
-    ax.set_title(f"training, fp32, N = {_n(big)}: peer wall / symneuron wall")
-    finish(ax, drawn)
+        _finish(ax, drawn)
+    _speedup_panel(axes[2], recs, big, models_present)
     meta = results.get("meta") or {}
     dry = " (CPU DRY RUN)" if meta.get("dry_run") else ""
-    fig.suptitle(
-        f"symneuron benchmark — {meta.get('gpu', '?')}, {str(meta.get('date', ''))[:10]}{dry}"
-    )
+    date = str(meta.get("date", ""))[:10]
+    fig.suptitle(f"symneuron benchmark — {meta.get('gpu', '?')}, {date}{dry}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
