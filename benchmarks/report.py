@@ -697,20 +697,6 @@ E2E_FLOORS = ("floor", "floor-cg")
 E2E_NETWORKS = {"cnn": "CIFAR-10 CNN", "mlp": "SHD MLP"}
 E2E_PRECISIONS = {"fp32": "fp32", "fp16": "AMP fp16 (autocast + GradScaler)",
                   "bf16": "AMP bf16 (autocast)"}  # fmt: skip
-E2E_TEXT = (
-    "A step: `zero_grad`, `reset` of the neuron states, forward, cross-entropy, backward, "
-    "SGD step (momentum 0.9). CNN: T = 4, batch 64, three conv3x3-BN-neuron-maxpool "
-    "blocks (64-128-256 channels); MLP: T = 100, batch 64, 700-256-256-20. *added* = "
-    "step time minus the same network's with `nn.ReLU` in place of the neurons "
-    "(the floor). AMP fp16: `torch.autocast(dtype=float16)` with `GradScaler`. "
-    "*check*: first-step loss against symneuron's (same weights, same batch); *rates*: "
-    "the neuron layers' firing rates in that step."
-)
-E2E_CUDAGRAPHS = (
-    '*+ CUDA graphs*: the network under `torch.compile(mode="reduce-overhead")` '
-    "(forward and backward graphs captured; zero_grad, GradScaler and the SGD step "
-    "eager), its added time against the floor compiled the same way."
-)
 
 
 def _e2e_order(rec: dict[str, Any]) -> tuple[int, int, str, int]:
@@ -753,32 +739,21 @@ def e2e_table(records: Iterable[dict[str, Any]]) -> str:
 
 def e2e_markdown(results: dict[str, Any]) -> str:
     """A section for ``docs/performance_e2e.md``: setup lines, the table, how to read it."""
-    meta, settings = results.get("meta", {}), results.get("settings", {})
-    versions = meta.get("versions", {})
+    meta, records = results.get("meta", {}), results.get("records", [])
     workers = sorted(results.get("workers", {}).items())
     sj = ", ".join(f"{kind}: {w.get('spikingjelly') or w.get('error', '?')}"
                    for kind, w in workers if kind != "main")  # fmt: skip
-    head = [
-        "## End-to-end training step",
-        "",
-        f"- device: **{meta.get('gpu', '?')}**; torch {versions.get('torch')} "
-        f"(CUDA {versions.get('torch_cuda')}), CuPy {versions.get('cupy')}, "
-        f"Triton {versions.get('triton')}; SpikingJelly ({sj or 'none'})",
-        f"- date {meta.get('date')}; command `python3 benchmarks/bench_e2e.py "
-        f"{' '.join(meta.get('argv', []))}`" + (" (**dry run**)" if meta.get("dry_run") else ""),
-        f"- {settings.get('rounds')} rounds, peers in alternating order; per round "
-        f"{settings.get('steps')} steps timed with CUDA events (back to back, as in a training "
-        f"loop) and {settings.get('wall_steps')} wall-timed steps (synchronize, perf_counter, "
-        f"step, synchronize); medians, then the median of the rounds",
-        "",
-        E2E_TEXT,
-        "",
-    ]
-    if any(r["library"].endswith("-cg") for r in results.get("records", [])):
-        head[-1:-1] = ["", E2E_CUDAGRAPHS]
-    if not results.get("complete", True):
-        head.insert(2, "- **partial run**: " + "; ".join(results.get("stopped", [])))
-    return "\n".join(head) + "\n" + e2e_table(results.get("records", [])) + "\n"
+    partial = "" if results.get("complete", True) else "; ".join(results.get("stopped", []))
+    cudagraphs = "\n\n" + (TEMPLATES / "e2e_cudagraphs.md").read_text().strip()
+    cudagraphs = cudagraphs if any(r["library"].endswith("-cg") for r in records) else ""
+    return (TEMPLATES / "performance_e2e.md").read_text().format(
+        partial=f"- **partial run**: {partial}\n" if partial else "", gpu=meta.get("gpu", "?"),
+        v=defaultdict(lambda: None, meta.get("versions", {})), sj=sj or "none",
+        date=meta.get("date"), argv=" ".join(meta.get("argv", [])), s=defaultdict(
+            lambda: None, results.get("settings", {})),
+        dry=" (**dry run**)" if meta.get("dry_run") else "", table=e2e_table(records),
+        cudagraphs=cudagraphs,
+    )  # fmt: skip
 
 
 def e2e_plot(results: dict[str, Any], path: str | Path) -> str | None:
