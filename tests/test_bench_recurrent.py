@@ -60,4 +60,4 @@ def test_quick_run_prints_every_row(tmp_path: Path) -> None:
     rates = [r["rate"] for r in results["records"] if "rate" in r]
     assert rates and all(0.02 <= r <= 0.20 for r in rates)
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "gradient check symneuron: loss and 5 gradients equal" in proc.stdout
+    assert "gradient check symneuron on cpu: loss and 5 gradients equal" in proc.stdout
