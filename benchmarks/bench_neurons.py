@@ -1,59 +1,32 @@
 #!/usr/bin/env python3
-"""symneuron's benchmark: the peer comparison, kernel-only sweeps and host-overhead parts.
+"""symneuron's kernel benchmark: each configuration (model, T, N, dtype, mode) of the matrix,
+every peer (symneuron, SpikingJelly 0.0.0.0.14 CuPy and 2.0.0, symneuron's torch reference)
+checked against the float64 reference, then timed (wall and GPU) against
+the copy floor (``floor.py``). Workers: ``peers.py``; report: ``report.py``; how to run and
+what each mode measured: ``benchmarks/NOTES.md``.
 
-Modes (``--dry-run`` runs any of them on the CPU with tiny sizes, as a smoke test):
-
-* default, the **peer comparison**: each configuration (model, T, N, dtype, mode) of the
-  matrix, every peer checked against symneuron's float64 reference, then timed (wall and
-  GPU); JSON + PNG in ``--out-dir``, a short table on stdout (``report.py``: the docs).
-  ``--quick``: a small matrix (``QUICK``); with ``--peers symneuron --skip-first-call
-  --skip-derivation``, symneuron alone, for iteration.
-* ``--sweep block,lanes,surrogate``: **kernel-only** times of the generated forward and
-  backward kernels (T = 64, N = 2^20) with threads per block or the vector width varied
-  through ``symneuron.runtime.settings``, or per surrogate form (``kernel_modes.py``).
-* ``--overhead``: the **host-overhead parts** of a small training call (LIF, T = 4,
-  N = 2^14; ``kernel_modes.py``).
-
-Peers (``--peers``): ``symneuron`` (``sn.simulate(..., backend="cuda")``); ``sj014``
-(SpikingJelly 0.0.0.0.14, ``backend="cupy"``); ``sj200`` (SpikingJelly 2.0.0, its default
-Triton implementation); ``torch`` (``sn.simulate(..., backend="torch")``, eager) and
-``compile`` (``simulate_reference`` under ``torch.compile``). Models: the single-state zoo
-(the default), ``Izhikevich`` (a = 0.3, b = 0.2 everywhere), ``ALIF``, or ``--models zoo``
-(all 20; those no peer implements run symneuron alone). The floor model is ``floor.py``.
-
-Timing runs in long-lived workers (``core.Worker``), one at a time: ``main`` (symneuron,
-torch, compile, the copy bandwidth), ``sj014`` and ``sj200`` (each with its own
-SpikingJelly). A worker that dies or hangs is restarted and its configurations recorded as
-errors. Fresh processes measure the derivation and the first calls (fresh and warm caches).
-
-Examples::
-
-    python3 benchmarks/bench_neurons.py --quick --sj014-path /tmp/sj014 --sj200-path /tmp/sj200
-    python3 benchmarks/bench_neurons.py --models Izhikevich,ALIF --T 16,64 --N 2^20 \\
-        --dtypes fp32,bf16 --peers symneuron,sj014,sj200
-    python3 benchmarks/bench_neurons.py --sweep block,surrogate --models LIF,QIF,PLIF,EIF
-    python3 benchmarks/bench_neurons.py --overhead
-    python3 benchmarks/bench_neurons.py --dry-run
+    python3 benchmarks/bench_neurons.py --quick            # --dry-run: a CPU smoke test
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
+import re
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from core import csv_list, parse_n  # noqa: E402
+import core  # noqa: E402
+from core import Rec, csv_list, log, parse_n  # noqa: E402
 
 SINGLE_MODELS = ["IF", "LIF", "PLIF", "QIF", "EIF"]
 STATEFUL_MODELS = ["Izhikevich", "ALIF"]
-#: paper models (symneuron only: no peer implements them); each counted with its own floor
+#: paper models and the rest of the zoo (symneuron only), each counted with its own floor
 PAPER_MODELS = ["Izhikevich2003", "HodgkinHuxley"]
-#: the rest of the zoo (symneuron only), so that every model has a measured floor fraction
 OTHER_MODELS = ["ThresholdLIF", "CuLIF", "AdEx", "AdEx2005", "FitzHughNagumo",
                 "ResonateAndFire", "AdLIF", "IafCondExp", "IafPscExp", "ThetaNeuron",
                 "RefractoryLIF"]  # fmt: skip
@@ -68,9 +41,8 @@ INPUT_SCALE = {"Izhikevich2003": 10.0, "HodgkinHuxley": 25.0, "CuLIF": 0.25,
 #: constructor arguments of the benchmarked neuron (the same constants on every side)
 MODEL_KWARGS: dict[str, dict[str, float]] = {"Izhikevich": {"a": 0.3, "b": 0.2}}
 ALL_T, ALL_N = [4, 16, 64, 256], [2**20, 2**14]
-ALL_DTYPES = ["fp32", "fp16", "bf16"]
-ALL_MODES = ["inference", "training"]
-ALL_PEERS = ["symneuron", "sj014", "sj200", "torch", "compile"]
+ALL_DTYPES, ALL_MODES = ["fp32", "fp16", "bf16"], ["inference", "training"]
+ALL_PEERS = ["symneuron", "sj014", "sj200", "torch"]
 QUICK = dict(models=["LIF", "PLIF", "QIF"], T=[4, 16, 64], N=ALL_N, dtypes=["fp32", "bf16"])
 DRY = dict(models=["LIF", "PLIF"], T=[4, 8], N=[2**8, 2**10], dtypes=["fp32", "bf16"])
 #: SpikingJelly's class of each model, and the constants it takes from the zoo's params
@@ -80,7 +52,15 @@ SJ_PARAMS = {"LIF": ("tau",), "QIF": ("tau", "v_c", "a0", "v_rest"),
              "EIF": ("tau", "delta_T", "theta_rh", "v_rest"),
              "Izhikevich": ("tau", "v_c", "a0", "v_rest", "tau_w", "a", "b")}  # fmt: skip
 SURROGATE_ALPHA = 4.0  # sn.surrogate.Sigmoid() and SpikingJelly's Sigmoid() default
-SWEEPS = ("block", "lanes", "surrogate")
+SCHEMA = "symneuron-bench/1"
+WORKER_OF = {"symneuron": "main", "torch": "main"}  # others: their own
+NOTES = [
+    "N = 2^14: the whole working set fits in L2, so those figures are L2 bandwidth, "
+    "not HBM; the floor fractions there can exceed 1.",
+    "GPU time: CUDA events around each call, with a GPU sleep queued ahead of each "
+    "batch so that host launch gaps are excluded where the host can run ahead.",
+    "Wall time: synchronize, perf_counter, call (+ backward), synchronize; median.",
+]
 
 # fmt: off
 #: settings handed to the workers, one flag each: (flag, type, default, help)
@@ -91,65 +71,42 @@ SETTINGS = [
     ("warmup", int, 2, "warm-up calls after the first (checked) call"),
     ("rotate-mb", float, 256.0, "rotate among input copies of about this many MiB (L2 defeat)"),
     ("max-bufs", int, 8, None),
-    ("compile-max-T", int, 64, "skip torch.compile above this T"),
-    ("compile-mode", str, "default", None),
     ("fp32-max-mismatch", float, 1e-5, "fp32 passes if at most this fraction of spikes differ "
      "from the float64 reference (threshold ties flip a few per 10^7; the count is recorded)"),
     ("half-min-match", float, 0.99, "16-bit passes if at least this fraction of spikes match"),
     ("grad-slice", int, 4096, "neurons whose dL/dX is compared with the reference (training)"),
-    ("fc-T", int, 16, "T of the first-call measurement"),
-    ("fc-N", parse_n, 2**16, "N of the first-call measurement"),
 ]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from core import DTYPE_ALIASES, parser
-
-    p = parser(__doc__)
-    g = p.add_argument_group("mode (default: the peer comparison)")
-    m = g.add_mutually_exclusive_group()
-    m.add_argument("--sweep", type=csv_list(str, SWEEPS), default=None, help="kernel-only: "
-                   "any of block,lanes,surrogate (models default LIF,QIF,PLIF,EIF; fp32,bf16)")
-    m.add_argument("--overhead", action="store_true", help="host-overhead parts (LIF, T=4, N=2^14)")
-    g.add_argument("--dry-run", action="store_true", help="CPU smoke test: tiny sizes, C/torch "
+    p = core.parser(__doc__)
+    p.add_argument("--dry-run", action="store_true", help="CPU smoke test: tiny sizes, C/torch "
                    "backends, perf_counter timing")
     g = p.add_argument_group("matrix")
     g.add_argument("--models", type=_models, default=None,
                    help=",".join(ALL_MODELS) + f", or zoo: all (default {','.join(SINGLE_MODELS)})")
     g.add_argument("--T", type=csv_list(int), default=None, help="e.g. 4,16,64,256")
     g.add_argument("--N", type=csv_list(parse_n), default=None, help="e.g. 2^20,2^14 (or 20,14)")
-    g.add_argument("--dtypes", type=csv_list(str, ALL_DTYPES, DTYPE_ALIASES), default=None,
+    g.add_argument("--dtypes", type=csv_list(str, ALL_DTYPES, core.DTYPE_ALIASES), default=None,
                    help="fp32,fp16,bf16 (float32, float16, bfloat16 accepted)")
     g.add_argument("--modes", type=csv_list(str, ALL_MODES), default=None, help=",".join(ALL_MODES))
     g.add_argument("--peers", type=csv_list(str, ALL_PEERS), default=None, help=",".join(ALL_PEERS))
     g.add_argument("--quick", action="store_true", help=f"{QUICK} (explicit filters win)")
     g = p.add_argument_group("paths")
     g.add_argument("--out-dir", default=None, help="default benchmarks/results (dry run: temp)")
-    g.add_argument("--sj014-path", default=os.environ.get("SJ014_PATH", "/tmp/sj014"))
-    g.add_argument("--sj200-path", default=os.environ.get("SJ200_PATH", "/tmp/sj200"))
+    g.add_argument("--wheels", default=str(core.REPO / ".whl"), help="SpikingJelly/loguru wheels")
     g.add_argument("--tag", default="", help="appended to the result file name")
     g = p.add_argument_group("timing and checks (handed to the workers)")
     for flag, kind, default, text in SETTINGS:
         g.add_argument(f"--{flag}", type=kind, default=default, help=text)
-    g.add_argument("--no-compile-dynamic-n", dest="compile_dynamic_n", action="store_false",
-                   help="compile each N separately (default: N marked dynamic)")
     g = p.add_argument_group("run")
     g.add_argument("--rounds", type=int, default=1, help="measure each configuration this many "
                    "times, peers taking turns in alternating order; median of the rounds")
     g.add_argument("--copy-gib", type=float, default=1.0)
     g.add_argument("--time-budget-s", type=float, default=450.0,
                    help="stop starting new configurations after this many seconds")
-    g.add_argument("--compile-budget-s", type=float, default=180.0,
-                   help="total torch.compile first-call time; after it the compile peer is skipped")
     g.add_argument("--request-timeout-s", type=float, default=300.0)
-    g.add_argument("--skip-first-call", action="store_true")
-    g.add_argument("--skip-derivation", action="store_true")
     g.add_argument("--no-plot", action="store_true")
-    g = p.add_argument_group("internal")
-    g.add_argument("--worker", choices=["main", "sj014", "sj200", "firstcall", "derive"],
-                   default=None, help=argparse.SUPPRESS)
-    for flag in ("--settings", "--impl", "--result-file"):
-        g.add_argument(flag, default=None, help=argparse.SUPPRESS)
     return p
 # fmt: on
 
@@ -160,17 +117,12 @@ def _models(text: str) -> list[str]:
 
 
 def worker_settings(args: argparse.Namespace) -> dict[str, Any]:
-    out = {"dry_run": args.dry_run, "compile_dynamic_n": args.compile_dynamic_n}
-    for flag, *_ in SETTINGS:
-        out[flag.replace("-", "_")] = getattr(args, flag.replace("-", "_"))
-    if args.dry_run:
-        out.update(rotate_mb=1.0, fc_N=256)
-    return out
+    out = {"dry_run": args.dry_run}
+    out.update({f.replace("-", "_"): getattr(args, f.replace("-", "_")) for f, *_ in SETTINGS})
+    return {**out, **(dict(rotate_mb=1.0) if args.dry_run else {})}
 
 
-# --------------------------------------------------------------------------------------
-# the models on every side
-# --------------------------------------------------------------------------------------
+# --------------------------------------------------------------- the models on every side
 
 
 def make_neuron(model: str, **kw: Any) -> Any:
@@ -185,26 +137,21 @@ def make_neuron(model: str, **kw: Any) -> Any:
     return neuron
 
 
-def sj_kwargs(model: str, neuron: Any) -> dict[str, Any]:
-    """SpikingJelly constructor arguments with the same constants as the symneuron zoo model."""
+def sj_node(sj: Any, model: str, **kw: Any) -> Any:
+    """SpikingJelly's multi-step node of ``model`` with the zoo's constants and surrogate."""
     if model not in SJ_CLASSES:
         raise NotImplementedError(f"SpikingJelly has no {model} neuron")
+    neuron = make_neuron(model)
     p = {k: float(v) for k, v in neuron.params.items()}
-    kw = {name: p[name] for name in SJ_PARAMS.get(model, ())}
-    kw.update(v_threshold=float(neuron.v_threshold), v_reset=neuron.v_reset)
-    kw.update(detach_reset=bool(neuron.detach_reset))
+    kw.update({name: p[name] for name in SJ_PARAMS.get(model, ())}, step_mode="m")
+    kw.update(v_threshold=float(neuron.v_threshold), v_reset=neuron.v_reset,
+              detach_reset=bool(neuron.detach_reset))  # fmt: skip
     if model in ("LIF", "PLIF"):
         kw["decay_input"] = True
     if model == "PLIF":
         kw["init_tau"] = 1.0 + math.exp(-p["w"])
     if model == "Izhikevich":
         kw["w_rest"] = float(neuron.states["W"].init)
-    return kw
-
-
-def sj_node(sj: Any, model: str, **kw: Any) -> Any:
-    """SpikingJelly's multi-step node of ``model`` with the zoo's constants and surrogate."""
-    kw.update(sj_kwargs(model, make_neuron(model)), step_mode="m")
     kw["surrogate_function"] = sj.surrogate.Sigmoid(alpha=SURROGATE_ALPHA)
     return getattr(sj.neuron, SJ_CLASSES[model])(**kw)
 
@@ -217,20 +164,133 @@ def bench_input(model: str, shape: tuple[int, ...], gen: Any, device: Any) -> An
     return scale * (2.2 * torch.rand(shape, generator=gen, device=device) - 0.2)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    settings = json.loads(args.settings) if args.settings else {}
-    if args.worker:
+# ----------------------------------------------------------------------- the parent
+
+
+def plan_configs(args: argparse.Namespace) -> tuple[dict[str, list[Any]], list[dict[str, Any]]]:
+    """The matrix, and its configurations most important first (fp32, then bf16, fp16; large
+    N first); mode innermost, so that a worker reuses inputs and reference across modes."""
+    base: dict[str, list[Any]] = dict(models=SINGLE_MODELS, T=ALL_T, N=ALL_N, dtypes=ALL_DTYPES)
+    base.update({**(QUICK if args.quick else {}), **(DRY if args.dry_run else {})})
+    base.update(modes=ALL_MODES, peers=ALL_PEERS)
+    matrix = {k: getattr(args, k) or v for k, v in base.items()}
+    drank = {d: i for i, d in enumerate(["fp32", "bf16", "fp16"])}
+    return matrix, [
+        dict(model=model, T=t, N=n, dtype=dtype, mode=mode)
+        for dtype in sorted(matrix["dtypes"], key=lambda d: drank[d])
+        for n in sorted(matrix["N"], reverse=True)
+        for model in [m for m in ALL_MODELS if m in matrix["models"]]
+        for t in sorted(matrix["T"])
+        for mode in [m for m in ALL_MODES if m in matrix["modes"]]
+    ]
+
+
+def config_key(cfg: dict[str, Any]) -> str:
+    return f"{cfg['model']}/T{cfg['T']}/N{cfg['N']}/{cfg['dtype']}/{cfg['mode']}"
+
+
+class Bench(core.Parent):
+    """The comparison's parent: the matrix, its workers, its results and their file."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args, SCHEMA, worker_settings(args))
+        self.matrix, self.configs = plan_configs(args)
+        self.rounds, self.medians = args.rounds, ("wall_s", "gpu_s")
+        self.results["meta"].update(matrix=self.matrix, notes=NOTES)
+        self.results["copy"] = None
+        dry_dir = Path(tempfile.gettempdir()) / "symneuron-bench-dryrun"
+        self.out_dir = Path(args.out_dir or (dry_dir if args.dry_run else core.HERE / "results"))
+        self.path: Path | None = None
+
+    def write(self) -> None:
+        import report
+
+        if self.path is None:
+            gpu = self.results["meta"].get("gpu") or "unknown"
+            name = re.sub(r"[^A-Za-z0-9]+", "-", ("dryrun-" if self.args.dry_run else "") + gpu)
+            stem = f"{name.strip('-')}-{core.now_iso()[:10]}" + (
+                self.args.tag and "-" + self.args.tag
+            )
+            self.path = self.out_dir / f"{stem}.json"
+            if self.path.exists():
+                self.path = self.out_dir / f"{stem}-{time.strftime('%H%M%S', time.gmtime())}.json"
+        report.annotate(self.results)
+        core.write_json(self.path, self.results)
+
+    def copy_bandwidth(self) -> None:
+        nbytes = int(64 * 2**20 if self.args.dry_run else self.args.copy_gib * 2**30)
+        got = (self.ask("main", {"op": "copy", "bytes": nbytes}) or [{}])[0]
+        self.results["copy"] = (
+            got if "bandwidth_Bps" in got else {"error": self.workers["main"].dead}
+        )
+        bw, meta = got.get("bandwidth_Bps") or math.nan, self.results["meta"]
+        self.event(f"device {meta.get('gpu')} driver {meta.get('driver')}; "
+                   f"copy floor {bw / 1e9:.0f} GB/s")  # fmt: skip
+
+    def run_config(self, cfg: dict[str, Any]) -> None:
+        t0, by_kind = time.monotonic(), {}
+        for peer in self.matrix["peers"]:
+            if peer in ("sj014", "sj200") and cfg["model"] not in SJ_CLASSES:
+                why = f"SpikingJelly has no {cfg['model']} neuron"
+                self.results["records"].append(
+                    {**cfg, "peer": peer, "status": "unsupported", "error": why}
+                )
+            else:
+                by_kind.setdefault(WORKER_OF.get(peer, peer), []).append(peer)
+        jobs = {k: by_kind[k] for k in ("main", "sj014", "sj200") if k in by_kind}
+        for peer, rec in self.measure(cfg, jobs).items():
+            del rec["name"]
+            self.results["records"].append({**cfg, "peer": peer, **rec})
+        mine = [r for r in self.results["records"] if all(r.get(k) == v for k, v in cfg.items())]
+        log(
+            f"[bench] {config_key(cfg)} {time.monotonic() - t0:.1f} s (elapsed "
+            f"{self.elapsed():.0f} s) " + " ".join(f"{r['peer']}={_brief(r)}" for r in mine)
+        )
+
+    def over_budget(self, left: list[Any]) -> None:
+        skipped = dict(status="skipped", error="time budget spent")
+        self.results["records"] += [{**c, "peer": p, **skipped} for c in left
+                                    for p in self.matrix["peers"]]  # fmt: skip
+
+    def main(self) -> int:
+        args = self.args
+        self.event(f"{len(self.configs)} configurations x {len(self.matrix['peers'])} peers; "
+                   f"budget {args.time_budget_s:.0f} s")  # fmt: skip
+        kinds = {WORKER_OF.get(p, p) for p in self.matrix["peers"]}
         import peers
 
-        return peers.worker_main(args, settings)
-    if args.sweep or args.overhead:
-        import kernel_modes
+        self.start([k for k in ("main", "sj014", "sj200") if k in kinds], peers.WorkerState)
+        if "main" in kinds:
+            self.copy_bandwidth()
+        self.write()
+        self.run(self.configs, self.run_config, args.time_budget_s)
+        return self.finish()
 
-        return kernel_modes.main(args)
-    import compare
+    def finish(self) -> int:
+        import report
 
-    return compare.main(args)
+        self.write()
+        log(f"[bench] wrote {self.path}")
+        if not self.args.no_plot and self.path is not None:
+            try:
+                log(f"[bench] wrote {report.plot(self.results, self.path.with_suffix('.png'))}")
+            except Exception as exc:  # noqa: BLE001
+                self.event(f"plot failed: {core.short_error(exc)}")
+                self.write()
+        print(report.short_table(self.results), flush=True)
+        return 0
+
+
+def _brief(rec: Rec) -> str:
+    """``wall/GPU`` µs of an ok record (``!``: its check failed), else its status."""
+    if rec.get("status") != "ok":
+        return str(rec.get("status"))
+    mark = "" if rec.get("check", {}).get("pass") else "!"
+    return f"{rec['wall_s'] * 1e6:.0f}/{rec['gpu_s'] * 1e6:.0f}us{mark}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return Bench(build_parser().parse_args(argv)).main()
 
 
 if __name__ == "__main__":

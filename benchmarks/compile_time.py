@@ -10,7 +10,9 @@ forward kernel, then running it), ``first backward`` (a training call and ``back
 the training forward and backward kernels), and ``generate`` (every cpu float32 kernel
 variant as one source, whose size in characters is reported). *Time to first step* is
 build + derive + first step, what a user waits for after ``import symneuron``. The warm
-process times the build and the first step from the cache (*warm start*).
+process times the build and the first step from the cache (*warm start*). ``--backend cuda``
+times the CUDA kernels instead (NVRTC; the successor of ``bench_neurons.py``'s first-call
+figures in ``docs/performance.md``).
 
     python benchmarks/compile_time.py                 # the whole zoo, every method
     python benchmarks/compile_time.py --quick         # small models (CI), fails over budget
@@ -42,7 +44,7 @@ METHODS = ("euler", "exp_euler", "rk2", "rk4")
 BUDGET = 10.0
 
 
-def _child(model: str, method: str, warm: bool) -> dict[str, Any]:
+def _child(model: str, method: str, backend: str, warm: bool) -> dict[str, Any]:
     """Time one model and method in this (fresh) process; the kernel cache is the caller's."""
     t0 = time.perf_counter()
     import torch
@@ -50,6 +52,15 @@ def _child(model: str, method: str, warm: bool) -> dict[str, Any]:
     import symneuron as sn
 
     out: dict[str, Any] = {"import": time.perf_counter() - t0}
+    if backend == "cuda":
+        torch.zeros(1, device="cuda")  # CUDA's own start, not the model's
+
+    def simulate(x: Any) -> Any:
+        result = sn.simulate(neuron, x, backend=backend)
+        if backend == "cuda":
+            torch.cuda.synchronize()
+        return result
+
     ctor = sn.models.ZOO[model]
     t = time.perf_counter()
     try:
@@ -57,33 +68,35 @@ def _child(model: str, method: str, warm: bool) -> dict[str, Any]:
     except ValueError as exc:  # exp_euler on a nonlinear equation
         return {"accepted": False, "why": str(exc)}
     out["build"] = time.perf_counter() - t
-    x = torch.rand(4, 8, generator=torch.Generator().manual_seed(0))
+    x = torch.rand(4, 8, generator=torch.Generator().manual_seed(0)).to(backend)
     if warm:
         t = time.perf_counter()
-        sn.simulate(neuron, x, backend="cpu")
+        simulate(x)
         return {**out, "accepted": True, "warm_start": time.perf_counter() - t}
     t = time.perf_counter()
     neuron.spec()
     out["derive"] = time.perf_counter() - t
     t = time.perf_counter()
-    sn.simulate(neuron, x, backend="cpu")
+    simulate(x)
     out["first_step"] = time.perf_counter() - t
     t = time.perf_counter()
-    xg = x.clone().requires_grad_()
-    result = sn.simulate(neuron, xg, backend="cpu")
+    result = simulate(x.clone().requires_grad_())
     (result[0].sum() + result[1].sum()).backward()
+    if backend == "cuda":
+        torch.cuda.synchronize()
     out["first_backward"] = time.perf_counter() - t
     t = time.perf_counter()
-    out["source_chars"] = len(neuron.source("cpu", "float32"))
+    out["source_chars"] = len(neuron.source(backend, "float32"))
     out["generate"] = time.perf_counter() - t
     out["stages"] = len(getattr(neuron, "stages", ()))
     out["to_first_step"] = out["build"] + out["derive"] + out["first_step"]
     return {**out, "accepted": True}
 
 
-def _run_child(model: str, method: str, cache: str, warm: bool, timeout: float) -> dict[str, Any]:
+def _run_child(model: str, method: str, backend: str, cache: str, warm: bool,
+               timeout: float) -> dict[str, Any]:  # fmt: skip
     env = {**os.environ, "SYMNEURON_CACHE": cache, "PYTHONPATH": str(ROOT)}
-    args = [sys.executable, __file__, "--one", model, method] + (["--warm"] if warm else [])
+    args = [sys.executable, __file__, "--one", model, method, backend] + ["--warm"] * warm
     t = time.perf_counter()
     try:
         proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
@@ -108,13 +121,13 @@ def cases(models: list[str], methods: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-def measure(model: str, method: str, timeout: float) -> dict[str, Any]:
+def measure(model: str, method: str, backend: str, timeout: float) -> dict[str, Any]:
     """The cold and warm records of one model and method, each in a fresh process."""
     with tempfile.TemporaryDirectory(prefix="symneuron-cache-") as cache:
-        cold = _run_child(model, method, cache, False, timeout)
+        cold = _run_child(model, method, backend, cache, False, timeout)
         if not cold.get("accepted") or "to_first_step" not in cold:
             return {"model": model, "method": method, **cold}
-        warm = _run_child(model, method, cache, True, timeout)
+        warm = _run_child(model, method, backend, cache, True, timeout)
     return {"model": model, "method": method, **cold, "warm": warm}
 
 
@@ -161,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per process")
     parser.add_argument("--budget", type=float, default=BUDGET, help="--quick's limit, s")
     parser.add_argument("--json", type=Path, help="write the raw records here")
-    parser.add_argument("--one", nargs=2, metavar=("MODEL", "METHOD"), help=argparse.SUPPRESS)
+    parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
@@ -174,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     models = list(QUICK) if args.quick else models
     records = []
     for model, method in cases(models, args.methods.split(",")):
-        records.append(measure(model, method, args.timeout))
+        records.append(measure(model, method, args.backend, args.timeout))
         print(table(records[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
     print(table(records))
     if args.json:

@@ -1,10 +1,10 @@
-"""What the benchmark programs share: command-line lists, timing, SpikingJelly, worker
-processes that answer one JSON line per request, and the output (JSON, markdown, plots).
+"""What the benchmark programs share: the command line, the machine, timing, SpikingJelly,
+worker processes and their parent, and the output (JSON, markdown tables, plots).
 
-``bench_neurons.py`` and ``bench_e2e.py`` run each library in a long-lived worker
-process of its own (the two SpikingJelly versions conflict): the parent starts a
-:class:`Worker`, the worker answers with :func:`serve`. torch is imported lazily, so
-that a parent and the report scripts stay light.
+``bench_neurons.py`` and ``bench_e2e.py`` run each library in a long-lived worker process
+of its own (the two SpikingJelly versions conflict): a :class:`Parent` starts the
+:class:`Worker` processes, each serving a :class:`WorkerBase`.
+torch is imported lazily, so that a parent and the reports stay light.
 """
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
+import gc
 import hashlib
 import json
 import math
 import os
 import platform
-import queue
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -35,11 +35,13 @@ for _path in (str(REPO), str(HERE)):  # the repository's symneuron, and the benc
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-#: marks a worker's answer on its stdout (anything else it prints goes to the log)
-MARK = "@@BENCH "
-DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}
 DTYPE_ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
-SJ_VERSION = {"sj014": "0.0.0.0.14", "sj200": "2.0.0"}
+#: worker kind -> the SpikingJelly version it imports (sjtorch: any, its torch backend)
+SJ_VERSION = {"sj014": "0.0.0.0.14", "sj200": "2.0.0", "sjtorch": "2.0.0"}
+STICKY_CUDA = ("illegal memory access", "CUDA error: an illegal", "unspecified launch failure",
+               "misaligned address", "CUDA_ERROR_ILLEGAL", "cudaErrorIllegalAddress",
+               "device-side assert", "CUDA_ERROR_LAUNCH_FAILED")  # fmt: skip
 Rec = dict[str, Any]
 
 
@@ -51,19 +53,13 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-# --------------------------------------------------------------------------------------
-# command line
-# --------------------------------------------------------------------------------------
-
-
 def parse_n(text: str) -> int:
     """ "2^20", "2**20", "20" (an exponent up to 40) or "1048576"."""
     for sep in ("^", "**"):
         if sep in text:
             base, exp = text.split(sep)
             return int(base) ** int(exp)
-    value = int(text)
-    return 2**value if value <= 40 else value
+    return 2 ** int(text) if int(text) <= 40 else int(text)
 
 
 def csv_list(kind: Callable[[str], Any] = str, allowed: Any = None, aliases: Any = None) -> Any:
@@ -81,15 +77,8 @@ def csv_list(kind: Callable[[str], Any] = str, allowed: Any = None, aliases: Any
 
 def parser(doc: str | None) -> argparse.ArgumentParser:
     """A parser whose description is the first paragraph of ``doc`` (a module docstring)."""
-    return argparse.ArgumentParser(
-        description=(doc or "").split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-
-
-# --------------------------------------------------------------------------------------
-# torch, the machine, errors
-# --------------------------------------------------------------------------------------
+    fmt = argparse.RawDescriptionHelpFormatter
+    return argparse.ArgumentParser(description=(doc or "").split("\n\n")[0], formatter_class=fmt)
 
 
 def torch_dtype(name: str) -> Any:
@@ -100,9 +89,13 @@ def torch_dtype(name: str) -> Any:
 
 def short_error(exc: BaseException) -> str:
     """``Type: message`` and the last frames of the traceback."""
-    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    last = "".join(tb[-3:]).strip()
-    return f"{type(exc).__name__}: {exc}"[:600] + ("\n" + last[-900:] if last else "")
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:]).strip()
+    return f"{type(exc).__name__}: {exc}"[:600] + ("\n" + tb[-900:] if tb else "")
+
+
+def is_sticky_cuda(exc: BaseException) -> bool:
+    """Whether ``exc`` leaves the CUDA context unusable (the worker must restart)."""
+    return any(n in f"{type(exc).__name__}: {exc}" for n in STICKY_CUDA)
 
 
 def versions() -> dict[str, Any]:
@@ -117,10 +110,8 @@ def versions() -> dict[str, Any]:
         out["torch_cuda"] = __import__("torch").version.cuda
     digest = hashlib.sha256()
     for path in sorted((REPO / "symneuron").rglob("*.py")):
-        digest.update(path.relative_to(REPO).as_posix().encode())
-        digest.update(path.read_bytes())
-    out["symneuron_source_sha256"] = digest.hexdigest()[:16]
-    return out
+        digest.update(path.relative_to(REPO).as_posix().encode() + path.read_bytes())
+    return {**out, "symneuron_source_sha256": digest.hexdigest()[:16]}
 
 
 def device_info(device: Any) -> dict[str, Any]:
@@ -129,56 +120,44 @@ def device_info(device: Any) -> dict[str, Any]:
 
     if device.type != "cuda":
         return {"device": str(device), "gpu": f"cpu-{platform.machine()}"}
-    props = torch.cuda.get_device_properties(device)
-    info: dict[str, Any] = dict(device=str(device), gpu=props.name, total_memory=props.total_memory)
-    info.update(sm_count=props.multi_processor_count, capability=f"{props.major}.{props.minor}")
-    info["l2_bytes"] = getattr(props, "L2_cache_size", None)
+    p = torch.cuda.get_device_properties(device)
+    info: dict[str, Any] = dict(device=str(device), gpu=p.name, total_memory=p.total_memory,
+                                sm_count=p.multi_processor_count, capability=f"{p.major}.{p.minor}",
+                                l2_bytes=getattr(p, "L2_cache_size", None))  # fmt: skip
     fields = ("nvidia_smi_name", "driver", "max_sm_clock", "max_mem_clock", "power_limit")
-    query = "name,driver_version,clocks.max.sm,clocks.max.mem,power.limit"
+    query = "--query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit"
     try:
-        cmd = ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"]
-        q = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
-        values = [f.strip() for f in q.stdout.splitlines()[0].split(",")]
-        info.update(zip(fields, values, strict=False))
+        q = subprocess.run(["nvidia-smi", query, "--format=csv,noheader"], capture_output=True,
+                           text=True, timeout=20)  # fmt: skip
+        info.update(
+            zip(fields, [f.strip() for f in q.stdout.splitlines()[0].split(",")], strict=False)
+        )
     except Exception as exc:  # noqa: BLE001
         info["driver_error"] = str(exc)[:200]
     return info
 
 
-# --------------------------------------------------------------------------------------
-# timing
-# --------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------- timing
 
 
 class Timer:
-    """Wall and device timing: CUDA events on a GPU, ``perf_counter`` on the CPU.
-
-    Every method times ``call(i)`` for i = 0, 1, ...: the caller picks the input of
-    repetition i (e.g. rotating among copies, so that a repeat does not hit L2)."""
+    """Wall and device timing: CUDA events on a GPU, ``perf_counter`` on the CPU. Every
+    method times ``call(i)`` for i = 0, 1, ...: the caller picks the input of repetition i
+    (e.g. rotating among copies, so that a repeat does not hit L2)."""
 
     def __init__(self, device: Any) -> None:
         import torch
 
-        self.torch = torch
-        self.cuda = device.type == "cuda"
+        self.torch, self.cuda = torch, device.type == "cuda"
         self.cycles_per_s: float | None = None
-        self.gap_risk = 0
+        self.gap_risk, self.enqueue_s = 0, 0.0
         if self.cuda:
             try:  # calibrate torch.cuda._sleep, used to queue work ahead of each batch
                 torch.cuda._sleep(1000)
-                self.sync()
-                cycles, ((a, b),) = 20_000_000, self._events(1)
-                a.record()
-                torch.cuda._sleep(cycles)
-                b.record()
-                self.sync()
-                self.cycles_per_s = cycles / (a.elapsed_time(b) / 1e3)
+                cycles = 20_000_000
+                self.cycles_per_s = cycles / self.events(lambda i: torch.cuda._sleep(cycles), 1)[0]
             except Exception as exc:  # noqa: BLE001
                 log(f"[timer] torch.cuda._sleep unavailable ({exc}); GPU times may include gaps")
-
-    def _events(self, k: int) -> list[tuple[Any, Any]]:
-        event = self.torch.cuda.Event
-        return [(event(enable_timing=True), event(enable_timing=True)) for _ in range(k)]
 
     def sync(self) -> None:
         if self.cuda:
@@ -195,73 +174,63 @@ class Timer:
             out.append(time.perf_counter() - t0)
         return out
 
-    def events(self, call: Callable[[int], Any], reps: int) -> list[float]:
+    def events(self, call: Callable[[int], Any], reps: int, sleep_s: float = 0.0) -> list[float]:
         """Seconds per call between CUDA events, the calls issued back to back (as in a
-        training loop); the wall time on the CPU."""
+        training loop) after a GPU sleep of ``sleep_s``; the wall time on the CPU."""
         if not self.cuda:
             return self.wall(call, reps)
-        events = self._events(reps)
+        event = self.torch.cuda.Event
+        events = [(event(enable_timing=True), event(enable_timing=True)) for _ in range(reps)]
+        self.sync()
+        slept = sleep_s if self.cycles_per_s else 0.0
+        if slept:
+            self.torch.cuda._sleep(int(self.cycles_per_s * slept))  # type: ignore[operator]
+        t0 = time.perf_counter()
         for i, (a, b) in enumerate(events):
             a.record()
             call(i)
             b.record()
+        self.enqueue_s = time.perf_counter() - t0
+        self.gap_risk += self.enqueue_s > slept  # the GPU may have caught up with the host
         self.sync()
         return [a.elapsed_time(b) / 1e3 for a, b in events]
 
     def device(self, call: Callable[[int], Any], reps: int, host_s: float) -> list[float]:
-        """Per-call device time. A GPU sleep is queued ahead of each batch so that the host
-        enqueues the whole batch before the GPU reaches it: events then bracket device work
-        only, not host launch gaps (unless a call blocks the host or overflows the queue)."""
-        if not self.cuda:
-            return self.wall(call, reps)
+        """Per-call device time. A GPU sleep is queued ahead of each batch of 20 so that the
+        host enqueues the whole batch before the GPU reaches it: events then bracket device
+        work only, not host launch gaps (unless a call blocks the host)."""
         out: list[float] = []
-        per_call_host = host_s  # first guess: the wall time (an upper bound of the host time)
-        self.gap_risk = 0
+        per_call_host, self.gap_risk = host_s, 0  # first guess: the wall time (an upper bound)
         while len(out) < reps:
             done, k = len(out), min(20, reps - len(out))
-            events = self._events(k)
-            self.sync()
-            sleep_s = 0.0
-            if self.cycles_per_s:
-                sleep_s = min(0.25, max(2e-4, 1.5 * k * per_call_host + 1e-4))
-                self.torch.cuda._sleep(int(self.cycles_per_s * sleep_s))
-            t0 = time.perf_counter()
-            for j, (a, b) in enumerate(events):
-                a.record()
-                call(done + j)
-                b.record()
-            enqueue = time.perf_counter() - t0
-            self.gap_risk += enqueue > sleep_s  # the GPU may have caught up with the host
-            per_call_host = enqueue / k
-            self.sync()
-            out.extend(a.elapsed_time(b) / 1e3 for a, b in events)
+            sleep_s = min(0.25, max(2e-4, 1.5 * k * per_call_host + 1e-4))
+            out += self.events(lambda j, d=done: call(d + j), k, sleep_s)  # type: ignore[misc]
+            per_call_host = self.enqueue_s / k if self.cuda else per_call_host
         return out
 
-    def back_to_back(self, call: Callable[[], Any], reps: int, host: bool = False) -> float:
-        """Seconds per call of ``reps`` calls issued back to back after a few warm-up calls:
-        between CUDA events (device time), or wall time with ``host`` or on the CPU."""
-        for _ in range(max(3, reps // 15)):
-            call()
-        self.sync()
-        ((a, b),) = self._events(1) if self.cuda and not host else [(None, None)]
-        t0 = time.perf_counter()
-        if a is not None:
-            a.record()
-        for _ in range(reps):
-            call()
-        if a is None:
-            self.sync()
-            return (time.perf_counter() - t0) / reps
-        b.record()
-        b.synchronize()
-        return a.elapsed_time(b) / 1e3 / reps
+
+def cuda_graph(step: Callable[[], Any], optimizer: Any, warmup: int) -> Callable[[], Any]:
+    """A whole training step (``step``: ``zero_grad(set_to_none=True)``, forward, backward,
+    ``optimizer.step()``) captured in a CUDA graph after ``warmup`` calls on a side stream
+    (torch's whole-network recipe); returns the graph's ``replay`` (static inputs)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(max(1, warmup)):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    optimizer.zero_grad(set_to_none=True)  # backward allocates the grads from the graph's pool
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay
 
 
 @contextlib.contextmanager
 def no_gc() -> Iterator[None]:
     """The garbage collector off for a block (no collection lands inside a timing)."""
-    import gc
-
     was = gc.isenabled()
     gc.disable()
     try:
@@ -271,25 +240,6 @@ def no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def merge_rounds(recs: list[Rec], medians: tuple[str, ...], digits: int | None = None) -> Rec:
-    """One record from one entry's rounds: the median of the rounds' ``medians`` fields,
-    each round's values kept (``rounds_<field>``, rounded to ``digits``), the failed rounds'
-    errors listed. A round that failed leaves the others standing; all failed: the first
-    failure."""
-    ok = [r for r in recs if r.get("status") == "ok"]
-    if not ok:
-        return dict(recs[0])
-    out = dict(ok[0], rounds=len(ok))
-    for key in medians:
-        out[key] = statistics.median(r[key] for r in ok)
-        values = [r[key] for r in ok]
-        out[f"rounds_{key}"] = values if digits is None else [round(v, digits) for v in values]
-    if len(ok) < len(recs):
-        failed = [r for r in recs if r.get("status") != "ok"]
-        out["rounds_failed"] = [r.get("error", r.get("reason")) for r in failed]
-    return out
-
-
 def alternate(kinds: list[str], rounds: int) -> Iterator[str]:
     """``kinds`` ``rounds`` times, every other round reversed: a slow phase of the host
     (seconds long on a VM) does not land on one peer only."""
@@ -297,50 +247,36 @@ def alternate(kinds: list[str], rounds: int) -> Iterator[str]:
         yield from kinds if r % 2 == 0 else kinds[::-1]
 
 
-# --------------------------------------------------------------------------------------
-# SpikingJelly
-# --------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------- SpikingJelly
 
 
-def locate_sj(kind: str, args: argparse.Namespace) -> list[str]:
-    """PYTHONPATH entries giving a worker SpikingJelly ``kind`` ("sj014", "sj200", or
-    "sjtorch": 2.0.0, any version will do): under ``args.sj014_path``/``sj200_path`` (as
-    ``run_gpu.sh`` installs them), else its wheel from ``args.wheels`` installed into a
-    temporary directory, else ``[]`` when this Python has it; raises FileNotFoundError
-    with the reason otherwise."""
-    version = SJ_VERSION.get(kind, "2.0.0")
-    path = Path(args.sj014_path if kind == "sj014" else args.sj200_path)
-    if (path / "spikingjelly").is_dir():  # run_gpu.sh puts loguru (2.0.0 needs it) in /tmp/site
-        site = [] if kind == "sj014" or not Path("/tmp/site/loguru").is_dir() else ["/tmp/site"]
-        return [str(path), *site]
-    wheels = Path(getattr(args, "wheels", None) or REPO / ".whl")
-    found_wheels = sorted(wheels.glob(f"spikingjelly-{version}-*.whl"))
-    if found_wheels:
-        target = Path(tempfile.gettempdir(), f"snbench-e2e-sj-{version}")
-        if not (target / "spikingjelly").is_dir():
-            _install(found_wheels[0], target)
-            for loguru in sorted(wheels.glob("loguru-*.whl"))[:1]:
-                _install(loguru, target)
-        return [str(target)]
+def locate_sj(kind: str, wheels: Path) -> list[str]:
+    """PYTHONPATH entries giving a worker SpikingJelly ``kind`` (:data:`SJ_VERSION`; sjtorch:
+    any version): its wheel (and loguru's) from ``wheels`` installed into a temporary
+    directory, else ``[]`` when this Python has that version; FileNotFoundError otherwise."""
     from importlib import metadata
 
+    version = SJ_VERSION.get(kind, "2.0.0")
+    target = Path(tempfile.gettempdir(), f"snbench-sj-{version}")
+    found_wheels = sorted(wheels.glob(f"spikingjelly-{version}-*.whl"))[:1]
+    for wheel in found_wheels + sorted(wheels.glob("loguru-*.whl"))[: len(found_wheels)]:
+        if not (target / wheel.name.split("-")[0]).is_dir():
+            cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                   "--no-compile", "--upgrade", "--target", str(target), str(wheel)]  # fmt: skip
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+            if proc.returncode:
+                raise RuntimeError(f"pip could not install {wheel.name}: {proc.stderr[-400:]}")
+    if found_wheels:
+        return [str(target)]
     found = None
     with contextlib.suppress(Exception):
         found = metadata.version("spikingjelly")
     if found == version or (kind == "sjtorch" and found):
         return []
     raise FileNotFoundError(
-        f"SpikingJelly {version} not found: not under {path}, no wheel in {wheels}, "
-        f"this Python has {found or 'none'} (pip install spikingjelly=={version})"
+        f"SpikingJelly {version} not found: no wheel in {wheels}, this "
+        f"Python has {found or 'none'} (pip install spikingjelly=={version})"
     )
-
-
-def _install(wheel: Path, target: Path) -> None:
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
-           "--no-compile", "--upgrade", "--target", str(target), str(wheel)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    if proc.returncode:
-        raise RuntimeError(f"pip could not install {wheel.name}: {proc.stderr[-400:]}")
 
 
 class SpikingJelly:
@@ -364,13 +300,8 @@ class SpikingJelly:
         if self.version != expected:
             log(f"[sj] warning: spikingjelly {self.version} at {self.file}, not {expected}")
         self.fallbacks: list[str] = []
-        self._watch()
-
-    def _watch(self) -> None:
-        """SpikingJelly 2.0.0 falls back to its torch loop (e.g. for 16-bit state) through
-        ``_require_automatic_torch``, looked up at call time: record each call."""
-        with contextlib.suppress(Exception):
-            from spikingjelly._ops import selection
+        with contextlib.suppress(Exception):  # 2.0.0 falls back to its torch loop (e.g. for
+            from spikingjelly._ops import selection  # 16-bit state) through this: record it
 
             original = selection._require_automatic_torch
 
@@ -392,99 +323,176 @@ class SpikingJelly:
         try:
             from spikingjelly.activation_based import functional
 
-            impl = functional.neuron_implementation(model.lower(), device)
-            return str(impl["implementation"])
+            return str(functional.neuron_implementation(model.lower(), device)["implementation"])
         except Exception as exc:  # noqa: BLE001
             return f"unknown ({type(exc).__name__}: {exc})"[:200]
 
 
-# --------------------------------------------------------------------------------------
-# worker processes
-# --------------------------------------------------------------------------------------
+# --------------------------------------------------------------------- worker processes
 
 
 class WorkerDied(RuntimeError):
     """A worker exited, hung or could not start."""
 
 
-def reply(obj: dict[str, Any]) -> None:
-    sys.stdout.write(MARK + json.dumps(obj, default=str) + "\n")
-    sys.stdout.flush()
+class WorkerBase:
+    """A worker process's state: its device, timer, SpikingJelly (by its ``kind``) and the
+    entries of the current configuration. A request names entries: ``prepare`` builds each
+    (:meth:`build`: first call, checks, warm-up), ``measure`` times each once (:meth:`time`),
+    ``drop`` forgets them; every answer holds one record per entry (``name``, ``status``)."""
+
+    def __init__(self, kind: str, settings: dict[str, Any]) -> None:
+        import torch
+
+        self.torch, self.kind, self.settings = torch, kind, settings
+        self.cuda = not settings["dry_run"]
+        if self.cuda and not torch.cuda.is_available():
+            raise RuntimeError("torch sees no CUDA device (use --dry-run on a CPU)")
+        self.device = torch.device("cuda" if self.cuda else "cpu")
+        if self.cuda:
+            torch.zeros(1, device=self.device)
+        self.timer = Timer(self.device)
+        self.sj = SpikingJelly(SJ_VERSION[kind]) if kind in SJ_VERSION else None
+        self.entries: dict[str, Any] = {}
+
+    def meta(self) -> dict[str, Any]:
+        out = {"worker": self.kind, "versions": versions(), **device_info(self.device)}
+        out["sleep_cycles_per_s"] = self.timer.cycles_per_s
+        if self.sj is not None:
+            out.update(spikingjelly=self.sj.version, spikingjelly_file=self.sj.file)
+        return out
+
+    def free(self) -> None:
+        gc.collect()
+        if self.cuda:
+            self.torch.cuda.empty_cache()
+
+    def build(self, cfg: dict[str, Any], name: str, rec: Rec) -> Any:
+        raise NotImplementedError
+
+    def time(self, entry: Any) -> Rec:
+        raise NotImplementedError
+
+    def status_of(self, exc: BaseException) -> str:
+        """The status of an entry that failed to build (one that fails to run: error)."""
+        return "error"
+
+    def _each(self, names: list[str], work: Callable[[str, Rec], None],
+              status_of: Callable[[BaseException], str]) -> dict[str, Any]:  # fmt: skip
+        """``work(name, rec)`` per entry, failures recorded; after one that leaves the CUDA
+        context unusable the rest are not run and the worker exits (the parent restarts it)."""
+        records: list[Rec] = []
+        for name in names:
+            records.append(rec := {"name": name, "status": "ok"})
+            try:
+                work(name, rec)
+            except Exception as exc:  # noqa: BLE001
+                rec.update(status=status_of(exc), error=short_error(exc))
+                self.entries.pop(name, None)
+                log(f"[{self.kind}] {name}: {rec['status']}: {exc!r:.300}")
+                if is_sticky_cuda(exc):
+                    why = "not run: an earlier entry left the CUDA context unusable"
+                    rest = [
+                        {"name": n, "status": "error", "error": why} for n in names[len(records) :]
+                    ]
+                    return {"records": records + rest, "exit": 3}
+            finally:
+                self.free()
+        return {"records": records}
+
+    def op_prepare(self, req: Rec) -> Rec:
+        def work(name: str, rec: Rec) -> None:
+            if self.sj is not None:
+                self.sj.clear()
+            self.entries[name] = self.build(req["cfg"], name, rec)
+
+        return self._each(req["names"], work, self.status_of)
+
+    def op_measure(self, req: Rec) -> Rec:
+        def work(name: str, rec: Rec) -> None:
+            if name not in self.entries:
+                raise RuntimeError("not prepared (its worker restarted)")
+            with no_gc():
+                rec.update(self.time(self.entries[name]))
+
+        return self._each(req["names"], work, lambda exc: "error")
+
+    def op_drop(self, req: Rec) -> Rec:
+        self.entries.clear()
+        self.free()
+        return {"records": []}
 
 
-def serve(start: Callable[[], Any], ops: dict[str, Callable[[Any, Rec], Rec]]) -> int:
-    """A worker's main loop: ``start()`` builds its state (answered with ``{"ready":
-    meta}``, the state's ``meta()``), then one JSON request per stdin line, ``{"op":
-    name, ...}``, answered with ``ops[name](state, request)``. An answer holding
-    ``"exit"`` ends the worker with that code once sent."""
+def _serve(conn: Any, start: type[WorkerBase], kind: str, settings: Rec, paths: list[str],
+           env: dict[str, str]) -> None:  # fmt: skip
+    """A worker process's main loop: ``start(kind, settings)`` builds its state (answered with
+    ``{"ready": state.meta()}``), then each request ``{"op": name, ...}`` is answered with
+    ``state.op_<name>(request)``; an answer holding ``"exit"`` ends the worker once sent."""
+    os.dup2(2, 1)  # whatever the libraries print goes to the log, not the parent's stdout
+    sys.path[:0] = paths
+    os.environ.update(env)
     try:
-        state = start()
-        reply({"ready": state.meta()})
+        state = start(kind, settings)
+        conn.send({"ready": state.meta()})
     except Exception as exc:  # noqa: BLE001
-        reply({"error": short_error(exc)})
-        return 2
-    for line in sys.stdin:
-        req = json.loads(line) if line.strip() else {}
-        if req.get("op") == "quit":
-            return 0
+        return conn.send({"error": short_error(exc)})
+    while (req := conn.recv()).get("op") != "quit":
         try:
-            answer = ops[req["op"]](state, req) if req.get("op") in ops else None
-            answer = answer if answer is not None else {"error": f"unknown op {req.get('op')!r}"}
+            answer = getattr(state, f"op_{req.get('op')}")(req)
         except Exception as exc:  # noqa: BLE001
             answer = {"error": short_error(exc)}
-        reply(answer)
+        conn.send(answer)
         if "exit" in answer:
-            return int(answer["exit"])
-    return 0
+            return
 
 
 class Worker:
-    """A long-lived worker process (``script --worker kind``) answering one marked JSON
-    line per request; restarted after it dies, retired after ``max_failures`` failures
-    in a row."""
+    """A worker process (``start``, a :class:`WorkerBase` subclass, in a spawned process with
+    ``paths`` first on sys.path and ``env`` set) answering one request at a time; restarted
+    after it dies, retired after ``max_failures`` failures in a row."""
 
-    def __init__(self, kind: str, argv: list[str], env: dict[str, str], max_failures: int) -> None:
-        self.kind, self.argv, self.env, self.max_failures = kind, argv, env, max_failures
-        self.proc: subprocess.Popen[str] | None = None
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.meta: dict[str, Any] | None = None
-        self.failures = 0
-        self.dead: str | None = None
+    def __init__(
+        self, kind: str, start: type[WorkerBase], settings: Rec, max_failures: int
+    ) -> None:
+        self.kind, self.start, self.settings, self.max_failures = (
+            kind,
+            start,
+            settings,
+            max_failures,
+        )
+        self.paths: list[str] = []
+        self.env: dict[str, str] = {}
+        self.proc: Any = None
+        self.meta: dict[str, Any] = {}
+        self.failures, self.dead = 0, ""
 
     def launch(self) -> None:
         """Start the process without waiting for it (see :meth:`ready`)."""
+        import multiprocessing
+
         log(f"[bench] starting worker {self.kind}")
-        self.lines = queue.Queue()
-        self.proc = subprocess.Popen([sys.executable, "-u", *self.argv], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, bufsize=1, env=self.env,
-                                     cwd=str(REPO))  # fmt: skip
-        threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        args = (child, self.start, self.kind, self.settings, self.paths, self.env)
+        self.proc = ctx.Process(target=_serve, args=args, name=f"bench-{self.kind}")
+        self.proc.start()
+        child.close()
 
-    def _read(self, proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith(MARK):
-                lines.put(line[len(MARK) :])
-            else:
-                sys.stderr.write(f"[{self.kind}] {line}")
-        lines.put(None)
-
-    def _fail(self, why: str, graceful: bool = False) -> WorkerDied:
-        self.stop(graceful)
+    def _fail(self, why: str) -> WorkerDied:
+        self.stop(graceful=False)
         self.failures += 1
         if self.failures >= self.max_failures:
             self.dead = f"{why} (gave up after {self.failures} failures)"
         return WorkerDied(why)
 
     def _next(self, timeout: float) -> dict[str, Any]:
+        if not self.conn.poll(timeout):
+            raise self._fail(f"worker {self.kind} gave no answer in {timeout:.0f} s")
         try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            raise self._fail(f"worker {self.kind} gave no answer in {timeout:.0f} s") from None
-        if line is None:
-            code = self.proc.poll() if self.proc else None
-            raise self._fail(f"worker {self.kind} exited (code {code})")
-        return dict(json.loads(line))
+            return dict(self.conn.recv())
+        except (EOFError, OSError):
+            self.proc.join(5)
+            raise self._fail(f"worker {self.kind} exited (code {self.proc.exitcode})") from None
 
     def ready(self, timeout: float) -> None:
         """Wait for the started process's first answer: its ``meta``."""
@@ -497,13 +505,11 @@ class Worker:
         """The worker's answer to ``req`` (started, or restarted, first when needed)."""
         if self.dead:
             raise WorkerDied(self.dead)
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None or not self.proc.is_alive():
             self.launch()
             self.ready(timeout)
-        assert self.proc is not None and self.proc.stdin is not None
         try:
-            self.proc.stdin.write(json.dumps(req) + "\n")
-            self.proc.stdin.flush()
+            self.conn.send(req)
         except OSError as exc:
             raise self._fail(f"worker {self.kind}: pipe closed ({exc})") from None
         answer = self._next(timeout)
@@ -512,32 +518,155 @@ class Worker:
 
     def stop(self, graceful: bool = True) -> None:
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if graceful and proc.poll() is None and proc.stdin is not None:
+        if proc is not None and graceful and proc.is_alive():
             with contextlib.suppress(Exception):
-                proc.stdin.write('{"op": "quit"}\n')
-                proc.stdin.flush()
-                proc.wait(timeout=10)
-        if proc.poll() is None:
-            proc.kill()  # this worker's own pid only
+                self.conn.send({"op": "quit"})
+                proc.join(10)
+        if proc is not None and proc.is_alive():
+            proc.kill()  # this worker's own process only
+            proc.join(10)
+
+
+class Parent:
+    """A benchmark's parent process: its workers (``script --worker kind --settings``), the
+    results (``meta``, ``settings``, ``workers``, ``records``, ``events``) and the run over
+    the configurations, which writes the partial results on SIGTERM/SIGINT."""
+
+    max_failures, rounds, medians, digits = 3, 1, ("wall_s",), None
+
+    def __init__(self, args: argparse.Namespace, schema: str, settings: dict[str, Any]) -> None:
+        self.args, self.settings = args, settings
+        self.t0 = time.monotonic()
+        self.workers: dict[str, Worker] = {}
+        meta = dict(date=now_iso(), argv=sys.argv[1:], host=platform.node(), dry_run=args.dry_run)
+        self.results: dict[str, Any] = dict(schema=schema, complete=False, meta=meta,
+                                            settings=settings, workers={}, records=[],
+                                            events=[])  # fmt: skip
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def event(self, text: str) -> None:
+        log(f"[bench {self.elapsed():5.1f}s] {text}")
+        self.results["events"].append({"t_s": round(self.elapsed(), 1), "text": text[:1500]})
+
+    def env(self, kind: str) -> tuple[list[str], dict[str, str]]:
+        """A worker's sys.path entries (only its own SpikingJelly: FileNotFoundError when it has
+        none) and environment (a dry run's torch.compile caches in a private TMPDIR)."""
+        paths = locate_sj(kind, Path(self.args.wheels)) if kind in SJ_VERSION else []
+        tmp = Path(tempfile.gettempdir(), "snbench-dryrun-tmp")
+        return paths, {"TMPDIR": str(tmp)} if self.args.dry_run else {}
+
+    def start(self, kinds: list[str], state: type[WorkerBase]) -> None:
+        """Start the workers ``kinds`` (each a ``state``) at once, then wait for each; one
+        that cannot start is recorded and marked dead."""
+        for kind in kinds:
+            w = self.workers[kind] = Worker(kind, state, self.settings, self.max_failures)
+            try:
+                w.paths, w.env = self.env(kind)
+                Path(w.env.get("TMPDIR", ".")).mkdir(exist_ok=True)
+                w.launch()
+            except Exception as exc:  # noqa: BLE001
+                w.dead = f"{type(exc).__name__}: {exc}"[:1500]
+        for kind in kinds:
+            w = self.workers[kind]
+            try:
+                if not w.dead:
+                    w.ready(self.args.request_timeout_s)
+            except WorkerDied as exc:
+                w.dead = str(exc)[:1500]
+            self.results["workers"][kind] = {"error": w.dead} if w.dead else w.meta
+            gpu, sj = w.meta.get("gpu"), w.meta.get("spikingjelly", "-")
+            self.event(f"worker {kind}: " + (w.dead or f"ready, {gpu}, spikingjelly {sj}"))
+        main = self.results["workers"].get("main") or {}
+        self.results["meta"].update({k: v for k, v in main.items() if k != "worker"})
+
+    def ask(self, kind: str, req: dict[str, Any]) -> list[Rec]:
+        """The worker's records for ``req`` (one per name; errors when it cannot answer)."""
+        worker = self.workers[kind]
+        try:
+            if worker.dead:  # said once, when it died
+                raise WorkerDied(worker.dead)
+            answer = worker.request(req, self.args.request_timeout_s)
+            if "error" in answer:
+                raise WorkerDied(f"worker {kind}: {answer['error']}")
+            return list(answer["records"])
+        except WorkerDied as exc:
+            if not str(exc) == worker.dead:
+                self.event(str(exc))
+            why = f"worker: {exc}"[:1500]
+            return [{"name": n, "status": "error", "error": why} for n in req.get("names", [])]
+
+    def measure(self, cfg: dict[str, Any], jobs: dict[str, list[str]]) -> dict[str, Rec]:
+        """Name -> one record of each job (worker kind -> entry names) on ``cfg``: every entry
+        prepared, then timed :attr:`rounds` times, the workers taking turns in alternating
+        order (the median of the rounds' :attr:`medians`, each round's kept), then dropped."""
+        prep = {r["name"]: r for k, names in jobs.items()
+                for r in self.ask(k, {"op": "prepare", "cfg": cfg, "names": names})}  # fmt: skip
+        rounds: dict[str, list[Rec]] = {name: [] for name in prep}
+        for kind in alternate(list(jobs), self.rounds):
+            names = [n for n in jobs[kind] if prep[n]["status"] == "ok"]
+            for rec in self.ask(kind, {"op": "measure", "names": names}) if names else ():
+                rounds[rec["name"]].append(rec)
+        for kind in jobs:
+            self.ask(kind, {"op": "drop"})
+        return {name: {**rec, **self.merge(rounds[name])} for name, rec in prep.items()}
+
+    def merge(self, rounds: list[Rec]) -> Rec:
+        """One entry's rounds as one record: the median of each of :attr:`medians`, each
+        round's value kept (``rounds_<field>``); none ok: the first failure."""
+        ok = [r for r in rounds if r["status"] == "ok"]
+        if not ok:
+            return rounds[0] if rounds else {}
+        out = {**ok[0], "rounds": len(ok)}
+        for key in self.medians:
+            values = [r[key] if self.digits is None else round(r[key], self.digits) for r in ok]
+            out.update({key: statistics.median(r[key] for r in ok), f"rounds_{key}": values})
+        return out
+
+    def write(self) -> None:
+        """Write the results so far (a subclass's)."""
+
+    def over_budget(self, left: list[Any]) -> None:
+        """Record the configurations ``left`` unrun (a subclass's)."""
+
+    def run(self, configs: list[Any], run_config: Callable[[Any], None], budget_s: float) -> None:
+        """``run_config`` of each configuration until ``budget_s`` is spent."""
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, signal.SIG_IGN)
+            self.event(f"signal {signum}: writing partial results")
+            self.stop()
             with contextlib.suppress(Exception):
-                proc.wait(timeout=10)
+                self.write()
+            sys.exit(128 + signum)
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, on_signal)
+        last_write = time.monotonic()
+        try:
+            for i, cfg in enumerate(configs):
+                if self.elapsed() > budget_s:
+                    self.event(f"time budget spent after {i} of {len(configs)} configurations")
+                    self.over_budget(configs[i:])
+                    break
+                run_config(cfg)
+                if time.monotonic() - last_write > 20:
+                    self.write()
+                    last_write = time.monotonic()
+            else:
+                self.results["complete"] = True
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        self.results["elapsed_s"] = round(self.elapsed(), 1)
+        for w in self.workers.values():
+            w.stop()
 
 
-def worker_env(extra_paths: list[str], drop: tuple[str, ...] = ()) -> dict[str, str]:
-    """This environment with the repository, the benchmarks and ``extra_paths`` first on
-    PYTHONPATH, and the entries whose path contains one of ``drop`` removed."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    paths = [p for p in paths if not any(d in p for d in drop)]
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(HERE), *extra_paths, *paths])
-    return env
-
-
-# --------------------------------------------------------------------------------------
-# output
-# --------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------- output
 
 
 def write_json(path: Path, obj: Any) -> Path:

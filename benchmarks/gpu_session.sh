@@ -7,12 +7,11 @@
 #       the paper models (symneuron only; each against its own floor)
 #   bash benchmarks/gpu_session.sh zoo    every zoo model's training kernels against its
 #       own floor (fp32 and bf16, T = 16 and 64, N = 2^20; the issue's target is >= 0.85),
-#       then the CUDA tests; compare with `python3 benchmarks/roofline.py` (the static
-#       estimate of each model's bound)
+#       then the CUDA tests
 #
 # The measured bound of each kernel (Nsight Compute, about 3 minutes for the zoo):
 #   python3 benchmarks/profile_ncu.py --models zoo --dtypes bf16,fp32 --out-dir $OUT/ncu
-# and the page that joins both: benchmarks/zoo_report.py (docs/performance_zoo.md).
+# and the page that joins both: benchmarks/report.py --zoo (docs/performance_zoo.md).
 #
 # device call:  command: bash benchmarks/gpu_session.sh [zoo]   timeout_s: 600
 set -uo pipefail
@@ -27,7 +26,7 @@ python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy._
 if [ "${1:-}" = zoo ]; then
     timeout -s TERM "${BENCH_TIMEOUT:-330}" python3 benchmarks/bench_neurons.py \
         --models zoo --peers symneuron --modes training --T 16,64 --N 2^20 \
-        --dtypes fp32,bf16 --skip-first-call --skip-derivation --out-dir "$OUT" --tag zoo \
+        --dtypes fp32,bf16 --out-dir "$OUT" --tag zoo \
         --time-budget-s 300 2>"$OUT/zoo-floor.err" | tee "$OUT/zoo-floor.log" | tail -90
     timeout -s TERM "${TEST_TIMEOUT:-240}" python3 -m pytest -q -rfE -m cuda \
         -p no:cacheprovider tests/test_cuda.py tests/test_cuda_ode.py 2>&1 \
@@ -39,5 +38,5 @@ timeout -s TERM "${TEST_TIMEOUT:-250}" python3 -m pytest -q -rfE -m cuda -p no:c
     | tee "$OUT/cuda_tests.log" | tail -25
 timeout -s TERM "${BENCH_TIMEOUT:-120}" python3 benchmarks/bench_neurons.py \
     --models Izhikevich2003,HodgkinHuxley --peers symneuron --T 16,64 --N 2^20 \
-    --dtypes fp32,bf16 --skip-first-call --skip-derivation --out-dir "$OUT" \
+    --dtypes fp32,bf16 --out-dir "$OUT" \
     --time-budget-s 90 2>"$OUT/bench.err" | tee "$OUT/bench.log" | tail -20

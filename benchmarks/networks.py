@@ -1,24 +1,16 @@
 """The end-to-end networks: a CIFAR-10-sized CNN and an SHD-sized MLP.
 
-Both take a multi-step input ``[T, B, ...]`` and return logits ``[B, classes]`` (the
-readout averaged over time). Conv, BatchNorm, pooling and linear layers run with time
-folded into the batch (``[T * B, ...]``, :class:`SeqToANN`); the neuron layers see the
-whole sequence ``[T, B, ...]`` at once (multi-step mode), which is what symneuron's
-kernels want.
+Both take a multi-step input ``[T, B, ...]`` and return logits ``[B, classes]`` (the readout
+averaged over time). Conv, BatchNorm, pooling and linear layers run with time folded into
+the batch (:class:`SeqToANN`); the neuron layers see the whole sequence at once. Every
+network is built with a *neuron factory*: a callable from the per-sample shape of the
+activations (``(C, H, W)`` or ``(F,)``) to a module: :func:`symneuron_neurons`
+(``sn.NeuronLayer``), or :func:`relu`, the no-neuron floor.
 
-Every network is built with a *neuron factory*: a callable that takes the per-sample
-shape of the activations it will see (``(C, H, W)`` or ``(F,)``) and returns a module.
-:func:`symneuron_neurons` makes one that builds :class:`symneuron.NeuronLayer`
-(optionally with per-channel or per-neuron learnable parameters); :func:`relu` gives
-``nn.ReLU``, the no-neuron floor (same network, same FLOPs, no neuron dynamics).
-
-Examples
---------
 >>> import torch
 >>> from benchmarks.networks import cifar_cnn, symneuron_neurons, synthetic_batch
 >>> net = cifar_cnn(symneuron_neurons("PLIF"), channels=(8, 16, 32))
->>> x_seq, labels = synthetic_batch("cnn", batch=2, generator=torch.Generator().manual_seed(0))
->>> net(x_seq).shape
+>>> net(synthetic_batch("cnn", batch=2, generator=torch.Generator().manual_seed(0))[0]).shape
 torch.Size([2, 10])
 """
 
@@ -32,19 +24,6 @@ import torch
 from torch import nn
 
 from symneuron.nir.modules import PerStep
-
-__all__ = [
-    "NeuronFactory",
-    "SeqToANN",
-    "SpikingNet",
-    "relu",
-    "symneuron_neurons",
-    "cifar_cnn",
-    "shd_mlp",
-    "INPUTS",
-    "synthetic_batch",
-    "reset_states",
-]
 
 #: Per-sample activation shape -> a neuron module taking ``[T, B, *shape]``.
 NeuronFactory = Callable[[tuple[int, ...]], nn.Module]

@@ -1,56 +1,22 @@
 """The worker side of ``bench_neurons.py``: each peer checked against the float64 reference,
-then timed; the one-shot processes that time the first calls and the derivation.
+then timed.
 
-A configuration is ``dict(model, T, N, dtype, mode)``; a worker answers a ``bench``
-request with one record per peer (``status``: ok, error, unsupported), see :func:`measure`.
+A configuration is ``dict(model, T, N, dtype, mode)``; an entry is a peer of it
+(:meth:`WorkerState.build`: first call checked, warm-up, retained memory;
+:meth:`WorkerState.time`: median wall and device times).
 """
 
 from __future__ import annotations
 
-import argparse
-import gc
 import math
-import os
 import statistics
 import time
 import zlib
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import bench_neurons as bn
-from core import (
-    SJ_VERSION,
-    Rec,
-    SpikingJelly,
-    Timer,
-    device_info,
-    log,
-    short_error,
-    torch_dtype,
-    versions,
-)
-
-CACHE_VARS = ("SYMNEURON_CACHE", "CUPY_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
-STICKY_CUDA = ("illegal memory access", "CUDA error: an illegal", "unspecified launch failure",
-               "misaligned address", "CUDA_ERROR_ILLEGAL", "cudaErrorIllegalAddress",
-               "device-side assert", "CUDA_ERROR_LAUNCH_FAILED")  # fmt: skip
-
-
-def config_key(cfg: dict[str, Any]) -> str:
-    return f"{cfg['model']}/T{cfg['T']}/N{cfg['N']}/{cfg['dtype']}/{cfg['mode']}"
-
-
-def is_sticky_cuda(exc: BaseException) -> bool:
-    """Whether ``exc`` leaves the CUDA context unusable (the worker must restart)."""
-    return any(n in f"{type(exc).__name__}: {exc}" for n in STICKY_CUDA)
-
-
-def _status_of(exc: BaseException) -> str:
-    text = str(exc).lower()
-    dtype = any(w in text for w in ("dtype", "bfloat16", "half", "float16"))
-    said = any(w in text for w in ("support", "not implemented", "expected"))
-    return "unsupported" if isinstance(exc, NotImplementedError) or dtype and said else "error"
+from core import Rec, SpikingJelly, Timer, WorkerBase, is_sticky_cuda, torch_dtype
 
 
 def reference_spikes(neuron: Any, x: Any, params: dict[str, Any], round_h_to: Any = None) -> Any:
@@ -61,8 +27,7 @@ def reference_spikes(neuron: Any, x: Any, params: dict[str, Any], round_h_to: An
 
     values = {**neuron.params, **params}
     v0 = default_v_init(neuron, x, x.shape[1:], values)
-    out = simulate_reference(neuron, x, v0, values, store_v_seq=False, round_h_to=round_h_to)
-    return out[0]  # (spikes, v_seq) or (spikes, v_seq, states)
+    return simulate_reference(neuron, x, v0, values, store_v_seq=False, round_h_to=round_h_to)[0]
 
 
 class Inputs:
@@ -71,8 +36,7 @@ class Inputs:
     def __init__(self, cfg: dict[str, Any], device: Any, settings: dict[str, Any]) -> None:
         import torch
 
-        self.cfg = cfg
-        self.dtype = torch_dtype(cfg["dtype"])
+        self.cfg, self.dtype = cfg, torch_dtype(cfg["dtype"])
         self.neuron = bn.make_neuron(cfg["model"])
         t_len, n = cfg["T"], cfg["N"]
         gen = torch.Generator(device=device)
@@ -80,10 +44,8 @@ class Inputs:
         x_bytes = t_len * n * torch.empty((), dtype=self.dtype).element_size()
         nbuf = math.ceil(settings["rotate_mb"] * 2**20 / x_bytes)
         self.nbuf = int(max(1, min(settings["max_bufs"], nbuf)))
-        self.raw = [
-            bn.bench_input(cfg["model"], (t_len, n), gen, device).to(self.dtype)
-            for _ in range(self.nbuf)
-        ]
+        self.raw = [bn.bench_input(cfg["model"], (t_len, n), gen, device).to(self.dtype)
+                    for _ in range(self.nbuf)]  # fmt: skip
         self.half = self.dtype in (torch.float16, torch.bfloat16)
         with torch.no_grad():
             self.ref = self._reference(self.raw[0]) > 0.5
@@ -101,9 +63,6 @@ class Inputs:
             self._reference(xs).sum().backward()
             self._ref_grad = xs.grad.detach()
         return self._ref_grad
-
-    def xs(self, training: bool) -> list[Any]:
-        return [x.detach().requires_grad_(training) for x in self.raw]
 
     def check(self, spikes: Any, settings: dict[str, Any]) -> Rec:
         """The spikes against the float64 reference (16-bit: H rounded to the dtype)."""
@@ -123,9 +82,7 @@ class Inputs:
         return {**out, "identical": mismatch == 0, "spike_rate": self.spike_rate, "rule": rule}
 
 
-# --------------------------------------------------------------------------------------
-# peers
-# --------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------- peers
 
 
 class Runner:
@@ -159,19 +116,16 @@ class SymneuronRunner(Runner):
 
         import symneuron as sn
 
-        self.simulate = sn.simulate
-        self.neuron = bn.make_neuron(model)
+        self.simulate, self.neuron = sn.simulate, bn.make_neuron(model)
         if backend == "torch":
             self.note = "symneuron reference (backend='torch')"
         elif device.type != "cuda":  # dry run: the C backend where it can, else torch
             backend = "auto" if dtype in (torch.float32, torch.float64) else "torch"
             self.note = f"dry run: backend={backend}"
         self.backend = backend
-        self.params = {
-            name: torch.tensor(value, device=device, requires_grad=training)
-            for name, value in self.neuron.params.items()
-            if name in self.neuron.learnable
-        }
+        self.params = {name: torch.tensor(value, device=device, requires_grad=training)
+                       for name, value in self.neuron.params.items()
+                       if name in self.neuron.learnable}  # fmt: skip
 
     def parameters(self) -> list[Any]:
         return list(self.params.values())
@@ -179,51 +133,6 @@ class SymneuronRunner(Runner):
     def forward(self, x: Any) -> Any:
         kw = dict(params=self.params or None, backend=self.backend, store_v_seq=False)
         return self.simulate(self.neuron, x, **kw)[0]
-
-
-class CompileRunner(SymneuronRunner):
-    """``simulate_reference`` under ``torch.compile``, one compiled function per ``key``
-    (model, dtype, mode, T and, unless N is dynamic, N), the params passed as an argument.
-    (``sn.simulate`` is not compiled: Dynamo fails on it for single-state models.)"""
-
-    def __init__(self, model: str, dtype: Any, device: Any, training: bool, key: Any,
-                 cache: dict[Any, Any], settings: dict[str, Any]) -> None:  # fmt: skip
-        import torch
-
-        super().__init__(model, dtype, device, training, "torch")
-        self.dynamic_n, self.mode = settings["compile_dynamic_n"], settings["compile_mode"]
-        self.fresh = key not in cache
-        if self.fresh:
-            neuron, mode = self.neuron, None if self.mode == "default" else self.mode
-            cache[key] = torch.compile(lambda x, p: reference_spikes(neuron, x, p), mode=mode)
-        self.compiled = cache[key]
-        self.graphs, self.calls = [0, 0], 0  # graphs compiled by the first call, by later ones
-
-    def forward(self, x: Any) -> Any:
-        import torch
-
-        if self.fresh and self.dynamic_n:
-            torch._dynamo.mark_dynamic(x, 1)
-        self.fresh = False
-        stats = torch._dynamo.utils.counters["stats"]
-        before = stats["unique_graphs"]
-        out = self.compiled(x, self.params)
-        self.graphs[self.calls > 0] += stats["unique_graphs"] - before
-        self.calls += 1
-        return out
-
-    def baseline_forward(self, x: Any) -> Any:
-        # the eager call returns the same outputs; calling the compiled function under
-        # no_grad would compile a second graph just for this measurement
-        return super().forward(x)
-
-    def describe(self) -> str:
-        later = self.graphs[1] / max(1, self.calls - 1)
-        return (
-            f"symneuron simulate_reference under torch.compile, dynamic_n={self.dynamic_n}, "
-            f"mode={self.mode}; graphs compiled: {self.graphs[0]} by the first call, "
-            f"{later:.1f} per later call"
-        )
 
 
 class SJRunner(Runner):
@@ -234,8 +143,7 @@ class SJRunner(Runner):
         if version == "sj014":
             kw["backend"] = "cupy" if device.type == "cuda" else "torch"
             self.note = "" if device.type == "cuda" else "dry run: backend=torch"
-        self.node = bn.sj_node(sj, model, **kw).to(device)
-        self.dtype = dtype
+        self.node, self.dtype = bn.sj_node(sj, model, **kw).to(device), dtype
 
     def cast_params(self) -> SJRunner:
         self.node.to(self.dtype)
@@ -250,9 +158,7 @@ class SJRunner(Runner):
         return list(self.node.parameters())
 
 
-# --------------------------------------------------------------------------------------
-# one measurement
-# --------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------ measure
 
 
 def _first_call(runner: Runner, x: Any, training: bool, timer: Timer) -> tuple[Any, float]:
@@ -263,12 +169,6 @@ def _first_call(runner: Runner, x: Any, training: bool, timer: Timer) -> tuple[A
         spikes.sum().backward()
     timer.sync()
     return spikes, time.perf_counter() - t0
-
-
-def _reps(estimate_s: float, s: dict[str, Any]) -> int:
-    if estimate_s <= 0:
-        return s["max_reps"]
-    return int(max(s["min_reps"], min(s["max_reps"], math.ceil(s["target_ms"] / 1e3 / estimate_s))))
 
 
 def check_first_call(runner: Runner, inputs: Inputs, x: Any, training: bool, timer: Timer,
@@ -300,46 +200,10 @@ def check_first_call(runner: Runner, inputs: Inputs, x: Any, training: bool, tim
     return runner
 
 
-def measure(runner: Runner, inputs: Inputs, mode: str, timer: Timer, settings: dict[str, Any],
-            rec: Rec, retry: Callable[[], Runner] | None = None) -> None:  # fmt: skip
-    """Check ``runner``'s first call against the reference, then time it into ``rec``:
-    the median wall time (host overhead counts) and device time (:meth:`Timer.device`)."""
-    import torch
-    from core import no_gc
-
-    training = mode == "training"
-    xs = inputs.xs(training)
-
-    def call(i: int) -> None:
-        x = xs[i % len(xs)]
-        if training:
-            x.grad = None
-            runner.zero_grad()
-            runner.forward(x).sum().backward()
-        else:
-            runner.forward(x)
-
-    with torch.enable_grad() if training else torch.no_grad():
-        runner = check_first_call(runner, inputs, xs[0], training, timer, settings, rec, retry)
-        # warm-up, then the estimate that sizes the repetitions
-        est = [timer.wall(lambda i: call(1), 1)[0] for _ in range(max(1, settings["warmup"]))]
-        with no_gc():
-            wall = timer.wall(call, _reps(min(est), settings))
-            host = statistics.median(wall)
-            dev = timer.device(call, _reps(host, settings), host)
-    if runner.describe():
-        rec["note"] = runner.describe()
-    rec.update(status="ok", gpu_batches_host_slower=timer.gap_risk, wall_s=host,
-               gpu_s=statistics.median(dev), wall_min_s=min(wall), gpu_min_s=min(dev),
-               reps_wall=len(wall), reps_gpu=len(dev), buffers=len(xs))  # fmt: skip
-    if training and timer.cuda:
-        rec["retained_bytes"] = retained_memory(runner, inputs, timer)
-    for x in xs:
-        x.grad = None
-
-
 def retained_memory(runner: Runner, inputs: Inputs, timer: Timer) -> int:
     """memory_allocated after a forward with grad minus after one without (outputs alive)."""
+    import gc
+
     import torch
 
     x, used = inputs.raw[0].detach(), []
@@ -357,218 +221,98 @@ def retained_memory(runner: Runner, inputs: Inputs, timer: Timer) -> int:
     return int(used[1] - used[0])
 
 
-# --------------------------------------------------------------------------------------
-# the workers
-# --------------------------------------------------------------------------------------
+class Entry:
+    """A peer ready to be timed: ``call(i)``, a forward (and backward) on input i."""
+
+    def __init__(self, runner: Runner, inputs: Inputs, training: bool) -> None:
+        self.runner, self.training, self.estimate_s = runner, training, 0.0
+        self.xs = [x.detach().requires_grad_(training) for x in inputs.raw]
+
+    def call(self, i: int) -> None:
+        x = self.xs[i % len(self.xs)]
+        if self.training:
+            x.grad = None
+            self.runner.zero_grad()
+            self.runner.forward(x).sum().backward()
+        else:
+            self.runner.forward(x)
 
 
-class WorkerState:
-    """A worker's device, timer, SpikingJelly, compiled functions and current inputs."""
+class WorkerState(WorkerBase):
+    """A peer worker: its compiled functions and current inputs besides its device."""
 
     def __init__(self, kind: str, settings: dict[str, Any]) -> None:
-        import torch
-
-        self.kind, self.settings = kind, settings
-        self.device = torch.device("cpu" if settings["dry_run"] else "cuda")
-        if self.device.type == "cuda":
-            torch.cuda.init()
-            torch.zeros(1, device=self.device)
-        self.timer = Timer(self.device)
+        super().__init__(kind, settings)
         self.inputs: Inputs | None = None
-        self.compiled: dict[Any, Any] = {}
-        self.sj = SpikingJelly(SJ_VERSION[kind]) if kind in ("sj014", "sj200") else None
-        # the compile peer compiles a graph per (model, dtype, mode, T)
-        limits = dict(cache_size_limit=1024, recompile_limit=1024)
-        limits.update(accumulated_cache_size_limit=8192, accumulated_recompile_limit=8192)
-        for name, value in limits.items():
-            if kind == "main" and hasattr(torch._dynamo.config, name):
-                setattr(torch._dynamo.config, name, value)
 
-    def meta(self) -> dict[str, Any]:
-        out = {"worker": self.kind, "versions": versions(), **device_info(self.device)}
-        out["sleep_cycles_per_s"] = self.timer.cycles_per_s
-        if self.sj is not None:
-            out.update(spikingjelly=self.sj.version, spikingjelly_file=self.sj.file)
-        return out
-
-    def copy(self, nbytes: int) -> dict[str, Any]:
+    def op_copy(self, req: Rec) -> Rec:
         """The device-to-device copy bandwidth of the floor model (bytes read + written)."""
-        import torch
-
-        bufs = [torch.ones(nbytes // 4, device=self.device) for _ in range(2)]
+        nbytes = int(req["bytes"])
+        bufs = [self.torch.ones(nbytes // 4, device=self.device) for _ in range(2)]
         for _ in range(3):
             bufs[1].copy_(bufs[0])
         times = self.timer.device(lambda _: bufs[1].copy_(bufs[0]), 20, 1e-5)
-        nbytes = bufs[0].numel() * 4
+        nbytes, t = bufs[0].numel() * 4, statistics.median(times)
         bufs.clear()
-        self._free()
-        t = statistics.median(times)
-        out = {
-            "bytes": nbytes,
-            "gpu_s": t,
-            "gpu_min_s": min(times),
-            "bandwidth_Bps": 2 * nbytes / t,
-        }
-        return {**out, "counted": "bytes read + bytes written"}
-
-    def _free(self) -> None:
-        gc.collect()
-        if self.device.type == "cuda":
-            self.timer.torch.cuda.empty_cache()
+        self.free()
+        copy = dict(bytes=nbytes, gpu_s=t, gpu_min_s=min(times), bandwidth_Bps=2 * nbytes / t,
+                    counted="bytes read + bytes written")  # fmt: skip
+        return {"records": [copy]}
 
     def _runner(self, peer: str, cfg: dict[str, Any]) -> Runner:
         args = (cfg["model"], torch_dtype(cfg["dtype"]), self.device)
         training = cfg["mode"] == "training"
         if peer in ("symneuron", "torch"):
             return SymneuronRunner(*args, training, "cuda" if peer == "symneuron" else "torch")
-        if peer == "compile":
-            n = None if self.settings["compile_dynamic_n"] else cfg["N"]
-            key = (cfg["model"], cfg["dtype"], cfg["mode"], cfg["T"], n)
-            return CompileRunner(*args, training, key, self.compiled, self.settings)
         assert self.sj is not None
         return SJRunner(peer, self.sj, *args)
 
-    def inputs_for(self, cfg: dict[str, Any]) -> Inputs:
+    def build(self, cfg: dict[str, Any], peer: str, rec: Rec) -> Entry:
+        """The peer's first call checked against the reference, its warm-up calls (the
+        estimate that sizes the repetitions) and its memory retained for backward."""
         same = ("model", "T", "N", "dtype")  # the two modes share inputs and reference
         if self.inputs is None or any(self.inputs.cfg[k] != cfg[k] for k in same):
             self.inputs = None
-            self._free()
+            self.free()
             self.inputs = Inputs(cfg, self.device, self.settings)
-        return self.inputs
+        inputs, training = self.inputs, cfg["mode"] == "training"
+        rec["buffers"] = inputs.nbuf
+        runner = self._runner(peer, cfg)
+        retry = runner.cast_params if isinstance(runner, SJRunner) and inputs.half else None
+        entry = Entry(runner, inputs, training)
+        with self.torch.set_grad_enabled(training):
+            entry.runner = check_first_call(runner, inputs, entry.xs[0], training, self.timer,
+                                            self.settings, rec, retry)  # fmt: skip
+            warm = [
+                self.timer.wall(entry.call, 1)[0] for _ in range(max(1, self.settings["warmup"]))
+            ]
+        entry.estimate_s = min(warm)
+        if training and self.cuda:
+            rec["retained_bytes"] = retained_memory(entry.runner, inputs, self.timer)
+        if entry.runner.describe():
+            rec["note"] = entry.runner.describe()
+        if peer == "sj200" and self.sj is not None:
+            rec["implementation"] = self.sj.implementation(cfg["model"], self.device)
+        return entry
 
-    def bench(self, cfg: dict[str, Any], peers: list[str]) -> dict[str, Any]:
-        """One record per peer of ``cfg``; ``exit`` 3 once the CUDA context is unusable."""
-        try:
-            inputs = self.inputs_for(cfg)
-        except Exception as exc:  # noqa: BLE001
-            error = f"inputs/reference: {short_error(exc)}"
-            recs = [{**cfg, "peer": p, "status": "error", "error": error} for p in peers]
-            return {"records": recs, **({"exit": 3} if is_sticky_cuda(exc) else {})}
-        records: list[Rec] = []
-        for peer in peers:
-            rec: Rec = {**cfg, "peer": peer, "status": "error", "buffers": inputs.nbuf}
-            records.append(rec)
-            if self.sj is not None:
-                self.sj.clear()
-            try:
-                runner = self._runner(peer, cfg)
-                half_sj = isinstance(runner, SJRunner) and inputs.half
-                measure(runner, inputs, cfg["mode"], self.timer, self.settings, rec,
-                        runner.cast_params if half_sj else None)  # fmt: skip
-            except Exception as exc:  # noqa: BLE001
-                rec.update(status=_status_of(exc), error=short_error(exc))
-                log(f"[{self.kind}] {config_key(cfg)} {peer}: {rec['status']}: {exc!r:.300}")
-                if is_sticky_cuda(exc):  # answer, then exit so that the parent restarts us
-                    why = "not run: an earlier peer left the CUDA context unusable"
-                    rest = [{**cfg, "peer": p, "status": "error", "error": why}
-                            for p in peers[len(records) :]]  # fmt: skip
-                    return {"records": records + rest, "exit": 3}
-            finally:
-                if peer == "sj200" and self.sj is not None:
-                    rec["implementation"] = self.sj.implementation(cfg["model"], self.device)
-                runner = None
-                self._free()
-        return {"records": records}
+    def time(self, entry: Entry) -> Rec:
+        """The median wall time (host overhead counts) and device time (:meth:`Timer.device`)."""
+        s = self.settings
 
+        def reps(estimate_s: float) -> int:
+            wanted = math.ceil(s["target_ms"] / 1e3 / estimate_s) if estimate_s > 0 else 1e9
+            return int(max(s["min_reps"], min(s["max_reps"], wanted)))
 
-def firstcall(impl: str, settings: dict[str, Any], models: list[str]) -> dict[str, Any]:
-    """First forward+backward in a fresh process; cache dirs come from the environment."""
-    out: dict[str, Any] = {"impl": impl, "env": {k: os.environ.get(k) for k in CACHE_VARS}}
-    out.update(T=settings["fc_T"], N=settings["fc_N"], models={})
-    t0 = time.perf_counter()
-    import torch
+        with self.torch.set_grad_enabled(entry.training):
+            wall = self.timer.wall(entry.call, reps(entry.estimate_s))
+            host = statistics.median(wall)
+            dev = self.timer.device(entry.call, reps(host), host)
+        return dict(gpu_batches_host_slower=self.timer.gap_risk, wall_s=host,
+                    gpu_s=statistics.median(dev), wall_min_s=min(wall), gpu_min_s=min(dev),
+                    reps_wall=len(wall), reps_gpu=len(dev))  # fmt: skip
 
-    out["import_torch_s"] = time.perf_counter() - t0
-    device = torch.device("cpu" if settings["dry_run"] else "cuda")
-    t0 = time.perf_counter()
-    torch.zeros(1, device=device)
-    # torch's own one-off costs (the autograd engine's device thread, the first reduction
-    # and fill kernels), paid by any first backward whatever the model, kept out
-    (torch.rand(8, 8, device=device, requires_grad=True) * 2.0).sum().backward()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    out["cuda_init_s"] = time.perf_counter() - t0
-    timer = Timer(device)
-    t0 = time.perf_counter()
-    sj = None if impl == "symneuron" else SpikingJelly(SJ_VERSION[impl])
-    if sj is None:
-        __import__("symneuron")
-    out["import_s"] = time.perf_counter() - t0
-    if sj is not None:
-        out["spikingjelly"] = sj.version
-    elif device.type == "cuda":
-        out["runtime_init_s"] = _runtime_start()
-    gen = torch.Generator(device=device).manual_seed(0)
-    for model in models:
-        rec: dict[str, Any] = out["models"].setdefault(model, {})
-        try:
-            x = 2.2 * torch.rand((settings["fc_T"], settings["fc_N"]), generator=gen,
-                                 device=device) - 0.2  # fmt: skip
-            args = (model, torch.float32, device)
-            runner = (
-                SymneuronRunner(*args, True, "cuda") if sj is None else SJRunner(impl, sj, *args)
-            )
-            for key in ("first_s", "second_s", "third_s"):
-                runner.zero_grad()
-                rec[key] = _first_call(runner, x.detach().requires_grad_(), True, timer)[1]
-            rec["note"] = runner.describe()
-        except Exception as exc:  # noqa: BLE001
-            rec["error"] = short_error(exc)
-    return out
-
-
-def _runtime_start() -> float:
-    """One-time runtime start: CuPy import, NVRTC library load, module load of a trivial
-    kernel. A user's very first call pays this once on top of the first model's time."""
-    t0 = time.perf_counter()
-    import cupy
-
-    code = 'extern "C" __global__ void symneuron_bench_noop() {}'
-    cupy.RawModule(code=code, options=("-std=c++17",)).get_function("symneuron_bench_noop")
-    return time.perf_counter() - t0
-
-
-def derive(model: str) -> dict[str, Any]:
-    """Symbolic derivation time of one zoo model in a fresh process."""
-    out: dict[str, Any] = {"model": model}
-
-    def timed(key: str, fn: Callable[[], Any]) -> Any:
-        t0 = time.perf_counter()
-        value = fn()
-        out[key] = time.perf_counter() - t0
-        return value
-
-    sn = timed("import_s", lambda: __import__("symneuron"))
-    # SymPy's one-off costs (its lazy imports on first use, e.g. sympy.tensor from
-    # Add.flatten, ~50 ms locally) land on whichever neuron a process derives first;
-    # they are measured on a throwaway neuron and reported apart from the model's time
-    warm = sn.Neuron(sn.V + (sn.X - sn.V) / 3, name="bench_warmup")
-    timed("sympy_first_use_s", lambda: (warm.spec(), warm.source("cuda", "float32")))
-    neuron = timed("ctor_s", lambda: bn.make_neuron(model))
-    timed("spec_s", neuron.spec)
-    out["source_chars"] = len(timed("source_s", lambda: neuron.source("cuda", "float32")))
-    out["total_s"] = out["ctor_s"] + out["spec_s"] + out["source_s"]
-    return out
-
-
-def worker_main(args: argparse.Namespace, settings: dict[str, Any]) -> int:
-    """``--worker``: a long-lived peer worker, or a one-shot measurement into a file."""
-    import json
-
-    from core import serve
-
-    if args.worker in ("firstcall", "derive"):
-        try:
-            if args.worker == "derive":
-                out = derive(args.impl)
-            else:
-                out = firstcall(args.impl, settings, args.models or ["LIF"])
-        except Exception as exc:  # noqa: BLE001
-            out = {"error": short_error(exc)}
-        Path(args.result_file).write_text(json.dumps(out, indent=1, default=str))
-        return 0
-    ops = {
-        "copy": lambda state, req: {"copy": state.copy(int(req["bytes"]))},
-        "bench": lambda state, req: state.bench(req["cfg"], req["peers"]),
-    }
-    return serve(lambda: WorkerState(args.worker, settings), ops)
+    def status_of(self, exc: BaseException) -> str:
+        text = str(exc).lower()
+        dtype = any(w in text for w in ("dtype", "bfloat16", "half", "float16"))
+        said = any(w in text for w in ("support", "not implemented", "expected"))
+        return "unsupported" if isinstance(exc, NotImplementedError) or dtype and said else "error"

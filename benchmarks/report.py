@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""Turn benchmark results (``benchmarks/results/*.json``) into ``docs/performance.md``.
+"""The benchmarks' pages from their JSON results: ``docs/performance.md`` (the kernel
+benchmark, ``bench_neurons.py``), ``docs/performance_zoo.md`` (``--zoo``: every zoo model
+against its own floor, with the Nsight Compute bounds of ``profile_ncu.py``) and the end-to-end
+section (:func:`e2e_markdown`, :func:`e2e_plot`: ``bench_e2e.py --report``)::
 
-::
+    python3 benchmarks/report.py a.json b.json -o docs/performance.md --plot merged.png
+    R=benchmarks/results/NVIDIA-H100-2026-11-24
+    python3 benchmarks/report.py --zoo $R-zoo-rcp-t16.json $R-zoo-rcp.json --ncu $R-ncu \\
+        --before $R-zoo-before-needs-wt.json -o docs/performance_zoo.md
 
-    python3 benchmarks/report.py benchmarks/results/NVIDIA-H100-80GB-HBM3-2026-11-22.json
-    python3 benchmarks/report.py a.json b.json -o docs/performance.md --plot docs/performance.png
-
-Several files are merged in order (a later file's record for the same model, T,
-N, dtype, mode and peer replaces an earlier one), so a matrix measured in
-several runs becomes one report. Derived figures (floor fractions, speed-ups,
-memory in [T, N] tensors) are recomputed here from the raw times, each with the
-copy bandwidth of its own run; the bytes come from ``floor.py``.
+Several kernel files are merged in order (a later file's record for the same model, T, N,
+dtype, mode and peer replaces an earlier one), so a matrix measured in several runs becomes
+one report. Derived figures (floor fractions, speed-ups, memory in [T, N] tensors) are
+recomputed from the raw times, each with the copy bandwidth of its own run (``floor.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import os
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +39,10 @@ PEER_LABEL = {"symneuron": "symneuron", "sj014": "SJ 0.0.0.0.14 CuPy", "sj200": 
               "torch": "torch eager", "compile": "torch.compile"}  # fmt: skip
 SINGLE_MODELS = ["IF", "LIF", "PLIF", "QIF", "EIF"]
 MODELS = [*SINGLE_MODELS, "Izhikevich", "ALIF"]  # the plot's
-#: the order of the rows: bench_neurons.ALL_MODELS (the others after, by name)
-ORDER = {m: i for i, m in enumerate(ALL_MODELS)}
+ORDER = {m: i for i, m in enumerate(ALL_MODELS)}  # the rows' (the others after, by name)
 DTYPES = ["fp32", "bf16", "fp16"]
 KEY = ("model", "T", "N", "dtype", "mode", "peer")
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 #: how the torch peers were built: a hand-written loop (runs before 2026-11-23) or
 #: symneuron's torch reference (``sn.simulate(..., backend="torch")``)
 TORCH_PEERS = {
@@ -51,36 +53,6 @@ eager and under `torch.compile` (whole loop unrolled, N dynamic)""",
 (`sn.simulate(..., backend='torch')`: the model's equations printed to torch ops, a loop over t,
 a straight-through surrogate), eager and `simulate_reference` under `torch.compile` (N dynamic)""",
 }
-
-METHOD_TEXT = """\
-**Floor model** (DESIGN.md §5). Minimal traffic per element: inference 8 B (read X, write S),
-training 24 B (forward: read X, write S and H; backward: read dL/dS and H, write dL/dX); half
-of that for fp16/bf16. A model whose backward reads its extra states' W̃ (ALIF: its threshold)
-saves one more [T, N] tensor per state for the backward (written in the forward, read in the
-backward), so its training floor is 32 B fp32 (16 B 16-bit); one whose backward does not
-(Izhikevich) saves none and has the single-state floor. *floor* = (bytes / copy bandwidth) /
-time, so 1.0 means copy speed.
-*wall* = median over calls, each started from an idle GPU (synchronize, time the call and
-`spikes.sum().backward()` from the host, synchronize): host overhead counts. *GPU* = median
-CUDA-event time per call, with a GPU sleep queued ahead of each batch of calls so that the
-host's launch gaps are not counted. *Speed-up* = peer time / symneuron time (> 1: symneuron
-faster). Every configuration is checked against symneuron's float64 torch reference before it
-is timed (✓/✗; fp32: spikes equal up to threshold ties, 16-bit: ≥ 99 % equal with H rounded
-to the storage type in the reference; the mismatching fraction is shown when not 0).
-
-Peers: SpikingJelly 0.0.0.0.14 with `backend='cupy'`; SpikingJelly 2.0.0 with its default
-CUDA implementation (Triton; it has no backend argument); {torch_peers}. All use the zoo's constants
-and the Sigmoid(α = 4) surrogate; PLIF's w is learnable everywhere; Izhikevich runs with
-a = 0.3, b = 0.2 everywhere (SpikingJelly's `IzhikevichNode`, whose 0.0.0.0.14 CuPy kernel is
-fp32 only); ALIF has no SpikingJelly counterpart. Inputs rotate among several copies (about
-256 MiB in all) so that a repeat does not read its input from L2.
-
-N = 2^14 is the small-layer regime: its working set fits in L2, so floor fractions there can
-exceed 1 and measure launch overhead more than bandwidth."""
-
-MEMORY_TEXT = """\
-`torch.cuda.memory_allocated()` after a forward with grad minus after one without, outputs
-alive in both; in units of one [T, N] tensor of the storage dtype (MiB in brackets)."""
 
 FIRST_CALL_TEXT = """\
 First forward + backward in a fresh process, fp32, T = {t}, N = {n} (the kernels' compile \
@@ -108,9 +80,7 @@ def _rank(model: str) -> tuple[int, str]:
 
 def _get(d: Any, *path: str) -> Any:
     for p in path:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(p)
+        d = d.get(p) if isinstance(d, dict) else None
     return d
 
 
@@ -122,29 +92,24 @@ def _passed(rec: Rec | None) -> bool:
     return bool(((rec or {}).get("check") or {}).get("pass"))
 
 
-# --------------------------------------------------------------------------------------
-# loading and derived metrics
-# --------------------------------------------------------------------------------------
+# ------------------------------------------------------ kernel results: loading, metrics
 
 
-def load(paths: list[str | Path]) -> dict[str, Any]:
+def load(paths: Iterable[str | Path]) -> dict[str, Any]:
     """Merge result files; the later record for the same configuration and peer wins."""
-    merged: dict[str, Any] | None = None
+    merged: dict[str, Any] = {}
     records: dict[tuple[Any, ...], Rec] = {}
     sources = []
     for path in paths:
         data = json.loads(Path(path).read_text())
-        bw = _get(data, "copy", "bandwidth_Bps")
-        meta = data.get("meta") or {}
+        bw, meta = _get(data, "copy", "bandwidth_Bps"), data.get("meta") or {}
         sources.append(dict(file=Path(path).name, date=meta.get("date"), gpu=meta.get("gpu"),
                             copy_Bps=bw, complete=data.get("complete")))  # fmt: skip
         for rec in data.get("records", []):
-            rec = {**rec, "copy_Bps": rec.get("copy_Bps", bw)}
-            old = records.get(tuple(rec.get(k) for k in KEY))
-            if _ok(old) and rec.get("status") == "skipped":
-                continue  # a skipped entry never hides a measurement
-            records[tuple(rec.get(k) for k in KEY)] = rec
-        if merged is None:
+            rec, key = {**rec, "copy_Bps": rec.get("copy_Bps", bw)}, tuple(rec.get(k) for k in KEY)
+            if not (_ok(records.get(key)) and rec.get("status") == "skipped"):
+                records[key] = rec  # a skipped entry never hides a measurement
+        if not merged:
             merged = data
             continue
         for section in ("first_call", "derivation", "workers"):
@@ -153,7 +118,7 @@ def load(paths: list[str | Path]) -> dict[str, Any]:
                 if v and not (failed and merged.get(section, {}).get(k)):
                     merged.setdefault(section, {})[k] = v
         merged.setdefault("events", []).extend(data.get("events", []))
-    if merged is None:
+    if not merged:
         raise SystemExit("no result files given")
     merged.update(records=list(records.values()), sources=sources)
     return annotate(merged)
@@ -167,8 +132,7 @@ def annotate(results: dict[str, Any]) -> dict[str, Any]:
         by_cfg[tuple(rec.get(k) for k in KEY[:-1])][rec.get("peer")] = rec
         if not _ok(rec):
             continue
-        item = floor.ITEMSIZE.get(rec["dtype"], 4)
-        elements = rec["T"] * rec["N"]
+        item, elements = floor.ITEMSIZE.get(rec["dtype"], 4), rec["T"] * rec["N"]
         rec["floor_bytes"] = floor.bytes_per_element(rec["model"], rec["mode"], item) * elements
         bw = rec.get("copy_Bps") or run_bw
         if bw:
@@ -179,12 +143,12 @@ def annotate(results: dict[str, Any]) -> dict[str, Any]:
             rec["achieved_Bps"] = rec["floor_bytes"] / gpu if gpu else None
         if rec.get("retained_bytes") is not None:
             rec["retained_tn"] = rec["retained_bytes"] / (elements * item)
-            excess = rec["retained_bytes"] - elements * item
-            rec["retained_excess_B_per_neuron"] = excess / rec["N"]
+            rec["retained_excess_B_per_neuron"] = (rec["retained_bytes"] - elements * item) / rec[
+                "N"
+            ]
     for peers in by_cfg.values():
         sn = peers.get("symneuron")
-        if _ok(sn):
-            assert sn is not None
+        if sn is not None and _ok(sn):
             sn["vs"] = {
                 peer: {"wall": rec["wall_s"] / sn["wall_s"], "gpu": rec["gpu_s"] / sn["gpu_s"]}
                 for peer, rec in peers.items()
@@ -206,16 +170,12 @@ def configs(results: dict[str, Any], mode: str | None = None) -> list[tuple[Any,
     )
 
 
-# --------------------------------------------------------------------------------------
-# text
-# --------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------- kernel tables
 
 
 def _status_cell(rec: Rec | None) -> str:
-    if rec is None:
-        return "—"
     names = {"unsupported": "unsup.", "error": "error", "skipped": "skip"}
-    return names.get(rec.get("status", ""), "?")
+    return "—" if rec is None else names.get(rec.get("status", ""), "?")
 
 
 def _x(v: float | None) -> str:
@@ -229,10 +189,7 @@ def _f(v: float | None, fmt: str = ".2f") -> str:
 
 
 def _us(s: float | None) -> str:
-    if s is None:
-        return "—"
-    us = s * 1e6
-    return f"{us:.1f}" if us < 100 else f"{us:.0f}"
+    return "—" if s is None else f"{s * 1e6:.1f}" if s * 1e6 < 100 else f"{s * 1e6:.0f}"
 
 
 def _ms(s: float | None) -> str:
@@ -252,9 +209,8 @@ def _check(rec: Rec | None) -> str:
     chk = (rec or {}).get("check") or {}
     if not chk:
         return "—"
-    mark = "✓" if chk.get("pass") else "✗"
+    mark, frac = "✓" if chk.get("pass") else "✗", chk.get("mismatch_frac", 0.0)
     if not chk.get("identical", True):
-        frac = chk.get("mismatch_frac", 0.0)
         mark += f" ({frac:.1e})" if frac < 1e-3 else f" ({frac:.1%})"
     return mark
 
@@ -263,9 +219,8 @@ def _peers_present(results: dict[str, Any]) -> list[str]:
     return [p for p in PEERS if any(r.get("peer") == p for r in results.get("records", []))]
 
 
-def _rows(
-    results: dict[str, Any], mode: str | None, cells: Callable[..., list[str] | None]
-) -> list[list[str]]:
+def _rows(results: dict[str, Any], mode: str | None,
+          cells: Callable[..., list[str] | None]) -> list[list[str]]:  # fmt: skip
     """One row per configuration of ``mode``: model, T, N, dtype, then ``cells(cfg, idx)``
     (a row is left out when it returns None)."""
     idx, out = index(results), []
@@ -274,14 +229,6 @@ def _rows(
         if row is not None:
             out.append([cfg[0], str(cfg[1]), _n(cfg[2]), cfg[3], *row])
     return out
-
-
-def _speedup(sn: Rec | None, rec: Rec | None, cell: Callable[[dict[str, float]], str]) -> str:
-    """A peer's cell of a speed-up table: ``cell`` of symneuron's speed-up, or its status."""
-    if _ok(sn) and _ok(rec):
-        assert sn is not None and rec is not None
-        return cell(sn["vs"][rec["peer"]])
-    return _status_cell(rec)
 
 
 def short_table(results: dict[str, Any]) -> str:
@@ -301,14 +248,16 @@ def speedup_table(results: dict[str, Any], mode: str) -> str:
     def cells(cfg: tuple[Any, ...], idx: dict[tuple[Any, ...], Rec]) -> list[str]:
         sn = idx.get((*cfg, "symneuron"))
         row = [_status_cell(sn), "", "", "", ""]
-        if _ok(sn):
-            assert sn is not None
+        if sn is not None and _ok(sn):
             row = [_us(sn["wall_s"]), _us(sn["gpu_s"]), _f(sn.get("floor_frac_gpu"))]
             row += [_f(sn.get("floor_frac_wall")), _check(sn)]
         for p in peers:
             rec = idx.get((*cfg, p))
-            marks = _marks(rec) if rec else ""
-            row.append(_speedup(sn, rec, lambda v, m=marks: f"{_x(v['wall'])} / {_x(v['gpu'])}{m}"))
+            if sn is not None and rec is not None and _ok(sn) and _ok(rec):
+                v = sn["vs"][p]
+                row.append(f"{_x(v['wall'])} / {_x(v['gpu'])}{_marks(rec)}")
+            else:
+                row.append(_status_cell(rec))
         return row
 
     return md_table(header, _rows(results, mode, cells), "lrrlrrrrl" + "r" * len(peers))
@@ -318,17 +267,14 @@ def absolute_table(results: dict[str, Any], mode: str) -> str:
     peers = _peers_present(results)
 
     def cell(rec: Rec | None) -> str:
-        if not _ok(rec):
+        if rec is None or not _ok(rec):
             return _status_cell(rec)
-        assert rec is not None
         times = f"{_us(rec['wall_s'])} / {_us(rec['gpu_s'])}"
         return f"{times} ({_f(rec.get('floor_frac_gpu'))}){_marks(rec)}"
 
     rows = _rows(results, mode, lambda cfg, idx: [cell(idx.get((*cfg, p))) for p in peers])
-    header = ["model", "T", "N", "dtype"] + [
-        f"{PEER_LABEL[p]} wall / GPU µs (floor)" for p in peers
-    ]
-    return md_table(header, rows, "lrrl" + "r" * len(peers))
+    header = [f"{PEER_LABEL[p]} wall / GPU µs (floor)" for p in peers]
+    return md_table(["model", "T", "N", "dtype", *header], rows, "lrrl" + "r" * len(peers))
 
 
 def memory_table(results: dict[str, Any]) -> str:
@@ -341,9 +287,11 @@ def memory_table(results: dict[str, Any]) -> str:
 
     def cells(cfg: tuple[Any, ...], idx: dict[tuple[Any, ...], Rec]) -> list[str] | None:
         recs = [idx.get((*cfg, p)) for p in peers]
-        if all((r or {}).get("retained_tn") is None for r in recs):
-            return None
-        return [cell(r) for r in recs]
+        return (
+            None
+            if all((r or {}).get("retained_tn") is None for r in recs)
+            else list(map(cell, recs))
+        )
 
     rows = _rows(results, "training", cells)
     if not rows:
@@ -371,8 +319,9 @@ def first_call_section(results: dict[str, Any]) -> str:
             rows.append([PEER_LABEL[impl], model, *map(_ms, times), note])
         for phase in ("cold", "warm"):
             if _get(phases, phase, "error"):
-                error = str(phases[phase]["error"])[:120]
-                rows.append([PEER_LABEL[impl], f"({phase})", "", "", "", error])
+                rows.append(
+                    [PEER_LABEL[impl], f"({phase})", "", "", "", str(phases[phase]["error"])[:120]]
+                )
     sym = fc.get("symneuron") or {}
     extra = [
         f"{phase}: CuPy/NVRTC start {_ms(ph['runtime_init_s'])} ms, "
@@ -393,195 +342,13 @@ def derivation_section(results: dict[str, Any]) -> str:
         return "_Not measured._"
     rows = []
     for model in sorted(der, key=_rank):
-        r = der[model]
+        r, keys = der[model], ("ctor_s", "spec_s", "source_s", "total_s", "sympy_first_use_s")
         if r.get("error"):
             rows.append([model, "", "", "", "", "error: " + r["error"].splitlines()[0][:100]])
-            continue
-        keys = ("ctor_s", "spec_s", "source_s", "total_s", "sympy_first_use_s", "import_s")
-        rows.append([model, *(_ms(r.get(k)) for k in keys)])
+        else:
+            rows.append([model, *(_ms(r.get(k)) for k in (*keys, "import_s"))])
     header = ["model", "ctor ms", "spec() ms", "source() ms", "total ms", "SymPy first use ms"]
     return DERIVATION_TEXT + md_table([*header, "import symneuron ms"], rows, "lrrrrrr")
-
-
-# --------------------------------------------------------------------------------------
-# targets of the performance issue
-# --------------------------------------------------------------------------------------
-
-
-def _sn(results: dict[str, Any], **where: Any) -> list[Rec]:
-    """symneuron's measured records whose fields match ``where`` (a value, a collection of
-    values or a predicate per field)."""
-
-    def match(value: Any, want: Any) -> bool:
-        if callable(want):
-            return bool(want(value))
-        return value in want if isinstance(want, (list, tuple, set)) else value == want
-
-    return [
-        r
-        for r in results.get("records", [])
-        if r.get("peer") == "symneuron"
-        and _ok(r)
-        and all(match(r.get(k), v) for k, v in where.items())
-    ]
-
-
-def _worst(
-    name: str,
-    recs: list[Rec],
-    value: Callable[[Rec], float],
-    goal: str,
-    need: tuple[str, float],
-    fmt: Callable[[float], str] = "{:.2f}".format,
-) -> list[str]:
-    """A target row: the worst of ``recs`` by ``value``, which must be at least
-    (``need = ("min", x)``) or at most (``("max", x)``) the limit."""
-    if not recs:
-        return [name, "no data", goal, "—"]
-    worst = (min if need[0] == "min" else max)(recs, key=value)
-    v = value(worst)
-    passed = v >= need[1] if need[0] == "min" else v <= need[1]
-    where = f"{worst['model']} T={worst['T']} N={_n(worst['N'])} {worst['dtype']}"
-    return [name, f"{fmt(v)} (worst: {where})", goal, "✓" if passed else "✗"]
-
-
-def _worst_ms(name: str, values: dict[str, Any], limit: float, note: str = "") -> list[str]:
-    """A target row: the largest of ``values`` (seconds per model), at most ``limit``."""
-    vals = {m: v for m, v in values.items() if v is not None}
-    m = max(vals, key=vals.__getitem__) if vals else None
-    measured = f"{vals[m] * 1e3:.0f} ms (worst: {m}){note}" if m else "no data"
-    met = ("✓" if vals[m] <= limit else "✗") if m else "—"
-    return [name, measured, f"≤ {limit * 1e3:.0f} ms", met]
-
-
-def _times(v: float) -> str:
-    return f"{v:.2f}×"
-
-
-def _vs(recs: list[Rec], peer: str) -> list[Rec]:
-    return [r for r in recs if peer in (r.get("vs") or {})]
-
-
-def _floor_targets(results: dict[str, Any], big: int) -> list[list[str]]:
-    """Issue 3's floor rows (the single-state zoo, N = ``big``)."""
-    single, both = tuple(SINGLE_MODELS), ("fp32", "bf16")
-    train = _sn(results, model=single, mode="training", dtype=both, N=big, T=lambda t: t >= 16)
-    train = [r for r in train if r.get("floor_frac_gpu") is not None]
-    t16 = _sn(results, model=single, mode="training", dtype=both, N=big, T=16)
-    t16 = [r for r in t16 if r.get("floor_frac_wall") is not None]
-    infer = _sn(results, model=single, mode="inference", dtype="fp32", N=big, T=lambda t: t >= 16)
-    infer = [r for r in infer if r.get("floor_frac_gpu") is not None]
-    gpu, wall = (lambda r: r["floor_frac_gpu"]), (lambda r: r["floor_frac_wall"])
-    t64 = [r for r in train if r["T"] >= 64]
-    return [
-        _worst("training GPU time, fp32+bf16, T ≥ 16", train, gpu, "≥ 0.90 of floor", ("min", 0.9)),
-        _worst("training wall time, fp32+bf16, T ≥ 64", t64, wall, "≥ 0.80 of floor", ("min", 0.8)),
-        _worst("training wall time, fp32+bf16, T = 16", t16, wall, "≥ 0.60 of floor", ("min", 0.6)),
-        _worst("inference GPU time, fp32, T ≥ 16", infer, gpu, "≥ 0.90 of floor", ("min", 0.9)),
-        _worst(
-            "inference GPU time vs torch.compile, fp32, T ≥ 16",
-            _vs(infer, "compile"),
-            lambda r: r["vs"]["compile"]["gpu"],
-            "≥ 0.95× (matching)",
-            ("min", 0.95),
-            _times,
-        ),
-    ]
-
-
-def _peer_targets(results: dict[str, Any], big: int, small: int) -> list[list[str]]:
-    """Speed-ups over the peers, host overhead and memory (the stateful models: one row)."""
-    single = tuple(SINGLE_MODELS)
-    rows = []
-    for peer, goal in (("sj014", 3.0), ("sj200", 1.5)):
-        recs = _vs(_sn(results, model=single, mode="training", T=(4, 16, 64)), peer)
-        rows.append(
-            _worst(
-                f"training wall speed-up vs {PEER_LABEL[peer]}, T ∈ {{4, 16, 64}}",
-                recs,
-                lambda r, p=peer: r["vs"][p]["wall"],
-                f"≥ {goal}×",
-                ("min", goal),
-                _times,
-            )
-        )
-    izh = _vs(_sn(results, model="Izhikevich", mode="training", N=big, T=(16, 64)), "sj014")
-    rows.append(
-        _worst(
-            "Izhikevich training wall speed-up vs SJ CuPy, T ∈ {16, 64}",
-            izh,
-            lambda r: r["vs"]["sj014"]["wall"],
-            "≥ 3×",
-            ("min", 3.0),
-            _times,
-        )
-    )
-    for kind in ("wall", "gpu"):
-        rows.append(
-            _worst(
-                f"faster than every peer, every configuration ({kind})",
-                [r for r in _sn(results) if r.get("vs")],
-                lambda r, k=kind: min(v[k] for v in r["vs"].values()),
-                "> 1×",
-                ("min", 1.0),
-                _times,
-            )
-        )
-    small_train = _sn(results, model=single, mode="training", T=4, N=small)
-    rows.append(
-        _worst(
-            f"host overhead, training T = 4, N = {_n(small)}",
-            small_train,
-            lambda r: r["wall_s"],
-            "≤ 150 µs wall",
-            ("max", 150e-6),
-            lambda v: f"{v * 1e6:.0f} µs",
-        )
-    )
-    kept = _sn(results, model=single, mode="training", retained_bytes=lambda b: b is not None)
-    rows.append(
-        _worst(
-            "memory retained for backward",
-            kept,
-            lambda r: r["retained_excess_B_per_neuron"],
-            "≤ one [T, N] tensor + O(N) (excess ≤ 32 B/neuron)",
-            ("max", 32.0),
-            lambda v: f"one [T, N] + {v:.1f} B/neuron",
-        )
-    )
-    return rows
-
-
-def _latency_targets(results: dict[str, Any]) -> list[list[str]]:
-    """First calls, the derivation, and symneuron's checks and errors."""
-    fc, rows = results.get("first_call") or {}, []
-    for name, phase, limit in (
-        ("first call, fresh cache", "cold", 0.5),
-        ("first call, warm disk cache", "warm", 0.03),
-    ):
-        data = _get(fc, "symneuron", phase, "models") or {}
-        rows.append(_worst_ms(name, {m: r.get("first_s") for m, r in data.items()}, limit))
-    der = results.get("derivation") or {}
-    first_use = [r.get("sympy_first_use_s") for r in der.values()]
-    first_use = [v for v in first_use if v is not None]
-    once = f"; plus SymPy's first use, once per process: {max(first_use or [0]) * 1e3:.0f} ms"
-    totals = {m: r.get("total_s") for m, r in der.items()}
-    rows.append(_worst_ms("derivation per zoo model", totals, 0.2, once if first_use else ""))
-    sn_all = [r for r in results.get("records", []) if r.get("peer") == "symneuron"]
-    bad = [r for r in sn_all if _ok(r) and not _passed(r)]
-    failed = [r for r in sn_all if r.get("status") in ("error", "unsupported")]
-    measured = f"{len(bad)} check failures, {len(failed)} errors of {len(sn_all)}"
-    met = "✓" if sn_all and not bad and not failed else "✗"
-    return [*rows, ["symneuron correct and running in every configuration", measured, "0", met]]
-
-
-def targets(results: dict[str, Any]) -> list[list[str]]:
-    """The rows of the targets table: target, measured (the worst case), goal, met."""
-    records = results.get("records", [])
-    big = max((r["N"] for r in records), default=2**20)
-    small = min((r["N"] for r in records), default=2**14)
-    floor_rows, peer_rows = _floor_targets(results, big), _peer_targets(results, big, small)
-    return [*floor_rows, *peer_rows, *_latency_targets(results)]
 
 
 def problems_section(results: dict[str, Any]) -> str:
@@ -605,176 +372,449 @@ def problems_section(results: dict[str, Any]) -> str:
     return "\n".join(lines) or "_None._"
 
 
-def _torch_peers(results: dict[str, Any]) -> str:
-    notes = [r.get("note") or "" for r in results.get("records", [])]
-    return "reference" if any("reference" in note for note in notes) else "loop"
+# ---------------------------------------------------------------- the issue's targets
+
+
+def _sn(results: dict[str, Any], **where: Any) -> list[Rec]:
+    """symneuron's measured records whose fields match ``where`` (a value, a collection of
+    values or a predicate per field)."""
+
+    def match(value: Any, want: Any) -> bool:
+        if callable(want):
+            return bool(want(value))
+        return value in want if isinstance(want, (list, tuple, set)) else value == want
+
+    return [r for r in results.get("records", []) if r.get("peer") == "symneuron" and _ok(r)
+            and all(match(r.get(k), v) for k, v in where.items())]  # fmt: skip
+
+
+def _worst(name: str, recs: list[Rec], value: Callable[[Rec], float], goal: str,
+           need: tuple[str, float],
+           fmt: Callable[[float], str] = "{:.2f}".format) -> list[str]:  # fmt: skip
+    """A target row: the worst of ``recs`` by ``value``, which must be at least
+    (``need = ("min", x)``) or at most (``("max", x)``) the limit."""
+    if not recs:
+        return [name, "no data", goal, "—"]
+    worst = (min if need[0] == "min" else max)(recs, key=value)
+    v = value(worst)
+    passed = v >= need[1] if need[0] == "min" else v <= need[1]
+    where = f"{worst['model']} T={worst['T']} N={_n(worst['N'])} {worst['dtype']}"
+    return [name, f"{fmt(v)} (worst: {where})", goal, "✓" if passed else "✗"]
+
+
+def _worst_ms(name: str, values: dict[str, Any], limit: float, note: str = "") -> list[str]:
+    """A target row: the largest of ``values`` (seconds per model), at most ``limit``."""
+    vals = {m: v for m, v in values.items() if v is not None}
+    m = max(vals, key=vals.__getitem__) if vals else None
+    measured = f"{vals[m] * 1e3:.0f} ms (worst: {m}){note}" if m else "no data"
+    met = ("✓" if vals[m] <= limit else "✗") if m else "—"
+    return [name, measured, f"≤ {limit * 1e3:.0f} ms", met]
+
+
+def _vs(recs: list[Rec], peer: str) -> list[Rec]:
+    return [r for r in recs if peer in (r.get("vs") or {})]
+
+
+def targets(results: dict[str, Any]) -> list[list[str]]:
+    """The rows of the targets table: target, measured (the worst case), goal, met."""
+    records = results.get("records", [])
+    big = max((r["N"] for r in records), default=2**20)
+    small = min((r["N"] for r in records), default=2**14)
+    single, both, times = tuple(SINGLE_MODELS), ("fp32", "bf16"), "{:.2f}×".format
+    train = _sn(results, model=single, mode="training", dtype=both, N=big, T=lambda t: t >= 16)
+    train = [r for r in train if r.get("floor_frac_gpu") is not None]
+    t16 = _sn(results, model=single, mode="training", dtype=both, N=big, T=16)
+    t16 = [r for r in t16 if r.get("floor_frac_wall") is not None]
+    infer = _sn(results, model=single, mode="inference", dtype="fp32", N=big, T=lambda t: t >= 16)
+    infer = [r for r in infer if r.get("floor_frac_gpu") is not None]
+    gpu, wall = (lambda r: r["floor_frac_gpu"]), (lambda r: r["floor_frac_wall"])
+    t64 = [r for r in train if r["T"] >= 64]
+    sn_train = _sn(results, model=single, mode="training", T=(4, 16, 64))
+    izh = _vs(_sn(results, model="Izhikevich", mode="training", N=big, T=(16, 64)), "sj014")
+    vs_all = [r for r in _sn(results) if r.get("vs")]
+    kept = _sn(results, model=single, mode="training", retained_bytes=lambda b: b is not None)
+    rows = [  # name, records, value, goal, need, format
+        ("training GPU time, fp32+bf16, T ≥ 16", train, gpu, "≥ 0.90 of floor", ("min", 0.9)),
+        ("training wall time, fp32+bf16, T ≥ 64", t64, wall, "≥ 0.80 of floor", ("min", 0.8)),
+        ("training wall time, fp32+bf16, T = 16", t16, wall, "≥ 0.60 of floor", ("min", 0.6)),
+        ("inference GPU time, fp32, T ≥ 16", infer, gpu, "≥ 0.90 of floor", ("min", 0.9)),
+        ("inference GPU time vs torch.compile, fp32, T ≥ 16", _vs(infer, "compile"),
+         lambda r: r["vs"]["compile"]["gpu"], "≥ 0.95× (matching)", ("min", 0.95), times),
+        *[(f"training wall speed-up vs {PEER_LABEL[p]}, T ∈ {{4, 16, 64}}", _vs(sn_train, p),
+           lambda r, p=p: r["vs"][p]["wall"], f"≥ {goal}×", ("min", goal), times)
+          for p, goal in (("sj014", 3.0), ("sj200", 1.5))],
+        ("Izhikevich training wall speed-up vs SJ CuPy, T ∈ {16, 64}", izh,
+         lambda r: r["vs"]["sj014"]["wall"], "≥ 3×", ("min", 3.0), times),
+        *[(f"faster than every peer, every configuration ({k})", vs_all,
+           lambda r, k=k: min(v[k] for v in r["vs"].values()), "> 1×", ("min", 1.0), times)
+          for k in ("wall", "gpu")],
+        (f"host overhead, training T = 4, N = {_n(small)}",
+         _sn(results, model=single, mode="training", T=4, N=small), lambda r: r["wall_s"],
+         "≤ 150 µs wall", ("max", 150e-6), lambda v: f"{v * 1e6:.0f} µs"),
+        ("memory retained for backward", kept, lambda r: r["retained_excess_B_per_neuron"],
+         "≤ one [T, N] tensor + O(N) (excess ≤ 32 B/neuron)", ("max", 32.0),
+         lambda v: f"one [T, N] + {v:.1f} B/neuron"),
+    ]  # fmt: skip
+    return [*(_worst(*row) for row in rows), *_latency_targets(results)]  # type: ignore[arg-type]
+
+
+def _latency_targets(results: dict[str, Any]) -> list[list[str]]:
+    """First calls, the derivation, and symneuron's checks and errors."""
+    fc, rows = results.get("first_call") or {}, []
+    for name, phase, limit in (("first call, fresh cache", "cold", 0.5),
+                               ("first call, warm disk cache", "warm", 0.03)):  # fmt: skip
+        data = _get(fc, "symneuron", phase, "models") or {}
+        rows.append(_worst_ms(name, {m: r.get("first_s") for m, r in data.items()}, limit))
+    der = results.get("derivation") or {}
+    first_use = [v for r in der.values() if (v := r.get("sympy_first_use_s")) is not None]
+    once = f"; plus SymPy's first use, once per process: {max(first_use or [0]) * 1e3:.0f} ms"
+    totals = {m: r.get("total_s") for m, r in der.items()}
+    rows.append(_worst_ms("derivation per zoo model", totals, 0.2, once if first_use else ""))
+    sn_all = [r for r in results.get("records", []) if r.get("peer") == "symneuron"]
+    bad = [r for r in sn_all if _ok(r) and not _passed(r)]
+    failed = [r for r in sn_all if r.get("status") in ("error", "unsupported")]
+    measured = f"{len(bad)} check failures, {len(failed)} errors of {len(sn_all)}"
+    met = "✓" if sn_all and not bad and not failed else "✗"
+    return [*rows, ["symneuron correct and running in every configuration", measured, "0", met]]
+
+
+# ------------------------------------------------------------------ docs/performance.md
 
 
 def markdown(results: dict[str, Any], plot_name: str | None = None) -> str:
+    """``docs/performance.md``: ``templates/performance.md`` filled with the tables."""
     annotate(results)
-    meta = results.get("meta") or {}
-    v = meta.get("versions") or {}
-    workers = results.get("workers") or {}
-    bw = _get(results, "copy", "bandwidth_Bps")
-    sj = {
-        k: (workers.get(k) or {}).get("spikingjelly")
-        or ("not run: " + str((workers.get(k) or {}).get("error", "—"))[:80])
-        for k in ("sj014", "sj200")
-    }
-    srcs = results.get("sources") or []
+    meta, workers = results.get("meta") or {}, results.get("workers") or {}
+    bw, srcs = _get(results, "copy", "bandwidth_Bps"), results.get("sources") or []
+    sj = {k: (workers.get(k) or {}).get("spikingjelly")
+          or ("not run: " + str((workers.get(k) or {}).get("error", "—"))[:80])
+          for k in ("sj014", "sj200")}  # fmt: skip
+    files = ", ".join(f"`{s['file']}`" + (f" (copy {s['copy_Bps'] / 1e9:.0f} GB/s)"
+                                            if s.get("copy_Bps") else "")
+                      + ("" if s.get("complete") else " (partial)") for s in srcs)  # fmt: skip
     copy_gib = (_get(results, "copy", "bytes") or 2**30) / 2**30
-    files = ", ".join(
-        f"`{s['file']}`"
-        + (f" (copy {s['copy_Bps'] / 1e9:.0f} GB/s)" if s.get("copy_Bps") else "")
-        + ("" if s.get("complete") else " (partial)")
-        for s in srcs
-    )
-    out = ["# Performance", ""]
-    out += [f"<!-- generated by benchmarks/report.py from {', '.join(s['file'] for s in srcs)}; "
-            "do not edit -->", ""]  # fmt: skip
-    if meta.get("dry_run"):
-        out += ["> **CPU dry run**: these figures only exercise the pipeline; "
-                "they say nothing about GPU speed.", ""]  # fmt: skip
-    out += [
-        "## Setup",
-        "",
-        f"- GPU: **{meta.get('gpu', '?')}** ({meta.get('sm_count', '?')} SMs, L2 "
-        f"{(meta.get('l2_bytes') or 0) / 2**20:.0f} MiB), driver {meta.get('driver', '?')}",
-        f"- torch {v.get('torch')} (CUDA {v.get('torch_cuda')}), CuPy {v.get('cupy')}, "
-        f"Triton {v.get('triton')}, NumPy {v.get('numpy')}, SymPy {v.get('sympy')}, "
-        f"Python {v.get('python')}",
-        f"- symneuron {v.get('symneuron')} (sources sha256 {v.get('symneuron_source_sha256')}); "
-        f"SpikingJelly 0.0.0.0.14: {sj['sj014']}; SpikingJelly 2.0.0: {sj['sj200']}",
-        f"- date {meta.get('date')}; run files: {files}",
-        f"- copy floor: **{bw / 1e9:.0f} GB/s** ({copy_gib:g} GiB device-to-device copy, "
-        "bytes read + written)"
-        if bw
-        else "- copy floor: not measured",
-        "",
-        METHOD_TEXT.format(torch_peers=TORCH_PEERS[_torch_peers(results)]),
-        "",
-    ]
-    if plot_name:
-        out += [f"![floor fractions and speed-ups]({plot_name})", ""]
-    sections = [
-        ("## Targets", "Issue 3's rows cover the single-state zoo (IF, LIF, PLIF, QIF, EIF); "
-         "the Izhikevich row is the target for the neurons with extra states.",
-         md_table(["target", "measured", "goal", "met"], targets(results), "lllc")),
-        ("## Training (forward + backward)", "symneuron's times, floor fractions and check, then "
-         "its speed-up over each peer (wall / GPU). ✗: the peer failed its check; †: the peer "
-         "fell back to its torch loop.", speedup_table(results, "training")),
-        ("## Inference (forward, no grad)", speedup_table(results, "inference")),
-        ("## Memory retained for backward", MEMORY_TEXT, memory_table(results)),
-        ("## First-call latency", first_call_section(results)),
-        ("## Symbolic derivation", derivation_section(results)),
-        ("## Absolute times", "### Training", absolute_table(results, "training")),
-        ("### Inference", absolute_table(results, "inference")),
-        ("## Failures, unsupported and skipped", problems_section(results)),
-    ]  # fmt: skip
-    for section in sections:
-        for part in section:
-            out += [part, ""]
-    return "\n".join(out)
+    copy_line = "- copy floor: not measured"
+    if bw:
+        copy_line = (f"- copy floor: **{bw / 1e9:.0f} GB/s** ({copy_gib:g} GiB device-to-device "
+                     "copy, bytes read + written)")  # fmt: skip
+    notes = [r.get("note") or "" for r in results.get("records", [])]
+    return (TEMPLATES / "performance.md").read_text().format_map(dict(
+        sources=", ".join(s["file"] for s in srcs), gpu=meta.get("gpu", "?"), sj014=sj["sj014"],
+        dry_run="> **CPU dry run**: these figures only exercise the pipeline; they say nothing "
+        "about GPU speed.\n\n" if meta.get("dry_run") else "", sm_count=meta.get("sm_count", "?"),
+        l2_mib=(meta.get("l2_bytes") or 0) / 2**20, driver=meta.get("driver", "?"),
+        v=defaultdict(lambda: None, meta.get("versions") or {}), sj200=sj["sj200"],
+        date=meta.get("date"), files=files, copy_line=copy_line,
+        torch_peers=TORCH_PEERS["reference" if any("reference" in n for n in notes) else "loop"],
+        plot=f"![floor fractions and speed-ups]({plot_name})\n\n" if plot_name else "",
+        targets=md_table(["target", "measured", "goal", "met"], targets(results), "lllc"),
+        training=speedup_table(results, "training"), inference=speedup_table(results, "inference"),
+        memory=memory_table(results), first_call=first_call_section(results),
+        derivation=derivation_section(results), abs_training=absolute_table(results, "training"),
+        abs_inference=absolute_table(results, "inference"), problems=problems_section(results),
+    ))  # fmt: skip
 
 
-# --------------------------------------------------------------------------------------
-# plot
-# --------------------------------------------------------------------------------------
+COLORS = {"symneuron": "C3", "sj014": "C0", "sj200": "C1", "torch": "C7", "compile": "C2"}
 
 
-def _series(
-    recs: list[Rec], peer: str, mode: str, model: str, n: int, field: str
-) -> tuple[list[int], list[float]]:
-    """The T and ``field`` values of one peer's fp32 records for the plot, sorted by T."""
-    pts = sorted(
-        (r["T"], r[field])
-        for r in recs
-        if (r["peer"], r["mode"], r["model"], r["dtype"], r["N"]) == (peer, mode, model, "fp32", n)
-        and r.get(field) is not None
-    )
-    return [p[0] for p in pts], [p[1] for p in pts]
+def _finish(ax: Any, drawn: bool) -> None:
+    if drawn:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+
+
+def _speedup_panel(ax: Any, recs: list[Rec], big: int, models: list[str]) -> None:
+    """Bars: each peer's wall time over symneuron's, geomean over T, per model (fp32)."""
+    from matplotlib.ticker import FuncFormatter
+
+    peers = [p for p in PEERS[1:] if any(r["peer"] == p for r in recs)]
+    sn = [r for r in _sn({"records": recs}, mode="training", dtype="fp32", N=big) if r.get("vs")]
+    width, drawn = 0.8 / max(1, len(peers)), False
+    for i, peer in enumerate(peers):
+        heights = []
+        for m in models:
+            vals = [r["vs"][peer]["wall"] for r in sn if r["model"] == m and peer in r["vs"]]
+            heights.append(math.exp(statistics.mean(map(math.log, vals))) if vals else math.nan)
+        drawn = drawn or any(math.isfinite(h) for h in heights)
+        offsets = [j + (i - (len(peers) - 1) / 2) * width for j in range(len(models))]
+        ax.bar(offsets, heights, width, color=COLORS[peer], label=PEER_LABEL[peer])
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda val, _pos: f"{val:g}×"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda val, _pos: ""))
+    ax.set_xticks(range(len(models)), models)
+    ax.set_ylabel("symneuron wall speed-up (geomean over T)")
+    ax.set_title(f"training, fp32, N = {_n(big)}: peer wall / symneuron wall")
+    _finish(ax, drawn)
 
 
 def plot(results: dict[str, Any], path: str | Path) -> Path:
-    from matplotlib.ticker import FuncFormatter
-
+    """Floor fractions (training, inference) of one model against T, and the wall speed-ups."""
     plt = pyplot()
-
     annotate(results)
-    recs = [r for r in results.get("records", []) if _ok(r)]
-    path = Path(path)
+    recs, path = [r for r in results.get("records", []) if _ok(r)], Path(path)
     big = max((r["N"] for r in recs), default=2**20)
     models_present = [m for m in MODELS if any(r["model"] == m for r in recs)]
     model = "LIF" if "LIF" in models_present else (models_present or ["LIF"])[0]
-    colors = {"symneuron": "C3", "sj014": "C0", "sj200": "C1", "torch": "C7", "compile": "C2"}
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
 
-    def finish(ax: Any, drawn: bool) -> None:
-        if drawn:
-            ax.legend(fontsize=8)
-        else:
-            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+    def series(peer: str, mode: str, field: str) -> tuple[list[int], list[float]]:
+        key = ("peer", "mode", "model", "dtype", "N")
+        pts = sorted((r["T"], r[field]) for r in recs if r.get(field) is not None
+                     and tuple(r[k] for k in key) == (peer, mode, model, "fp32", big))  # fmt: skip
+        return [p[0] for p in pts], [p[1] for p in pts]
 
     for ax, mode in zip(axes[:2], ("training", "inference"), strict=True):
         drawn = False
         for peer in PEERS:
-            ts, fracs = _series(recs, peer, mode, model, big, "floor_frac_gpu")
+            ts, fracs = series(peer, mode, "floor_frac_gpu")
             if ts:
                 drawn = True
-                ax.plot(ts, fracs, "o-", color=colors[peer], label=PEER_LABEL[peer])
-                ts, fracs = _series(recs, peer, mode, model, big, "floor_frac_wall")
-                ax.plot(ts, fracs, "x:", color=colors[peer], alpha=0.6)
+                ax.plot(ts, fracs, "o-", color=COLORS[peer], label=PEER_LABEL[peer])
+                ax.plot(*series(peer, mode, "floor_frac_wall"), "x:", color=COLORS[peer], alpha=0.6)
         ax.axhline(1.0, color="k", lw=0.8)
         ax.axhline(0.9, color="k", lw=0.6, ls="--")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("T")
         ax.set_ylabel("fraction of copy floor (o- GPU, x: wall)")
         ax.set_title(f"{mode}, {model}, fp32, N = {_n(big)}")
-        finish(ax, drawn)
-    ax = axes[2]
-    peers = [p for p in PEERS[1:] if any(r["peer"] == p for r in recs)]
-    sn = [r for r in _sn({"records": recs}, mode="training", dtype="fp32", N=big) if r.get("vs")]
-    width = 0.8 / max(1, len(peers))
-    drawn = False
-    for i, peer in enumerate(peers):
-        heights = []
-        for m in models_present:
-            vals = [r["vs"][peer]["wall"] for r in sn if r["model"] == m and peer in r["vs"]]
-            geomean = math.exp(statistics.mean(math.log(v) for v in vals)) if vals else math.nan
-            heights.append(geomean)
-        drawn = drawn or any(math.isfinite(h) for h in heights)
-        offsets = [j + (i - (len(peers) - 1) / 2) * width for j in range(len(models_present))]
-        ax.bar(offsets, heights, width, color=colors[peer], label=PEER_LABEL[peer])
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda val, _pos: f"{val:g}×"))
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda val, _pos: ""))
-    ax.set_xticks(range(len(models_present)), models_present)
-    ax.set_ylabel("symneuron wall speed-up (geomean over T)")
-    ax.set_title(f"training, fp32, N = {_n(big)}: peer wall / symneuron wall")
-    finish(ax, drawn)
+        _finish(ax, drawn)
+    _speedup_panel(axes[2], recs, big, models_present)
     meta = results.get("meta") or {}
     dry = " (CPU DRY RUN)" if meta.get("dry_run") else ""
-    gpu, date = meta.get("gpu", "?"), str(meta.get("date", ""))[:10]
-    fig.suptitle(f"symneuron benchmark — {gpu}, {date}{dry}")
+    date = str(meta.get("date", ""))[:10]
+    fig.suptitle(f"symneuron benchmark — {meta.get('gpu', '?')}, {date}{dry}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
+# ------------------------------------------------------------- docs/performance_zoo.md
+
+ZOO_TARGET, ZOO_DTYPES, ZOO_STEPS = 0.85, ("fp32", "bf16"), (16, 64)
+ZOO_BEFORE = """
+## Against the earlier result
+
+GPU time per training call, T = 64, N = 2^20, the `--before` result → this one. On \
+2026-11-24 two kernel changes came between them: a W̃ the backward never reads is no longer \
+saved (Izhikevich, Izhikevich2003, CuLIF, AdEx, AdEx2005, iaf_psc_exp), and a division by a \
+parameter became a product with its reciprocal (`docs/architecture.md`). Differences within \
+±3 % are run-to-run noise.
+
+| model | fp32 | bf16 |
+| --- | --- | --- |"""
+
+
+def zoo_load(*paths: Path) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """(model, dtype, T) -> the symneuron training record of bench_neurons results (merged
+    in order)."""
+    return {(r["model"], r["dtype"], r["T"]): r for path in paths
+            for r in json.loads(path.read_text())["records"] if r.get("status") == "ok"
+            and r.get("mode") == "training" and r.get("peer") == "symneuron"}  # fmt: skip
+
+
+def zoo_bounds(ncu_dir: Path | None) -> dict[tuple[str, str], str]:
+    """(model, dtype) -> "forward bound / backward bound" from the profile's CSV files."""
+    import profile_ncu
+
+    found: dict[tuple[str, str], dict[str, str]] = {}
+    for path in sorted(ncu_dir.glob("*.csv")) if ncu_dir else ():
+        for r in profile_ncu.read_csv(path, 64, 2**20):
+            text = profile_ncu.bound(r)
+            extra = (r.get("dram_bytes_per_elem") or 0.0) - r["floor_bytes_per_elem"]
+            if extra > 0.1 * r["floor_bytes_per_elem"]:  # above the floor: X re-read, ...
+                text += f" (+{extra:.0f} B)"
+            kind = "fwd" if "_forward_" in r["kernel"] else "bwd"
+            found.setdefault((r["model"], r["dtype"]), {})[kind] = text
+    return {key: f"{v.get('fwd', '?')} / {v.get('bwd', '?')}" for key, v in found.items()}
+
+
+def zoo_report(results: list[Path], ncu_dir: Path | None, before: Path | None) -> str:
+    """``docs/performance_zoo.md``: fractions per model, dtype and T, bounds, before/after."""
+    import profile_ncu
+
+    data, recs, bound = json.loads(results[-1].read_text()), zoo_load(*results), zoo_bounds(ncu_dir)
+    meta, copy = data.get("meta", {}), data.get("copy", {})
+    named = [*results, *([ncu_dir] if ncu_dir else []), *([before] if before else [])]
+    out = [(TEMPLATES / "performance_zoo.md").read_text().format(
+        sources=", ".join(f"`{p.name}`" for p in named), gpu=meta.get("gpu") or "?",
+        torch=meta.get("versions", {}).get("torch", "?"), date=meta.get("date", ""),
+        copy=copy.get("bandwidth_Bps", copy.get("Bps", 0.0)) / 1e9, target=ZOO_TARGET,
+        mem=profile_ncu.MEMORY_PCT, issue=profile_ncu.ISSUE_PCT)]  # fmt: skip
+    models = list(dict.fromkeys(m for m, _, _ in recs))
+    head = ["model", "k", *(f"{d} T={t}" for d in ZOO_DTYPES for t in ZOO_STEPS)]
+    out += [
+        "| " + " | ".join([*head, *(f"bound {d}" for d in ZOO_DTYPES)]) + " |",
+        "|" + " --- |" * (len(head) + 2),
+    ]
+    fracs = []
+    for model in models:
+        cells = [model, str(floor.extra_states(model))]
+        for rec in (recs.get((model, d, t)) for d in ZOO_DTYPES for t in ZOO_STEPS):
+            frac = None if rec is None else rec["floor_frac_gpu"]
+            cells.append(
+                "—" if frac is None else f"{frac:.2f}" + (" ✓" if frac >= ZOO_TARGET else "")
+            )
+            fracs += [] if frac is None else [frac]
+        out.append(
+            "| " + " | ".join(cells + [bound.get((model, d), "—") for d in ZOO_DTYPES]) + " |"
+        )
+    met = sum(f >= ZOO_TARGET for f in fracs)
+    out += ["", f"{met} of {len(fracs)} configurations meet the target."]
+    if before is not None:
+        old, rows = zoo_load(before), []
+        for model in models:
+            cells = [model]
+            for a, b in ((old.get((model, d, 64)), recs.get((model, d, 64))) for d in ZOO_DTYPES):
+                change = None if a is None or b is None else b["gpu_s"] / a["gpu_s"] - 1
+                pct = "" if change is None else "±0%" if abs(change) < 0.005 else f"{change:+.0%}"
+                cells.append(
+                    "—"
+                    if change is None
+                    else f"{a['gpu_s'] * 1e6:.0f} → {b['gpu_s'] * 1e6:.0f} µs ({pct})"
+                )  # type: ignore[index]
+            rows.append("| " + " | ".join(cells) + " |")
+        out += [ZOO_BEFORE, *rows]
+    return "\n".join(out) + "\n"
+
+
+# ----------------------------------------------- the end-to-end section (bench_e2e.py)
+
+#: Library key -> how the table and the plot name it (also the order of the rows).
+E2E_LIBRARIES = {
+    "floor": "no neuron (nn.ReLU)",
+    "floor-cg": "no neuron + CUDA graphs",
+    "symneuron": "symneuron",
+    "symneuron-cg": "symneuron + CUDA graphs",
+    "sj-cupy": "SpikingJelly 0.0.0.0.14 CuPy",
+    "sj-triton": "SpikingJelly 2.0.0 Triton",
+    "sj-torch": "SpikingJelly torch backend",
+}
+E2E_FLOORS = ("floor", "floor-cg")
+E2E_NETWORKS = {"cnn": "CIFAR-10 CNN", "mlp": "SHD MLP"}
+E2E_PRECISIONS = {"fp32": "fp32", "fp16": "AMP fp16 (autocast + GradScaler)",
+                  "bf16": "AMP bf16 (autocast)"}  # fmt: skip
+
+
+def _e2e_order(rec: dict[str, Any]) -> tuple[int, int, str, int]:
+    def at(table: dict[str, str], key: str) -> int:
+        return list(table).index(key) if key in table else 99
+
+    model = "" if rec["library"] in E2E_FLOORS else rec["model"]
+    return (at(E2E_NETWORKS, rec["network"]), at(E2E_PRECISIONS, rec["precision"]), model,
+            at(E2E_LIBRARIES, rec["library"]))  # fmt: skip
+
+
+def _e2e_note(rec: dict[str, Any]) -> str:
+    parts = [f"n/a: {rec.get('reason') or rec.get('status')}"] if rec.get("status") != "ok" else []
+    parts += [str(rec[key]) for key in ("implementation", "note", "loss_check") if rec.get(key)]
+    if rec.get("spike_rates") and rec["library"] not in E2E_FLOORS:
+        parts.append("rates " + "/".join(f"{r:.2f}" for r in rec["spike_rates"]))
+    text = "; ".join(parts).replace("|", "/").replace("\n", " ")
+    return text[:160] + ("…" if len(text) > 160 else "")
+
+
+def e2e_table(records: Iterable[dict[str, Any]]) -> str:
+    """The results as one markdown table, floor rows first in each (network, precision)."""
+
+    def ms(value: Any) -> str:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "—"
+        return f"{value:+.2f}" if value < 0 else f"{value:.2f}"
+
+    def added(value: Any) -> str:
+        return "—" if value is None else f"{value:+.2f}"
+
+    rows = [[E2E_NETWORKS.get(r["network"], r["network"]), r["precision"],
+             "—" if r["library"] in E2E_FLOORS else r["model"],
+             E2E_LIBRARIES.get(r["library"], r["library"]), ms(r.get("step_ms")),
+             added(r.get("added_ms")), ms(r.get("wall_ms")), added(r.get("added_wall_ms")),
+             _e2e_note(r)] for r in sorted(records, key=_e2e_order)]  # fmt: skip
+    header = ["network", "precision", "neuron", "library", "step ms", "added ms", "wall ms"]
+    return md_table([*header, "added wall ms", "notes"], rows, "llllrrrrl")
+
+
+def e2e_markdown(results: dict[str, Any]) -> str:
+    """A section for ``docs/performance_e2e.md``: setup lines, the table, how to read it."""
+    meta, records = results.get("meta", {}), results.get("records", [])
+    workers = sorted(results.get("workers", {}).items())
+    sj = ", ".join(f"{kind}: {w.get('spikingjelly') or w.get('error', '?')}"
+                   for kind, w in workers if kind != "main")  # fmt: skip
+    partial = "" if results.get("complete", True) else "; ".join(results.get("stopped", []))
+    cudagraphs = "\n\n" + (TEMPLATES / "e2e_cudagraphs.md").read_text().strip()
+    cudagraphs = cudagraphs if any(r["library"].endswith("-cg") for r in records) else ""
+    return (TEMPLATES / "performance_e2e.md").read_text().format(
+        partial=f"- **partial run**: {partial}\n" if partial else "", gpu=meta.get("gpu", "?"),
+        v=defaultdict(lambda: None, meta.get("versions", {})), sj=sj or "none",
+        date=meta.get("date"), argv=" ".join(meta.get("argv", [])), s=defaultdict(
+            lambda: None, results.get("settings", {})),
+        dry=" (**dry run**)" if meta.get("dry_run") else "", table=e2e_table(records),
+        cudagraphs=cudagraphs,
+    )  # fmt: skip
+
+
+def e2e_plot(results: dict[str, Any], path: str | Path) -> str | None:
+    """Grouped bars of the time each library's neurons add over the floor, one panel per
+    network x precision; returns an error text instead of raising (e.g. no matplotlib)."""
+    try:
+        plt = pyplot()
+        recs = [r for r in results.get("records", []) if r["library"] not in E2E_FLOORS]
+        panels = sorted({(r["network"], r["precision"]) for r in recs},
+                        key=lambda p: _e2e_order(dict(network=p[0], precision=p[1], library="floor",
+                                                      model="")))  # fmt: skip
+        if not panels:
+            return "no plot: no records"
+        libs = [lib for lib in E2E_LIBRARIES if any(r["library"] == lib for r in recs)]
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.0), squeeze=False)
+        width = 0.8 / max(1, len(libs))
+        for ax, (net, prec) in zip(axes[0], panels, strict=True):
+            mine = [r for r in recs if r["network"] == net and r["precision"] == prec]
+            models = sorted({r["model"] for r in mine})
+            for i, lib in enumerate(libs):
+                for j, model in enumerate(models):
+                    rec = next((r for r in mine if r["library"] == lib and r["model"] == model), {})
+                    x, value = j + (i - (len(libs) - 1) / 2) * width, rec.get("added_ms")
+                    if value is None:
+                        ax.text(x, 0, "n/a", rotation=90, ha="center", va="bottom", fontsize=6)
+                        continue
+                    ax.bar(x, value, width, color=f"C{list(E2E_LIBRARIES).index(lib)}",
+                           label=E2E_LIBRARIES[lib] if j == 0 else None)  # fmt: skip
+            ax.set_xticks(range(len(models)), models)
+            ax.axhline(0, color="black", linewidth=0.5)
+            ax.set_title(f"{E2E_NETWORKS.get(net, net)}, {prec}", fontsize=9)
+            ax.set_ylabel("time added over the floor (ms / step)")
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=min(5, len(labels)), fontsize=8)
+        fig.suptitle(f"Training step: time added by the neurons ({results['meta'].get('gpu')})")
+        fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return None
+    except Exception as exc:  # noqa: BLE001
+        return f"no plot: {type(exc).__name__}: {exc}"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("results", nargs="+", help="result JSON files (merged in order)")
-    p.add_argument("-o", "--output", help="markdown output (default docs/performance.md)")
+    p.add_argument("results", nargs="+", type=Path, help="result JSON files (merged in order)")
+    p.add_argument("-o", "--output", type=Path, help="markdown (default docs/performance.md; "
+                   "--zoo: print)")  # fmt: skip
     p.add_argument("--plot", help="also draw the plot to this PNG (linked from the markdown)")
-    p.add_argument("--short", action="store_true", help="print the short text table and exit")
+    p.add_argument(
+        "--zoo", action="store_true", help="the zoo page (bench_neurons.py --models zoo)"
+    )
+    p.add_argument("--ncu", type=Path, default=None, help="--zoo: profile_ncu.py CSV directory")
+    p.add_argument("--before", type=Path, default=None, help="--zoo: an earlier zoo result JSON")
     args = p.parse_args(argv)
-    results = load(args.results)
-    if args.short:
-        print(short_table(results))
+    if args.zoo:
+        text = zoo_report(args.results, args.ncu, args.before)
+        print(text, end="") if args.output is None else args.output.write_text(text)
         return 0
-    out = Path(args.output or Path(__file__).resolve().parent.parent / "docs" / "performance.md")
+    results = load(args.results)
+    out = args.output or Path(__file__).resolve().parent.parent / "docs" / "performance.md"
     plot_name = None
     if args.plot:
         png = plot(results, args.plot)

@@ -16,10 +16,10 @@
 #   spikingjelly-0.0.0.0.14-py3-none-any.whl, spikingjelly-2.0.0-py3-none-any.whl,
 #   loguru-0.7.3-py3-none-any.whl (SpikingJelly 2.0.0 imports it; the GPU image lacks it).
 #
-# Each SpikingJelly goes to its own --target directory, since the two versions conflict;
-# bench_neurons.py puts the right one on PYTHONPATH of the worker process that runs it.
-# A peer that fails is recorded in the results and never stops the run. The benchmark
-# gets BENCH_TIMEOUT seconds (default 540) and stops starting new configurations after
+# bench_neurons.py installs each SpikingJelly from there into a directory of its own (the two
+# versions conflict) and puts it on PYTHONPATH of the worker process that runs it. A peer
+# that fails is recorded in the results and never stops the run. The benchmark gets
+# BENCH_TIMEOUT seconds (default 540) and stops starting new configurations after
 # --time-budget-s (default 450 here); partial results are written either way.
 #
 # Comes back in $OUT: <gpu>-<date>.json, <gpu>-<date>.png, performance.md, bench.log,
@@ -33,24 +33,6 @@ LOG="$OUT/bench.log"
 export PYTHONUNBUFFERED=1
 
 say() { echo "[run_gpu] $*" | tee -a "$LOG"; }
-
-install() {  # install <target dir> <wheel glob>
-    local target=$1 pattern=$2 wheel
-    wheel=$(ls .whl/$pattern 2>/dev/null | head -1)
-    if [ -z "$wheel" ]; then
-        say "WARNING: no wheel .whl/$pattern; that peer will be recorded as not run"
-        return 1
-    fi
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target "$target" "$wheel" >>"$LOG" 2>&1 \
-        && say "installed $(basename "$wheel") into $target" \
-        || say "WARNING: pip could not install $wheel into $target"
-}
-
-install /tmp/sj014 'spikingjelly-0.0.0.0.14-*.whl'
-install /tmp/sj200 'spikingjelly-2.0.0-*.whl'
-install /tmp/site 'loguru-*.whl'
-export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 
 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || true
 python3 - <<'EOF' 2>&1 | tee -a "$LOG"
@@ -69,8 +51,8 @@ DOCS="${DOCS:-docs/performance.md}"
 mkdir -p "$RESULTS"
 before=$(ls "$RESULTS"/*.json 2>/dev/null | sort)
 timeout -s TERM --kill-after=20 "${BENCH_TIMEOUT:-540}" \
-    python3 benchmarks/bench_neurons.py --sj014-path /tmp/sj014 --sj200-path /tmp/sj200 \
-    --out-dir "$RESULTS" --time-budget-s "${BUDGET:-450}" "$@" 2>&1 | tee -a "$LOG"
+    python3 benchmarks/bench_neurons.py --wheels .whl --out-dir "$RESULTS" \
+    --time-budget-s "${BUDGET:-450}" "$@" 2>&1 | tee -a "$LOG"
 rc=${PIPESTATUS[0]}
 say "bench_neurons.py exited with $rc"
 

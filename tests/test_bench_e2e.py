@@ -88,11 +88,8 @@ def test_dry_run_outputs(dry_run: tuple[dict, str, Path]) -> None:
 
 def test_missing_spikingjelly_is_reported_not_raised(tmp_path: Path) -> None:
     bench = _load("bench_e2e")
-    args = bench.build_parser().parse_args(  # type: ignore[attr-defined]
-        ["--sj014-path", str(tmp_path / "none"), "--wheels", str(tmp_path)]
-    )
     with pytest.raises(FileNotFoundError, match=r"pip install spikingjelly==0\.0\.0\.0\.14"):
-        bench.locate_sj("sj014", args)  # type: ignore[attr-defined]
+        bench.locate_sj("sj014", tmp_path)  # type: ignore[attr-defined]
 
 
 def test_annotate_marks_a_mismatching_loss() -> None:

@@ -1,0 +1,367 @@
+#!/usr/bin/env python3
+"""One SGD training step of a recurrent spiking network, built six ways, eager and graphed.
+
+The network: x [T, B, 700] -> ``nn.Linear(700, H)`` -> a layer of H LIF neurons (τ = 10,
+threshold 1, hard reset to 0, the zoo's Sigmoid(α = 4) surrogate) whose input adds W s[t−1]
+(W: H x H, no bias) -> ``nn.Linear(H, 20)`` on the spikes -> logits = its mean over t;
+cross-entropy, backward, SGD step (momentum 0.9). Rows, all from the same weights:
+
+* ``feedforward``: ``sn.NeuronLayer(lif)`` (multi-step) without the recurrence, the bound;
+* ``symneuron``: ``sn.RecurrentNeuronLayer``;
+* ``symneuron-loop``: ``sn.NeuronLayer(lif, step_mode="s")`` in a Python loop with W;
+* ``torch``: a hand-written loop (the LIF step in torch, the surrogate an autograd.Function);
+* ``spikingjelly``: 2.0's ``LIFNode(step_mode="s")`` in the same loop (when it imports);
+* ``torch.compile``: the ``torch`` row with its step under ``torch.compile``.
+
+Each row is timed *eager* (CUDA events around each step, median) and *graphed* (the whole
+step, forward + backward + ``optimizer.step()``, captured with ``torch.cuda.graph`` after a
+warm-up on a side stream, then replayed), next to a device-to-device copy of the input (the
+floor). The input (Bernoulli spikes times a gain) is scaled so that the ``torch`` row fires
+on about 6 % of neuron-steps; a row firing outside 2–20 % is refused. Before any timing, the
+losses and gradients of the recurrent rows are compared in float64 on one small
+configuration; a row that disagrees with ``torch`` is not timed. JSON and a plot go to
+``--out``; the markdown table is printed last.
+
+    python3 benchmarks/recurrent.py                          # on a GPU: the four configs
+    python3 benchmarks/recurrent.py --device cpu --quick     # CPU smoke test, tiny sizes
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import core  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+import symneuron as sn  # noqa: E402
+
+ROWS = ["feedforward", "symneuron", "symneuron-loop", "torch", "spikingjelly", "torch.compile"]
+CONFIGS = [(64, 256, 100), (64, 256, 500), (64, 256, 1000), (256, 1024, 100)]  # (B, H, T)
+QUICK = [(4, 16, 20), (8, 32, 30)]
+CHECK = (4, 24, 30)  # the gradient check's configuration
+TAU, ALPHA, INPUTS, CLASSES, P_IN, TARGET_RATE = 10.0, 4.0, 700, 20, 0.05, 0.06
+RATE_RANGE = (0.02, 0.20)
+
+
+class Spike(torch.autograd.Function):
+    """Θ(u) (Θ(0) = 1) forward; the zoo's Sigmoid surrogate α·σ(αu)(1 − σ(αu)) backward."""
+
+    @staticmethod
+    def forward(ctx: Any, u: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(u)
+        return (u >= 0).to(u.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        sig = torch.sigmoid(ALPHA * ctx.saved_tensors[0])
+        return grad * ALPHA * sig * (1 - sig)
+
+
+def torch_step(x: torch.Tensor, s: torch.Tensor, v: torch.Tensor,
+               weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """``sn.models.LIF(tau=10)`` by hand, its input x + W s: H = V + (X − V)/τ,
+    S = Θ(H − 1), V = H(1 − S) (the hard reset to 0, its gradient through S as the zoo's)."""
+    h = v + (x + F.linear(s, weight) - v) / TAU
+    s = Spike.apply(h - 1.0)
+    return s, h * (1 - s)
+
+
+class TorchLoop(nn.Module):
+    """:func:`torch_step` over t (V[−1] = 0, s[−1] = 0), optionally under torch.compile."""
+
+    def __init__(self, size: int, compiled: bool) -> None:
+        super().__init__()
+        self.w = nn.Linear(size, size, bias=False)
+        self.step = torch.compile(torch_step) if compiled else torch_step
+
+    def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
+        out, s = [], torch.zeros_like(x_seq[0])
+        v = s
+        for x in x_seq:
+            s, v = self.step(x, s, v, self.w.weight)
+            out.append(s)
+        return torch.stack(out)
+
+    def reset(self) -> None:
+        pass
+
+
+class Loop(nn.Module):
+    """s[t] = cell(x[t] + W s[t−1]), s[−1] = 0: a single-step ``cell`` in a Python loop."""
+
+    def __init__(self, size: int, cell: nn.Module) -> None:
+        super().__init__()
+        self.w, self.cell = nn.Linear(size, size, bias=False), cell
+
+    def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
+        out, s = [], torch.zeros_like(x_seq[0])
+        for x in x_seq:
+            s = self.cell(x + self.w(s))
+            out.append(s)
+        return torch.stack(out)
+
+    def reset(self) -> None:
+        self.cell.reset()
+
+
+def recurrent_layer(row: str, size: int) -> nn.Module:
+    """The row's layer [T, B, H] -> spikes [T, B, H] (raises ImportError for SpikingJelly)."""
+    lif = sn.models.LIF(tau=TAU)
+    if row == "feedforward":
+        return sn.NeuronLayer(lif)
+    if row == "symneuron":
+        return sn.RecurrentNeuronLayer(lif, size)
+    if row == "symneuron-loop":
+        return Loop(size, sn.NeuronLayer(lif, step_mode="s"))
+    if row == "spikingjelly":
+        from spikingjelly.activation_based import neuron, surrogate
+
+        node = neuron.LIFNode(tau=TAU, decay_input=True, v_threshold=1.0, v_reset=0.0,
+                              surrogate_function=surrogate.Sigmoid(alpha=ALPHA),
+                              detach_reset=False, step_mode="s")  # fmt: skip
+        return Loop(size, node)
+    return TorchLoop(size, compiled=row == "torch.compile")
+
+
+class Net(nn.Module):
+    """Linear(700, H) -> the row's layer -> Linear(H, 20), averaged over t."""
+
+    def __init__(self, row: str, size: int, w_rec: torch.Tensor, seed: int) -> None:
+        super().__init__()
+        self.rec = recurrent_layer(row, size)
+        torch.manual_seed(seed)  # the same input and readout weights in every row
+        self.inp, self.out = nn.Linear(INPUTS, size), nn.Linear(size, CLASSES)
+        weight = getattr(self.rec, "weight", None)  # RecurrentNeuronLayer's, or the loop's W
+        weight = (
+            weight if weight is not None else getattr(getattr(self.rec, "w", None), "weight", None)
+        )
+        if weight is not None:
+            with torch.no_grad():
+                weight.copy_(w_rec)
+
+    def spikes(self, x_seq: torch.Tensor) -> torch.Tensor:
+        self.rec.reset()
+        return self.rec(self.inp(x_seq))
+
+    def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
+        return self.out(self.spikes(x_seq)).mean(0)
+
+
+class Case:
+    """One configuration's inputs: x, labels and the recurrent weight, on ``device``."""
+
+    def __init__(self, batch: int, size: int, steps: int, device: str, dtype: torch.dtype) -> None:
+        gen = torch.Generator().manual_seed(batch * 7919 + size * 31 + steps)
+        self.size, self.seed, self.device, self.dtype = size, int(gen.initial_seed()), device, dtype
+        self.spikes = (torch.rand(steps, batch, INPUTS, generator=gen) < P_IN).to(device, dtype)
+        self.y = torch.randint(CLASSES, (batch,), generator=gen).to(device)
+        bound = 1 / size**0.5  # nn.Linear's (and RecurrentNeuronLayer's) initial range
+        self.w_rec = ((torch.rand(size, size, generator=gen) * 2 - 1) * bound).to(device, dtype)
+        self.x = self.spikes * self.gain()
+
+    def net(self, row: str) -> Net:
+        return Net(row, self.size, self.w_rec, self.seed).to(self.device, self.dtype)
+
+    def gain(self) -> float:
+        """The input gain at which the ``torch`` row fires on TARGET_RATE of neuron-steps
+        (bisection on the log of the gain; the rate grows with it)."""
+        net, lo, hi = self.net("torch"), 0.1, 100.0
+        with torch.no_grad():
+            for _ in range(20):
+                mid = (lo * hi) ** 0.5
+                lo, hi = (mid, hi) if rate(net, self.spikes * mid) < TARGET_RATE else (lo, mid)
+        return (lo * hi) ** 0.5
+
+
+def rate(net: Net, x: torch.Tensor) -> float:
+    """The recurrent layer's firing rate: spikes per neuron-step."""
+    with torch.no_grad():
+        return float(net.spikes(x).float().mean())
+
+
+def training_step(net: Net, case: Case) -> Callable[[], torch.Tensor]:
+    """``step()``: reset, forward, cross-entropy, backward, SGD step (grads overwritten)."""
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+
+    def step() -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(net(case.x), case.y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    step.opt = opt  # type: ignore[attr-defined]
+    return step
+
+
+def check_gradients(device: str, rows: list[str]) -> dict[str, str]:
+    """Row -> why it is refused: its float64 loss or gradients differ from the ``torch``
+    row's (same weights, same input) on the configuration :data:`CHECK`, on ``device``; a
+    row that cannot run float64 there (an error, not a difference) is checked on the CPU."""
+    cases = {d: Case(*CHECK, d, torch.float64) for d in dict.fromkeys([device, "cpu"])}
+    fired = rate(cases[device].net("torch"), cases[device].x)
+    if not RATE_RANGE[0] <= fired <= RATE_RANGE[1]:
+        raise RuntimeError(f"the gradient check's input fires {fired:.3f} of neuron-steps")
+
+    def loss_and_grads(row: str, case: Case) -> list[torch.Tensor]:
+        net = case.net(row)
+        loss = F.cross_entropy(net(case.x), case.y)
+        loss.backward()
+        return [loss.detach(), *(p.grad for _, p in sorted(net.named_parameters(), key=_param))]
+
+    refused: dict[str, str] = {}
+    for row in [r for r in rows if r not in ("feedforward", "torch")]:
+        where = device
+        try:
+            try:
+                got = loss_and_grads(row, cases[device])
+            except Exception as exc:  # noqa: BLE001  (e.g. no float64 kernel there)
+                if device == "cpu":
+                    raise
+                where = f"cpu ({device}: {type(exc).__name__}: {str(exc)[:120]})"
+                got = loss_and_grads(row, cases["cpu"])
+            want = loss_and_grads("torch", cases[device if where == device else "cpu"])
+            for a, b in zip(got, want, strict=True):
+                torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+            same = f"loss and {len(got) - 1} gradients equal torch's"
+            print(f"# gradient check {row} on {where}: {same}")
+        except Exception as exc:  # noqa: BLE001
+            refused[row] = f"gradient check failed: {core.short_error(exc)[:300]}"
+            print(f"# gradient check {row}: {refused[row]}", file=sys.stderr)
+    return refused
+
+
+def _param(item: tuple[str, nn.Parameter]) -> str:
+    """A parameter's role whatever the row calls it: inp/out weights and biases, recurrent W."""
+    name = item[0]
+    return name if name.startswith(("inp.", "out.")) else "rec.weight"
+
+
+def time_row(case: Case, row: str, timer: core.Timer, args: argparse.Namespace) -> list[core.Rec]:
+    """The row's eager and graphed records (each refused when its firing rate is outside)."""
+    base = dict(B=case.x.shape[1], H=case.size, T=case.x.shape[0], row=row)
+    net = case.net(row)
+    base["rate"] = fired = rate(net, case.x)
+    print(f"# B={base['B']} H={base['H']} T={base['T']} {row}: firing rate {fired:.3f}", flush=True)
+    modes = ["eager", "graphed"] if timer.cuda else ["eager"]
+    if not RATE_RANGE[0] <= fired <= RATE_RANGE[1]:
+        why = f"firing rate {fired:.3f} outside {RATE_RANGE[0]:.0%}–{RATE_RANGE[1]:.0%}"
+        return [dict(base, mode=m, status="error", error=why) for m in modes]
+    step, out = training_step(net, case), []
+    for mode in modes:
+        rec = dict(base, mode=mode, status="ok")
+        try:
+            call = step if mode == "eager" else core.cuda_graph(step, step.opt, args.warmup)  # type: ignore[attr-defined]
+            for _ in range(args.warmup):
+                call()
+            rec["step_ms"] = (
+                statistics.median(timer.events(lambda i, c=call: c(), args.steps)) * 1e3
+            )
+        except Exception as exc:  # noqa: BLE001
+            rec.update(status="error", error=core.short_error(exc)[:600])
+        out.append(rec)
+    return out
+
+
+def copy_floor(case: Case, timer: core.Timer) -> core.Rec:
+    """A device-to-device copy of the input, the least a step can cost."""
+    dst = torch.empty_like(case.x)
+    times = timer.events(lambda i: dst.copy_(case.x), 23)[3:]  # the first three warm up
+    return dict(B=case.x.shape[1], H=case.size, T=case.x.shape[0], row="input copy (floor)",
+                mode="eager", status="ok", step_ms=statistics.median(times) * 1e3)  # fmt: skip
+
+
+def table(records: list[core.Rec]) -> str:
+    """Per configuration and row: firing rate, eager and graphed ms per step."""
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in records:
+        cell = f"{r['step_ms']:.3f}" if r["status"] == "ok" else f"error: {r['error'][:60]}"
+        row = rows.setdefault((r["B"], r["H"], r["T"], r["row"]), {"rate": r.get("rate")})
+        row[r["mode"]] = cell.replace("|", "/").replace("\n", " ")
+    body = [[*map(str, key[:3]), key[3], "—" if v["rate"] is None else f"{v['rate']:.3f}",
+             v.get("eager", "—"), v.get("graphed", "—")] for key, v in rows.items()]  # fmt: skip
+    head = ["B", "H", "T", "row", "firing rate", "eager ms", "graphed ms"]
+    return core.md_table(head, body, "rrrlrrr")
+
+
+def plot(records: list[core.Rec], path: Path, title: str) -> None:
+    """Milliseconds per step of each row (eager, graphed hatched), one panel per config."""
+    plt = core.pyplot()
+    configs = list(dict.fromkeys((r["B"], r["H"], r["T"]) for r in records))
+    fig, axes = plt.subplots(1, len(configs), figsize=(4.5 * len(configs), 4), squeeze=False)
+    for ax, config in zip(axes[0], configs, strict=True):
+        mine = [r for r in records if (r["B"], r["H"], r["T"]) == config and r["status"] == "ok"]
+        names = list(dict.fromkeys(r["row"] for r in mine))
+        for r in mine:
+            i, graphed = names.index(r["row"]), r["mode"] == "graphed"
+            ax.bar(i + (0.2 if graphed else -0.2), r["step_ms"], 0.4, color=f"C{i}",
+                   hatch="//" if graphed else None)  # fmt: skip
+        ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=7)
+        ax.set_yscale("log")
+        ax.set_ylabel("ms per training step (hatched: CUDA graph)")
+        ax.set_title("B = {}, H = {}, T = {}".format(*config), fontsize=9)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = core.parser(__doc__)
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--quick", action="store_true", help=f"configurations {QUICK}, fewer steps")
+    p.add_argument("--rows", type=core.csv_list(str, ROWS), default=ROWS, help=",".join(ROWS))
+    p.add_argument("--steps", type=int, default=None, help="timed steps (default 20; quick 3)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--out", type=Path, default=None, help="default results/recurrent_<gpu>.json")
+    args = p.parse_args(argv)
+    args.steps = args.steps or (3 if args.quick else 20)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: use --device cpu --quick")
+    info = core.device_info(torch.device(args.device))
+    out = (
+        args.out
+        or core.HERE / "results" / f"recurrent_{re.sub(r'[^A-Za-z0-9]+', '-', info['gpu'])}.json"
+    )
+    rows = [r for r in args.rows if r != "spikingjelly" or _has_spikingjelly()]
+    for name in ("recompile_limit", "cache_size_limit"):  # torch.compile: a graph per config
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 64)
+    refused = check_gradients(args.device, rows)
+    timer, records = core.Timer(torch.device(args.device)), []
+    for b, h, t in QUICK if args.quick else CONFIGS:
+        case = Case(b, h, t, args.device, torch.float32)
+        records.append(copy_floor(case, timer))
+        for row in rows:
+            why = refused.get(row)
+            records += time_row(case, row, timer, args) if why is None else [
+                dict(B=b, H=h, T=t, row=row, mode="eager", status="error", error=why)]  # fmt: skip
+    meta = dict(date=core.now_iso(), argv=sys.argv[1:], **info, versions=core.versions())
+    settings = {**vars(args), "out": str(out)}
+    core.write_json(out, dict(meta=meta, settings=settings, refused=refused, records=records))
+    plot(records, out.with_suffix(".png"), f"Recurrent SNN training step — {info['gpu']}")
+    print(f"# wrote {out} and {out.with_suffix('.png')}", file=sys.stderr)
+    print(table(records), flush=True)
+    return 0
+
+
+def _has_spikingjelly() -> bool:
+    try:
+        import spikingjelly.activation_based.neuron  # noqa: F401
+    except Exception as exc:  # noqa: BLE001
+        print(f"# SpikingJelly row left out: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())
