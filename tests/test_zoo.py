@@ -214,6 +214,17 @@ def test_vtrap_and_its_derivative_are_accurate_near_the_singularity(
             assert abs(got - float(ref)) <= tol * abs(float(ref)), (r, got, ref)
 
 
+def test_pospischil_starts_at_its_resting_potential() -> None:
+    """V[0] = −71.91 mV, where dV/dt = 0 with the gates at steady state: with no input,
+    nothing moves for 1 s (it started at E_L = −70.3 mV and relaxed 1.6 mV)."""
+    neuron = sn.models.Pospischil2008()
+    out = sn.simulate(neuron, torch.zeros(40_000, 1, dtype=torch.float64), backend="cpu")
+    assert abs(neuron.v_start + 71.91) < 5e-3
+    assert float((out[1] - neuron.v_start).abs().max()) < 1e-9
+    for name, seq in out[2].items():
+        assert float((seq - neuron.states[name].init).abs().max()) < 1e-12, name
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(sn.models.PAPERS))
 def test_paper_models_cuda_sources_compile_with_nvrtc(name: str) -> None:
