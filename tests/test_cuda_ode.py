@@ -34,12 +34,6 @@ def test_cuda_paper_model_check(name: str, dtype: torch.dtype) -> None:
     # bf16 (8 bits): a learnable parameter's gradient sums T·N terms, each from bf16-stored
     # H and W̃; 2e-2 is five bf16 ulps (AdLIF's dL/dα measured 1.26e-2 on an H100)
     tolerance = 2e-2 if dtype == torch.bfloat16 else None
-    if name == "Pospischil2008" and dtype == torch.float32:
-        pytest.xfail(
-            "measured 2026-11-25: exp_euler's float32 gradients of Pospischil2008 are 1e-3 "
-            "(cpu) to 5e-2 (H100) off the float64 reference; float64, rk4 in float32 and "
-            "HodgkinHuxley pass: a conditioning problem of this model's exp_euler step, open"
-        )
     neuron = sn.models.ZOO[name]()
     report = sn.check(
         neuron, backend="cuda", device="cuda", dtype=dtype, seed=2, tolerance=tolerance

@@ -90,11 +90,13 @@ def test_compile_time_benchmark_quick_mode_passes() -> None:
     assert "| FitzHughNagumo | rk4 |" in proc.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Pospischil2008's exp_euler float32 gradients are 1e-3 off the float64 reference "
-    "(measured 2026-11-25; float64 and rk4 pass): open",
-)
-def test_pospischil_float32_exp_euler_gradients() -> None:
-    report = sn.check(sn.models.Pospischil2008(), backend="cpu", dtype=torch.float32, seed=2)
+@pytest.mark.parametrize(("name", "seed"), [("Pospischil2008", 7), ("HodgkinHuxley", 3),
+                                           ("WangBuzsaki", 8)])  # fmt: skip
+def test_conductance_models_float32_gradients_pass_check(name: str, seed: int) -> None:
+    """NEURON's vtrap x/(exp(x/y) − 1) lost eps/(x/y)² of its derivative near x = 0, and
+    these seeds bring V close to a singularity: their float32 gradients were 5.9e−3
+    (Pospischil2008; seed 2 before it started at rest, 4e−4 mV from α_m's singularity:
+    4.8e−3), 1.9e−3 (HodgkinHuxley) and 0.32 (WangBuzsaki) off the float64 reference.
+    With vtrap's Taylor band of 0.1 all three are ≤ 3e−5 off over seeds 1–8."""
+    report = sn.check(sn.models.ZOO[name](), backend="cpu", dtype=torch.float32, seed=seed)
     assert report.passed, str(report)

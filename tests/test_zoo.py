@@ -15,6 +15,7 @@ import sympy as sp
 import torch
 
 import symneuron as sn
+from symneuron.reference import torch_function
 
 T, N = 400, 16
 
@@ -184,6 +185,44 @@ def test_vtrap_has_no_singularity() -> None:
     at = float(expr.subs(v, -40.0))
     near = float(expr.subs(v, -40.0 + 1e-4))
     assert at == 10.0 and abs(at - near) < 1e-4
+
+
+#: r = x/y on both sides of vtrap's removable singularity and of its Taylor band's edge
+VTRAP_POINTS = (1e-5, -1e-4, 1e-3, -1e-2, 0.05, 0.0999, -0.1001, 0.5, -3.0, 8.0)
+
+
+@pytest.mark.parametrize(("dtype", "tol"), [(torch.float32, 6e-7), (torch.float64, 1e-14)])
+def test_vtrap_and_its_derivative_are_accurate_near_the_singularity(
+    dtype: torch.dtype, tol: float
+) -> None:
+    """Against r/expm1(r) and its derivative in 40-digit arithmetic (mpmath). NEURON's
+    x/(exp(x/y) − 1) was 230 % off in its float32 derivative at r = 1e−4 (Pospischil2008's
+    float32 gradients failed sn.check, issue 26) and 2e−6 off in float64 at r = 1e−5."""
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 40
+    x = sp.Symbol("x", real=True)
+    f = torch_function([x], sn.models.vtrap(x, 1))
+    for r in VTRAP_POINTS:
+        point = torch.tensor(r, dtype=dtype, requires_grad=True)
+        value = f(point)
+        (slope,) = torch.autograd.grad(value, point)
+        exact = mpmath.mpf(float(point.detach()))  # the rounded point
+        em1 = mpmath.expm1(exact)
+        want = (exact / em1, 1 / em1 - exact * mpmath.exp(exact) / em1**2)
+        for got, ref in zip((value, slope), want, strict=True):
+            got = float(got.detach())
+            assert abs(got - float(ref)) <= tol * abs(float(ref)), (r, got, ref)
+
+
+def test_pospischil_starts_at_its_resting_potential() -> None:
+    """V[0] = −71.91 mV, where dV/dt = 0 with the gates at steady state: with no input,
+    nothing moves for 1 s (it started at E_L = −70.3 mV and relaxed 1.6 mV)."""
+    neuron = sn.models.Pospischil2008()
+    out = sn.simulate(neuron, torch.zeros(40_000, 1, dtype=torch.float64), backend="cpu")
+    assert abs(neuron.v_start + 71.91) < 5e-3
+    assert float((out[1] - neuron.v_start).abs().max()) < 1e-9
+    for name, seq in out[2].items():
+        assert float((seq - neuron.states[name].init).abs().max()) < 1e-12, name
 
 
 @pytest.mark.slow

@@ -3,9 +3,10 @@ Pospischil et al.'s regular-spiking cell, each as its differential equations
 (:meth:`~symneuron.Neuron.from_ode`), in mV, ms, µF/cm², mS/cm² and µA/cm².
 
 Like :func:`~symneuron.models.HodgkinHuxley`, they have no reset: a spike is an upward
-crossing of ``v_threshold`` (``firing="crossing"``), V starts at its rest value and the
-gates at their steady states there. Keyword arguments not named in a signature go to
-:class:`~symneuron.Neuron`.
+crossing of ``v_threshold`` (``firing="crossing"``), V starts where each model's docstring
+says and the gates at their steady states there. Each docstring gives the model's
+equations and every parameter value with its source. Keyword arguments not named in a
+signature go to :class:`~symneuron.Neuron`.
 """
 
 from __future__ import annotations
@@ -112,11 +113,24 @@ def MorrisLecar(
     return _crossing("MorrisLecar", dv, values, {n: state}, kw, dt=dt, method=method)
 
 
+def _resting_potential(
+    dv: sp.Expr, odes: dict[sp.Symbol, sp.Expr], values: dict, lo: float, hi: float
+) -> float:
+    """The V in [lo, hi] where dV/dt = 0 at X = 0 with every state z at its steady state
+    there (each dz/dt = a z + b, so z = −b/a), by bisection to the last bit."""
+    steady = {z: -g.xreplace({z: 0}) / sp.diff(g, z) for z, g in odes.items()}
+    current = sp.lambdify(V, dv.xreplace(steady).xreplace({**values, X: 0}), "math")
+    rising = current(lo) > 0
+    while lo < (mid := (lo + hi) / 2) < hi:
+        lo, hi = (mid, hi) if (current(mid) > 0) == rising else (lo, mid)
+    return lo
+
+
 def Pospischil2008(
     *, dt: float = 0.025, method: str = "exp_euler", v_threshold: float = 0.0, **kw: Any
 ) -> Neuron:
-    r"""The regular-spiking cortical cell of Pospischil et al. (2008, Biol. Cybern. 99:427),
-    a Traub-type model with a slow M current (their eqs. 1–7 and RS values).
+    r"""The regular-spiking (RS) cortical cell of Pospischil et al. (2008, Biol. Cybern.
+    99:427), a Traub-type model with a slow M current.
 
     .. math::
         C \frac{dV}{dt} &= -g_L (V - E_L) - g_{Na} m^3 h (V - E_{Na}) - g_{Kd} n^4 (V - E_K)
@@ -127,9 +141,19 @@ def Pospischil2008(
     with (u = V − V_T) α_m = 0.32 vtrap(−(u − 13), 4), β_m = 0.28 vtrap(u − 40, 5),
     α_h = 0.128 e^{−(u−17)/18}, β_h = 4/(1 + e^{−(u−40)/5}), α_n = 0.032 vtrap(−(u − 15), 5),
     β_n = 0.5 e^{−(u−10)/40}, p_∞ = 1/(1 + e^{−(V+35)/10}),
-    τ_p = τ_max/(3.3 e^{(V+35)/20} + e^{−(V+35)/20}); C = 1, g_L = 0.0205, E_L = −70.3,
-    g_Na = 56, g_Kd = 6, g_M = 0.075, τ_max = 608 ms, V_T = −56.2, E_Na = 50, E_K = −90.
-    Five equations (V, m, h, n, p), each linear in its own variable; V starts at −70.3 mV.
+    τ_p = τ_max/(3.3 e^{(V+35)/20} + e^{−(V+35)/20}): the authors' NEURON mechanisms
+    (ModelDB 123623, ``HH_traub.mod`` and ``IM_cortex.mod`` at 36 °C, where their
+    temperature factors are 1). The values of the paper's RS cell, each as two
+    implementations that cite the paper give it, agreeing on every one (the Brain Dynamics
+    Toolbox's ``models/Pospischil2008.m``, case ``'RS'``, and PySONIC's ``CorticalRS``, in
+    S/m² and s; the paper's own table was not at hand): C = 1 µF/cm², g_L = 0.0205 mS/cm²
+    (2.05e−5 S/cm²), E_L = −70.3 mV, g_Na = 56 mS/cm², g_Kd = 6 mS/cm², g_M = 0.075 mS/cm²,
+    τ_max = 608 ms, V_T = −56.2 mV, E_Na = 50 mV, E_K = −90 mV. (ModelDB's own demo,
+    ``sPY_template``, sets E_K = −100 mV, with generic values rather than the fitted RS
+    ones: g_L = 0.1 mS/cm², E_L = −70, V_T = −55, g_Na = 50, g_Kd = 5, g_M = 0.07,
+    τ_max = 1000 ms.) Five equations (V, m, h, n, p), each linear in its own variable.
+    V starts at the model's resting potential, −71.91 mV (−71.9 in both sources), where
+    dV/dt = 0 at I = 0 with every gate at its steady state; the gates start there too.
     """
     m, h, n, p = sp.symbols("m h n p", real=True)
     el, ena, ek, vt = sp.symbols("E_L E_Na E_K V_T", real=True)
@@ -143,12 +167,13 @@ def Pospischil2008(
         h: (0.128 * sp.exp(-(u - 17) / 18), 4 / (1 + sp.exp(-(u - 40) / 5))),
         n: (0.032 * vtrap(-(u - 15), 5), 0.5 * sp.exp(-(u - 10) / 40)),
     }
-    v0 = -70.3
-    states = _gates(rates, v0, values)
     p_inf = 1 / (1 + sp.exp(-(V + 35) / 10))
     tau_p = tmax / (3.3 * sp.exp((V + 35) / 20) + sp.exp(-(V + 35) / 20))
-    states[p] = ODEState((p_inf - p) / tau_p, init=float(p_inf.subs(V, v0)))
     currents = gl * (el - V) + gna * m**3 * h * (ena - V) + gkd * n**4 * (ek - V)
     dv = (currents + gm * p * (ek - V) + X) / c_
+    odes = {z: a * (1 - z) - b * z for z, (a, b) in rates.items()}
+    v0 = _resting_potential(dv, {**odes, p: (p_inf - p) / tau_p}, values, -80.0, -60.0)
+    states = _gates(rates, v0, values)
+    states[p] = ODEState((p_inf - p) / tau_p, init=float(p_inf.subs(V, v0)))
     kw = {"v_threshold": v_threshold, "v_init": v0, **kw}
     return _crossing("Pospischil2008", dv, values, states, kw, dt=dt, method=method)

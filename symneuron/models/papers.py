@@ -15,10 +15,11 @@ import math
 from typing import Any
 
 import sympy as sp
+from sympy.codegen.cfunctions import expm1
 
 from ..definition import S, State, V, X
 from ..neuron import Neuron
-from ..ode import ODEState
+from ..ode import PHI1_BAND, ODEState
 
 __all__ = [
     "Izhikevich2003",
@@ -131,16 +132,31 @@ def AdEx2005(
     return _ode("AdEx2005", dv, params, kw, dt=dt, method=method, states={w: state})
 
 
+#: r/(e^r − 1) = 1 − r/2 + Σ B_2k r^2k/(2k)!: its r², r⁴, r⁶, r⁸ coefficients (in |r| < 0.1
+#: the next term is under 3e−18). Floats, as r's are: the kernels' CSE factors rationals
+#: out of a sum, which turned the polynomial into integers whose cube overflowed float32.
+_BERNOULLI = tuple(sp.Float(c, 17) for c in (1 / 12, -1 / 720, 1 / 30240, -1 / 1209600))
+
+
 def vtrap(x: sp.Expr, y: sp.Expr) -> sp.Expr:
-    """x / (exp(x/y) − 1), NEURON's ``vtrap``: its removable singularity at x = 0 is
-    replaced by the first-order Taylor value y (1 − x/(2y)) for |x/y| < 1e−6, so no
-    input (a 16-bit V landing on −40 mV included) gives 0/0. The exact branch reads a
-    guarded r (1 inside the Taylor band), so it is finite there too: the torch reference
-    differentiates both branches of its ``where``, and 0/0 would make its gradient NaN."""
+    """x / (exp(x/y) − 1), NEURON's ``vtrap``, with r = x/y: its Taylor polynomial for
+    |r| < :data:`~symneuron.ode.PHI1_BAND` and y r/expm1(r) outside (Brian2's
+    ``y / exprel(r)``), so it is finite through r = 0 (a 16-bit V landing on −40 mV
+    included) and accurate to a few ulp, its derivative too. The exact branch reads a
+    guarded r (1 inside the band): the torch reference differentiates both branches of
+    its ``where``, and neither is ever 0/0. NEURON's x/(exp(r) − 1), Taylor only for
+    |r| < 1e−6, loses eps/r² of the derivative to cancellation: 230 % in float32 at
+    r = 1e−4, which failed ``sn.check`` for Pospischil2008 (issue 26)."""
     r = x / y
-    near = sp.Abs(r) < 1e-6
-    safe = sp.Piecewise((1, near), (r, True))
-    return sp.Piecewise((y * (1 - r / 2), near), (y * safe / (sp.exp(safe) - 1), True))
+    r_float = sp.N(r, 17)  # -(V + 40)/10 as -0.1*V - 4.0 (in expm1, SymPy would split it)
+    r2 = r_float**2
+    series: sp.Expr = _BERNOULLI[-1]
+    for coefficient in reversed(_BERNOULLI[:-1]):
+        series = coefficient + r2 * series
+    near = sp.Abs(r) < sp.Float(PHI1_BAND)
+    guarded = r + sp.Piecewise((1 - r, near), (0, True))
+    taylor = 1 - sp.Float(0.5) * r_float + r2 * series
+    return y * sp.Piecewise((taylor, near), (guarded / expm1(guarded), True))
 
 
 def HodgkinHuxley(
