@@ -91,6 +91,11 @@ def run(
     """A prepared run with the recurrence ``X_eff[t] = x[t] + weight·s[t−1]`` per row of
     ``weight.shape[0]`` neurons (``s_init`` [N]: s[−1], None for no spike): (spike_seq
     [T, N], v_seq [T or 1, N], w_out [k, T or 1, N] or None)."""
+    if job.rng is not None:
+        raise NotImplementedError(
+            f"symneuron: the fused recurrent kernels do not draw random numbers, and "
+            f"{job.neuron.name} does; run this RecurrentNeuronLayer with backend='torch'."
+        )
     prog = program(job.neuron, job.backend)
     if job.store_h or (torch.is_grad_enabled() and weight.requires_grad):
         out = RecurrentBinding.apply(prog, job.x_seq, weight, s_init, job.v_init, job.w_init,
