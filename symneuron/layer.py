@@ -102,6 +102,18 @@ def _keep_state_backward(ctx: Any, grads: list[torch.Tensor]) -> list[torch.Tens
 _keep_state.register_autograd(_keep_state_backward)
 
 
+@torch.library.custom_op("symneuron::rng_snapshot", mutates_args=())
+def _snapshot(state: torch.Tensor) -> torch.Tensor:
+    """A copy of a layer's generator state: an op, so that a compiled graph saves it for
+    the backward instead of recomputing it from the state the layer advances in place."""
+    return state.clone()
+
+
+@_snapshot.register_fake
+def _(state: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(state)
+
+
 class NeuronLayer(nn.Module):
     """A layer of spiking neurons with memory ``v`` between calls.
 
@@ -264,9 +276,10 @@ class NeuronLayer(nn.Module):
         if not self.neuron.draws:
             return None
         state = cast(torch.Tensor, self.rng_state)
-        rng = state.clone()
+        # a copy a compiled graph cannot recompute from the state it then advances
+        rng = _snapshot(state) if torch.compiler.is_compiling() else state.clone()
         with torch.no_grad():
-            state[1] += steps
+            state[1] += steps  # in place: a captured CUDA graph advances it at each replay
         return rng
 
     def _start(self, steps: int) -> tuple[Any, dict[str, torch.Tensor], str | None, Any]:

@@ -91,7 +91,8 @@ def _isi_stats(spikes: list[tuple[int, int]], n: int, groups: int = 16) -> torch
     rows = []
     for g in range(groups):
         members = by_neuron[g::groups]
-        isis = torch.tensor([b - a for s in members for a, b in zip(s, s[1:])], dtype=torch.float64)
+        isis = [b - a for s in members for a, b in zip(s[:-1], s[1:], strict=True)]
+        isis = torch.tensor(isis, dtype=torch.float64)
         count = sum(len(s) for s in members)
         rows.append([count / len(members), float(isis.mean()), float(isis.std() / isis.mean())])
     table = torch.tensor(rows)

@@ -12,6 +12,7 @@ import math
 import pytest
 import sympy as sp
 import torch
+import torch.utils.checkpoint
 
 import symneuron as sn
 from symneuron import rng
@@ -147,6 +148,34 @@ def test_layer_chunks_draw_what_one_long_call_draws(make, backend) -> None:
     assert one.rng_state.tolist() == [123, 20] == two.rng_state.tolist()
     again = one(x)  # the next call draws new numbers
     assert not torch.equal(again, whole)
+
+
+def _two_calls(layer: torch.nn.Module, x: torch.Tensor, run=None) -> tuple[torch.Tensor, ...]:
+    """Spikes of two calls and the input's gradient of a loss on both."""
+    xs = x.clone().requires_grad_(True)
+    call = layer if run is None else run
+    first, second = call(xs), call(xs)
+    (first.sum() + 2 * second.sum()).backward()
+    return first, second, xs.grad
+
+
+@pytest.mark.parametrize("how", ["compile", "checkpoint"])
+def test_a_compiled_or_checkpointed_layer_draws_what_the_eager_one_draws(how) -> None:
+    """torch.compile(fullgraph=True): the generator state advances inside the graph and
+    the backward reads the call's own; checkpoint: the recomputation redraws the first
+    run's numbers. Spikes and gradients equal the eager layer's."""
+    neuron = noisy_lif(learnable=["tau"])
+    x = torch.rand(10, 4, 16, generator=torch.Generator().manual_seed(2))
+    eager = _two_calls(sn.NeuronLayer(neuron, backend="cpu", seed=5), x)
+    layer = sn.NeuronLayer(neuron, backend="cpu", seed=5)
+    if how == "compile":
+        got = _two_calls(layer, x, torch.compile(layer, fullgraph=True))
+    else:
+        got = _two_calls(layer, x, lambda xs: torch.utils.checkpoint.checkpoint(
+            layer, xs, use_reentrant=False))  # fmt: skip
+    assert not torch.equal(eager[0], eager[1])
+    assert all(torch.equal(a, b) for a, b in zip(eager, got, strict=True))
+    assert layer.rng_state.tolist() == [5, 20]
 
 
 def test_layer_seed_none_follows_torch_manual_seed() -> None:
@@ -312,6 +341,28 @@ def test_noisy_cuda_sources_compile_with_nvrtc(make, dtype) -> None:
     assert "sn_rng_" in source
     ptx = nvrtc.compile_to_ptx(source, name=f"{neuron.name}.cu")
     assert "_forward_h_seq_k1" in ptx and "_backward_seq_k1" in ptx
+
+
+@pytest.mark.parametrize("name", ["NoisyLIF", "EscapeLIF"])
+def test_the_noisy_zoo_models_pass_sn_check_and_fire(name) -> None:
+    neuron = sn.models.NOISY[name]()
+    assert name in (neuron.__doc__ or "") or sn.models.NOISY[name].__doc__
+    report = sn.check(neuron, backend="cpu", seed=4)
+    assert report.passed, str(report)
+    rate = sn.simulate(neuron, torch.zeros(1000, 512, dtype=torch.float64), seed=1)[0].mean()
+    assert 0 < float(rate) < 0.05  # spikes per 0.1 ms step: between 0 and 500 Hz
+
+
+def test_brunels_noisy_lif_membrane_has_variance_sigma_squared_over_two() -> None:
+    """Below threshold, tau dV/dt = mu - V + sigma sqrt(tau) xi is an OU process of
+    variance sigma²/2 (its Euler–Maruyama step: q/(1 − a²) with a = 1 − dt/tau, q =
+    sigma² dt/tau, which is sigma²/(2 − dt/tau)); within 5 standard errors."""
+    neuron = sn.models.NoisyLIF(v_threshold=1e9)
+    _, v = sn.simulate(neuron, torch.zeros(3000, 8192, dtype=torch.float64), v_init=24.0,
+                       seed=3, store_v_seq=False)  # fmt: skip
+    expected, n = 25.0 / (2 - 0.1 / 20.0), v.numel()
+    assert abs(float(v.var()) - expected) < 5 * expected * math.sqrt(2 / (n - 1))
+    assert abs(float(v.mean()) - 24.0) < 5 * math.sqrt(expected / n)
 
 
 # -- on a GPU (the lead runs these) -----------------------------------------------------
