@@ -114,6 +114,7 @@ def generator_state(seed: Any, device: torch.device) -> torch.Tensor:
                 f"{seed.dtype} {tuple(seed.shape)} on {seed.device}"
             )
         return seed
-    if seed is None:
-        seed = int(torch.randint(0, SEED_LIMIT - 1, (), dtype=torch.int64))
+    if seed is None:  # a tensor op: under torch.compile, a fresh seed at every call
+        drawn = torch.randint(0, SEED_LIMIT - 1, (1,), dtype=torch.int64)
+        return torch.cat([drawn, drawn.new_zeros(1)]).to(device)
     return torch.tensor([check_seed(seed), 0], dtype=torch.int64, device=device)

@@ -125,6 +125,21 @@ def test_seed_none_follows_torch_manual_seed() -> None:
     assert torch.equal(a, c) and not torch.equal(a, b)
 
 
+def test_simulate_under_torch_compile_draws_as_eager() -> None:
+    """fullgraph: an int seed gives the eager path; seed=None a fresh one per call, drawn
+    from torch's generator inside the graph (torch.manual_seed reproduces it)."""
+    x = torch.rand(10, 64, generator=torch.Generator().manual_seed(1))
+    neuron = noisy_lif()
+    fixed = torch.compile(lambda xs: sn.simulate(neuron, xs, backend="cpu", seed=3)[1],
+                          fullgraph=True)  # fmt: skip
+    assert torch.equal(fixed(x), sn.simulate(neuron, x, backend="cpu", seed=3)[1])
+    fresh = torch.compile(lambda xs: sn.simulate(neuron, xs, backend="cpu")[1], fullgraph=True)
+    torch.manual_seed(0)
+    a, b = fresh(x), fresh(x)
+    torch.manual_seed(0)
+    assert torch.equal(fresh(x), a) and not torch.equal(a, b)
+
+
 def test_the_offset_continues_the_steps_of_the_previous_call() -> None:
     """A generator state [seed, offset] starts the draws at step ``offset``."""
     x = torch.full((12, 16), 0.3, dtype=torch.float64)
@@ -219,9 +234,15 @@ def test_kernel_gradients_equal_the_reference_and_finite_differences(make) -> No
     assert abs(float(g) - (f[0] - f[1]) / (2 * eps)) < 1e-6 * max(1.0, abs(float(g)))
 
 
-@pytest.mark.parametrize("make", [noisy_lif, escape_lif, noisy_ode])
-def test_sn_check_supports_noisy_neurons_at_a_fixed_seed(make) -> None:
-    neuron = make(learnable=["tau"])
+@pytest.mark.parametrize(
+    ("make", "learnable"),
+    [(noisy_lif, ["tau"]), (noisy_lif, ["sigma", "tau"]), (escape_lif, ["tau"]),
+     (escape_lif, ["theta", "delta"]), (noisy_ode, ["tau", "sigma"])],
+)  # fmt: skip
+def test_sn_check_supports_noisy_neurons_at_a_fixed_seed(make, learnable) -> None:
+    """The backward reads the draws (dH/dsigma = noise) and redraws the escape uniform of
+    step t − 1 when it recomputes S[t−1] (learnable tau: V[t−1] is needed)."""
+    neuron = make(learnable=learnable)
     report = sn.check(neuron, backend="cpu", seed=3)
     assert report.passed, str(report)
 
