@@ -150,13 +150,16 @@ class Draws(NamedTuple):
         return _rng.uniform(*key).to(like)
 
 
-def draws_of(state: torch.Tensor | None, like: torch.Tensor) -> Draws | None:
+def draws_of(
+    state: torch.Tensor | None, like: torch.Tensor, emulated: bool = False
+) -> Draws | None:
     """The :class:`Draws` of a generator state (int64 [seed, offset]) for a run like
-    ``like`` ([T, *shape]; 16-bit runs draw in float32, as their kernels compute)."""
+    ``like`` ([T, *shape]); 16-bit runs, and a float64 run that ``emulated`` them, draw in
+    float32, as those kernels compute."""
     if state is None:
         return None
     neuron = torch.arange(like[0].numel(), device=like.device).reshape(like.shape[1:])
-    dtype = torch.float64 if like.dtype == torch.float64 else torch.float32
+    dtype = torch.float64 if like.dtype == torch.float64 and not emulated else torch.float32
     return Draws(int(state[0]), int(state[1]), neuron, dtype)
 
 
@@ -288,7 +291,8 @@ def simulate_reference(
     """
     if neuron.draws and rng is None:
         raise ValueError(f"{neuron.name} draws random numbers: give rng=[seed, offset].")
-    step = _make_step(neuron, params, x_seq, round_h_to, draws_of(rng, x_seq))
+    draws = draws_of(rng, x_seq, emulated=round_h_to is not None)
+    step = _make_step(neuron, params, x_seq, round_h_to, draws)
     v = v_init
     w = [
         as_tensor((w_init or {}).get(name, state.init), x_seq).expand_as(v_init)

@@ -52,9 +52,9 @@ def firing_mode(firing: Any, v_reset: Any, probability: Any = None) -> str:
     ``"crossing"`` (no reset) or ``"escape"`` (with ``probability``)."""
     if firing not in FIRING:
         raise ValueError(
-            f"firing must be 'level' (S = Θ(H − θ), then a reset), 'crossing' (S = 1 when "
-            f"H crosses θ from below, no reset) or 'escape' (S = 1 with probability "
-            f"spike_probability), got {firing!r}"
+            f"firing must be 'level' (S = Θ(H − θ), then a reset), 'escape' (S = 1 with "
+            f"probability spike_probability, then a reset) or 'crossing' (S = 1 when H "
+            f"crosses θ from below, no reset), got {firing!r}"
         )
     if (firing == "escape") != (probability is not None):
         raise ValueError(

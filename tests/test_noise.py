@@ -345,6 +345,13 @@ def test_a_quiet_neuron_keeps_its_kernels_and_ignores_the_seed() -> None:
     assert "rng_state" not in dict(sn.NeuronLayer(lif).named_buffers())
 
 
+@pytest.mark.parametrize("make", [noisy_lif, escape_lif])
+def test_nir_export_refuses_a_neuron_that_draws(make) -> None:
+    pytest.importorskip("nir")
+    with pytest.raises(ValueError, match="draws random numbers"):
+        sn.nir.export(sn.NeuronLayer(make()), torch.rand(3, 2, 4), dt=1.0)
+
+
 def test_the_fused_recurrent_kernels_refuse_noise_naming_the_torch_backend() -> None:
     layer = sn.RecurrentNeuronLayer(noisy_lif(), 8, backend="cpu")
     with pytest.raises(NotImplementedError, match="backend='torch'"):
