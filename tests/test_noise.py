@@ -8,6 +8,7 @@ finite differences at a fixed seed, and the kernels' own reruns (same seed, chun
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import sympy as sp
@@ -391,6 +392,21 @@ def test_brunels_noisy_lif_membrane_has_variance_sigma_squared_over_two() -> Non
     expected, n = 25.0 / (2 - 0.1 / 20.0), v.numel()
     assert abs(float(v.var()) - expected) < 5 * expected * math.sqrt(2 / (n - 1))
     assert abs(float(v.mean()) - 24.0) < 5 * math.sqrt(expected / n)
+
+
+def test_cuda_lanes_of_a_group_share_one_philox_block() -> None:
+    """K = 4: the four lanes of a group compute one Philox call per step (the PTX holds a
+    round constant of Philox 10 times per call): fewer than the K = 1 kernel, whose time
+    loop is unrolled twice as far, where four calls per step would be 4.4 times more."""
+    nvrtc = pytest.importorskip("symneuron.runtime.nvrtc")
+    if not nvrtc.nvrtc_available():
+        pytest.skip("NVRTC not available")
+    ptx = nvrtc.compile_to_ptx(noisy_lif().source("cuda", torch.float32), name="nlif.cu")
+    entries = dict(re.findall(r"\.entry (\w+)\((.*?)\n\}\n", ptx, re.S))
+    rounds = {k: sum(body.count(c) for c in ("3528531795", "-766435501")) for k, body in
+              entries.items() if "forward_h_seq" in k}  # fmt: skip
+    one, four = rounds["nlif_forward_h_seq_k1"], rounds["nlif_forward_h_seq_k4"]
+    assert 0 < four < one, rounds
 
 
 # -- on a GPU (the lead runs these) -----------------------------------------------------

@@ -20,12 +20,14 @@ import sympy as sp
 from ..derivation import K, KernelSpec
 from ..rng import ESCAPE_STREAM
 from ..stochastic import NOISES
+from .dialects import Dialect
 
 __all__ = ["draws", "state", "normals", "escape", "read_by"]
 
 
 class _Printer(Protocol):
     spec: KernelSpec
+    dialect: Dialect
 
     def expr(self, e: sp.Expr) -> str: ...
 
@@ -42,14 +44,32 @@ def state(spec: KernelSpec) -> list[str]:
     return ["const sn_u64 rng_seed = (sn_u64)rng[0];", "const sn_u64 rng_offset = (sn_u64)rng[1];"]
 
 
-def _key(stream: int, step: str) -> str:
-    return f"rng_seed, rng_offset, {stream}u, (sn_u64)({step}), (sn_u64)(i0 + j)"
+def _key(stream: int, step: str, neuron: str = "(sn_u64)(i0 + j)") -> str:
+    return f"rng_seed, rng_offset, {stream}u, (sn_u64)({step}), {neuron}"
 
 
-def normals(streams: Iterable[int], compute: str, step: str = "t") -> list[str]:
+#: CUDA: the block of lane j's draw and the lane's place in it. A thread's first neuron
+#: i0 is a multiple of K, so with K % 4 == 0 the four lanes of a group name one block by
+#: one expression: the compiler computes one Philox call for them, and one Box–Muller per
+#: pair (the lanes' places are constants after the lane loop's unrolling).
+_CUDA_LANE = ("(sn_u64)(i0 + (K % 4 == 0 ? (j & ~3) : j))", "(sn_u64)(K % 4 == 0 ? j : i0 + j)")
+
+
+def _draw(printer: _Printer, kind: str, compute: str, stream: int, step: str) -> str:
+    """One lane's draw (``normal`` or ``uniform``) of ``stream`` at ``step``."""
+    if printer.dialect.name != "cuda":
+        return f"sn_rng_{kind}_{compute}({_key(stream, step)})"
+    block = f"sn_rng_block({_key(stream, step, _CUDA_LANE[0])})"
+    if kind == "normal":
+        return f"sn_normal_{compute}({block}, {_CUDA_LANE[1]})"
+    return f"sn_uniform_{compute}(sn_word({block}, {_CUDA_LANE[1]}))"
+
+
+def normals(printer: _Printer, streams: Iterable[int], compute: str, step: str = "t") -> list[str]:
     """This lane's standard-normal draw of each stream at ``step``, named as its symbol."""
     return [
-        f"const {compute} {NOISES[i]} = sn_rng_normal_{compute}({_key(i, step)});" for i in streams
+        f"const {compute} {NOISES[i]} = {_draw(printer, 'normal', compute, i, step)};"
+        for i in streams
     ]
 
 
@@ -66,7 +86,7 @@ def escape(printer: _Printer, compute: str, h: str, step: str) -> list[str]:
     p = printer.spec.probability
     assert p is not None
     prob = printer.expr(p.xreplace({K.h: sp.Symbol(h, real=True)}))
-    uniform = f"sn_rng_uniform_{compute}({_key(ESCAPE_STREAM, step)})"
+    uniform = _draw(printer, "uniform", compute, ESCAPE_STREAM, step)
     return [
         f"const {compute} u = {h} - v_th;",
         f"const {compute} s = {uniform} < {prob} ? 1 : 0;",
