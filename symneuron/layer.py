@@ -140,7 +140,8 @@ class NeuronLayer(nn.Module):
         offset by T each call, so every call draws new numbers and two calls of T steps
         draw what one call of 2T draws. None: a seed drawn from torch's default
         generator when the layer is built (``torch.manual_seed`` first makes it
-        reproducible). Under DDP give each rank its own seed. ``reset()`` keeps it.
+        reproducible; mixed with the DDP rank). An int seed: give each rank its own.
+        ``reset()`` keeps it.
 
     Notes
     -----

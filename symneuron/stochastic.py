@@ -87,6 +87,17 @@ def check_probability(
     return p
 
 
+#: an odd 63-bit constant: rank r's seed is the drawn one XOR r·stride (mod 2^63), a
+#: different key for every rank (Philox keys that differ give independent streams)
+_RANK_STRIDE = 0x2545F4914F6CDD1D
+
+
+def _rank() -> int:
+    """This process's rank in the default process group (0 without one)."""
+    dist = torch.distributed
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
 def check_seed(seed: Any, what: str = "seed") -> int:
     """``seed`` as an int in [0, 2^63), or a ``TypeError``/``ValueError`` naming the fix."""
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -106,7 +117,8 @@ def check_seed(seed: Any, what: str = "seed") -> int:
 def generator_state(seed: Any, device: torch.device) -> torch.Tensor:
     """The kernels' generator state, an int64 [seed, offset] tensor on ``device``: from an
     int seed (offset 0), from None (a fresh seed drawn from torch's default generator, so
-    ``torch.manual_seed`` makes runs reproducible), or a given state tensor itself."""
+    ``torch.manual_seed`` makes runs reproducible; under ``torch.distributed``, mixed with
+    the rank, so ranks seeded alike draw different numbers), or a given state tensor."""
     if isinstance(seed, torch.Tensor):
         if seed.dtype != torch.int64 or seed.shape != (2,) or seed.device != device:
             raise ValueError(
@@ -116,5 +128,7 @@ def generator_state(seed: Any, device: torch.device) -> torch.Tensor:
         return seed
     if seed is None:  # a tensor op: under torch.compile, a fresh seed at every call
         drawn = torch.randint(0, SEED_LIMIT - 1, (1,), dtype=torch.int64)
+        rank = _rank()  # DDP ranks seeded alike draw independent streams
+        drawn = drawn ^ (rank * _RANK_STRIDE) % SEED_LIMIT if rank else drawn
         return torch.cat([drawn, drawn.new_zeros(1)]).to(device)
     return torch.tensor([check_seed(seed), 0], dtype=torch.int64, device=device)

@@ -194,6 +194,18 @@ def test_a_compiled_or_checkpointed_layer_draws_what_the_eager_one_draws(how) ->
     assert layer.rng_state.tolist() == [5, 20]
 
 
+def test_ranks_seeded_alike_draw_different_numbers(monkeypatch) -> None:
+    """seed=None under torch.distributed: the drawn seed is mixed with the rank."""
+    from symneuron import stochastic
+
+    seeds = []
+    for rank in (0, 1, 2):
+        monkeypatch.setattr(stochastic, "_rank", lambda r=rank: r)
+        torch.manual_seed(0)
+        seeds.append(int(stochastic.generator_state(None, torch.device("cpu"))[0]))
+    assert len(set(seeds)) == 3 and all(0 <= s < 2**63 for s in seeds)
+
+
 def test_layer_seed_none_follows_torch_manual_seed() -> None:
     torch.manual_seed(4)
     a = sn.NeuronLayer(noisy_lif(), backend="cpu")
