@@ -139,6 +139,15 @@ def check_partials(
         out.append(
             CheckResult(f"{key} vs finite diff", _rel_error(_evaluate(expr, point), fd), tol)
         )
+    p = neuron.spike_probability  # escape firing: dp/dH stands for dS/dH
+    if p is not None:
+
+        def step(x: sp.Expr, *_: sp.Expr) -> sp.Expr:  # d Min/Max, torch-printable
+            return sp.Piecewise((1, x > 0), (0, True))
+
+        dp = _evaluate(sp.diff(p, H).replace(sp.Heaviside, step), point)
+        fd = _finite_difference(p, H, point)
+        out.append(CheckResult("dp/dH vs finite diff", _rel_error(dp, fd), tol))
     u_point = {U: 3 * (2 * torch.rand(points, generator=gen, dtype=torch.float64) - 1)}
     u_point[U] = u_point[U][u_point[U].abs() > 1e-3]
     sg = neuron.surrogate.derivative()

@@ -390,6 +390,8 @@ def test_the_noisy_zoo_models_pass_sn_check_and_fire(name) -> None:
     assert name in (neuron.__doc__ or "") or sn.models.NOISY[name].__doc__
     report = sn.check(neuron, backend="cpu", seed=4)
     assert report.passed, str(report)
+    rows = [r.name for r in report.results]
+    assert ("dp/dH vs finite diff" in rows) == (name == "EscapeLIF")
     rate = sn.simulate(neuron, torch.zeros(1000, 512, dtype=torch.float64), seed=1)[0].mean()
     assert 0 < float(rate) < 0.05  # spikes per 0.1 ms step: between 0 and 500 Hz
 
