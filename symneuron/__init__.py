@@ -18,6 +18,8 @@ from .neuron import Neuron
 from .ode import ODEState
 from .recurrent import RecurrentNeuronLayer
 from .simulate import simulate
+from .symbols import NOISE as noise
+from .symbols import XI as xi
 from .validate import NonFiniteError
 
 __all__ = [
@@ -25,6 +27,8 @@ __all__ = [
     "X",
     "H",
     "S",
+    "noise",
+    "xi",
     "State",
     "ODEState",
     "Neuron",

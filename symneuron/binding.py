@@ -55,6 +55,8 @@ class Run(NamedTuple):
     params: tuple[float | torch.Tensor, ...]
     store_h: bool
     v_mode: str
+    #: the generator's state (int64 [seed, offset]) of a neuron that draws, else None
+    rng: torch.Tensor | None = None
 
 
 def _schema_input(arg: Arg) -> str:
@@ -63,18 +65,20 @@ def _schema_input(arg: Arg) -> str:
         return f"Tensor[] {arg.name}"
     if not arg.pointer:
         return f"int {arg.name}" + ("" if arg.default is None else f"={arg.default}")
-    optional = arg.when is not None or arg.default is not None
-    return f"Tensor{'?' if optional else ''} {arg.name}" + ("" if arg.default is None else "=None")
+    late = arg.default is not None or arg.noise  # keyword-only, or last with a default
+    optional = arg.when is not None or late
+    return f"Tensor{'?' if optional else ''} {arg.name}" + ("=None" if late else "")
 
 
 def _op_args(pass_: Pass) -> list[tuple[str, str]]:
     """A pass's positional op arguments after key and backend, (name, schema text) in
-    schema order: the inputs without a default, then the variant options. Inputs with a
-    default are keyword-only (:func:`_op_kwargs`): not differentiable, and callers may
-    leave them out."""
+    schema order: the inputs without a default, the variant options, then the generator's
+    state (``rng``, None by default). Inputs with a default are keyword-only
+    (:func:`_op_kwargs`): not differentiable, and callers may leave them out."""
     given = [(a.name, _schema_input(a)) for a in pass_.inputs if a.default is None]
     options = [(name, f"{kind} {name}") for name, kind in pass_.options]
-    return given + options
+    late = [(a.name, _schema_input(a)) for a in pass_.inputs if a.noise]
+    return [g for g in given if g not in late] + options + late
 
 
 def _op_kwargs(pass_: Pass) -> list[str]:
@@ -111,13 +115,13 @@ def _absent_as_none(pass_: Pass, out: tuple[Any, ...], present: dict[str, bool])
 @torch.library.custom_op("symneuron::forward", mutates_args=(), schema=_schema(FORWARD))
 def forward_op(key: str, backend: str, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
     """:meth:`Program.forward` as a custom op; its outputs in :data:`FORWARD`'s order."""
-    given = dict(zip(OP_ARGS["forward"][2:], args, strict=True))
+    given = dict(zip(OP_ARGS["forward"][2:], args, strict=False))  # (rng may be left out)
     return _placeholders(lookup(key, backend).forward(**given, **kwargs), given["x_seq"])
 
 
 @forward_op.register_fake
 def _(key: str, backend: str, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
-    given = dict(zip(OP_ARGS["forward"][2:], args, strict=True))
+    given = dict(zip(OP_ARGS["forward"][2:], args, strict=False))  # (rng may be left out)
     x_seq = given["x_seq"]
     layout = lookup(key, backend).forward_layout(x_seq, given["store_h"], given["v_mode"])
     return _placeholders(FORWARD.allocate(x_seq, *layout), x_seq)
@@ -126,13 +130,13 @@ def _(key: str, backend: str, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, 
 @torch.library.custom_op("symneuron::backward", mutates_args=(), schema=_schema(BACKWARD))
 def backward_op(key: str, backend: str, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
     """:meth:`Program.backward` as a custom op; its outputs in :data:`BACKWARD`'s order."""
-    given = dict(zip(OP_ARGS["backward"][2:], args, strict=True))
+    given = dict(zip(OP_ARGS["backward"][2:], args, strict=False))
     return _placeholders(lookup(key, backend).backward(**given, **kwargs), given["h_seq"])
 
 
 @backward_op.register_fake
 def _(key: str, backend: str, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
-    given = dict(zip(OP_ARGS["backward"][2:], args, strict=True))
+    given = dict(zip(OP_ARGS["backward"][2:], args, strict=False))
     h_seq = given["h_seq"]
     layout = lookup(key, backend).backward_layout(h_seq, given["v_init"], given["w_init"])
     return _placeholders(BACKWARD.allocate(h_seq, *layout), h_seq)
@@ -145,6 +149,7 @@ def _save(
     partial needs it, the params (``inputs`` by name, ``out`` the forward's), then
     ``extra`` (what a recurrent binding adds)."""
     ctx.program, ctx.v_mode, ctx.n_params = prog, v_mode, len(inputs["params"])
+    ctx.rng = inputs.get("rng")  # the generator's state: the backward draws the same
     x_kept = inputs["x_seq"] if prog.needs_x else None
     ctx.save_for_backward(
         out.h_seq, out.wt_seq, inputs["v_init"], inputs["w_init"], x_kept, *inputs["params"],
@@ -187,13 +192,14 @@ def _gradients(
         grad_w = h_seq.new_zeros((prog.k, rows, h_seq.shape[1])) if grad_w is None else grad_w
         grad_v, grad_w = grad_v.contiguous(), grad_w.contiguous()
     args = (grad_spike, grad_v, grad_w, h_seq, wt_seq, x_seq, v_init, w_init, params, mode)
-    if launch is not None:
+    rng = getattr(ctx, "rng", None)
+    if launch is not None:  # the recurrent kernels (which draw nothing)
         out = launch(*args)
     elif compiled:
         present = prog.backward_layout(h_seq, v_init, w_init).present
-        out = _absent_as_none(BACKWARD, backward_op(prog.key, prog.backend, *args), present)
+        out = _absent_as_none(BACKWARD, backward_op(prog.key, prog.backend, *args, rng), present)
     else:
-        out = prog.backward(*args)
+        out = prog.backward(*args, **({} if rng is None else {"rng": rng}))
     grads: list[torch.Tensor | None] = [None] * ctx.n_params
     for j, index in prog.learnable_rows:
         grads[index] = out.grad_params[j].to(params[index].dtype)
@@ -204,7 +210,7 @@ def _gradients(
 def _setup_context(
     ctx: Any, inputs: tuple[Any, ...], output: Any, keyword_only_inputs: Any = None
 ) -> None:
-    given = dict(zip(OP_ARGS["forward"], inputs, strict=True))
+    given = dict(zip(OP_ARGS["forward"], inputs, strict=False))
     prog = lookup(given["key"], given["backend"])
     present = prog.forward_layout(given["x_seq"], given["store_h"], given["v_mode"]).present
     out = _absent_as_none(FORWARD, output, present)
@@ -216,7 +222,8 @@ def _setup_context(
 def _backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
     grad = FORWARD.returns(*grads)
     found = _gradients(ctx, grad.spike_seq, grad.v_seq, grad.w_out, True)
-    return tuple(found.get(name) for name in OP_ARGS["forward"])
+    given = len(ctx.needs_input_grad)  # the call's inputs: without rng when it left it out
+    return tuple(found.get(name) for name in OP_ARGS["forward"][:given])
 
 
 forward_op.register_autograd(_backward, setup_context=_setup_context)
@@ -239,7 +246,7 @@ class EagerBinding(torch.autograd.Function):
     """
 
     #: the names of ``apply``'s arguments before the params (autograd positions)
-    INPUTS = ("program", "x_seq", "v_init", "w_init", "v_mode", "shape")
+    INPUTS = ("program", "x_seq", "v_init", "w_init", "v_mode", "shape", "rng")
 
     @staticmethod
     def forward(
@@ -250,13 +257,15 @@ class EagerBinding(torch.autograd.Function):
         w_init: torch.Tensor | None,
         v_mode: str,
         shape: tuple[int, ...],
+        rng: torch.Tensor | None,
         *values: float | torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
         n = x_seq.shape[1]
         dtype, device = compute_dtype(prog.backend, x_seq.dtype), x_seq.device
         params = [launch_param(value, dtype, device, shape, n) for value in values]
-        out = prog.forward(x_seq, v_init, w_init, params, True, v_mode)
+        out = prog.forward(x_seq, v_init, w_init, params, True, v_mode, rng=rng)
         inputs = {"x_seq": x_seq, "v_init": v_init, "w_init": w_init, "params": params}
+        inputs["rng"] = rng
         _save(ctx, prog, v_mode, inputs, out)
         ctx.grad_shapes = [grad_shape(value, shape, n) for value in values]
         spike, v_seq = out.spike_seq, out.v_seq
@@ -280,18 +289,18 @@ def run(job: Run) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     if job.store_h and not torch.compiler.is_compiling():
         prog = program(job.neuron, job.backend)
         out = EagerBinding.apply(prog, x_seq, job.v_init, job.w_init, job.v_mode, shape,
-                                 *job.params)  # fmt: skip
+                                 job.rng, *job.params)  # fmt: skip
         return out[0], out[1], out[2] if len(out) > 2 else None
     dtype, device = compute_dtype(job.backend, x_seq.dtype), x_seq.device
     if torch.compiler.is_compiling():  # the custom op, which compilation traces through
         params = [kernel_param(p, dtype, device, shape, n) for p in job.params]
         key = job.neuron.key()  # a plain string: the op finds the live neuron by it
         args = (x_seq, job.v_init, job.w_init, params, job.store_h, job.v_mode)
-        got = FORWARD.returns(*forward_op(key, job.backend, *args))
+        got = FORWARD.returns(*forward_op(key, job.backend, *args, job.rng))
         states = len(job.neuron.states) > 0  # (len: Dynamo misreads a mappingproxy's truth)
         return got.spike_seq, got.v_seq, got.w_out if states else None
     params = [launch_param(p, dtype, device, shape, n) for p in job.params]
     got = program(job.neuron, job.backend).forward(
-        x_seq, job.v_init, job.w_init, params, False, job.v_mode
+        x_seq, job.v_init, job.w_init, params, False, job.v_mode, rng=job.rng
     )
     return got.spike_seq, got.v_seq, got.w_out

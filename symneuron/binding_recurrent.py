@@ -109,13 +109,14 @@ R_ARGS = {
 @torch.library.custom_op("symneuron::rforward", mutates_args=(), schema=_schema(RFORWARD))
 def rforward_op(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
     """The recurrent forward kernel as a custom op; outputs in :data:`RFORWARD`'s order."""
-    given = dict(zip(R_ARGS["rforward"][2:], args, strict=True))
+    given = dict(zip(R_ARGS["rforward"][2:], args, strict=False))
+    given.pop("rng", None)  # (the recurrent kernels draw nothing: run() refuses noise)
     return _placeholders(kernels.forward(lookup(key, backend), **given), given["x_seq"])
 
 
 @rforward_op.register_fake
 def _(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
-    given = dict(zip(R_ARGS["rforward"][2:], args, strict=True))
+    given = dict(zip(R_ARGS["rforward"][2:], args, strict=False))
     x_seq, prog = given["x_seq"], lookup(key, backend)
     layout = kernels.forward_layout(prog, x_seq, given["store_h"], given["v_mode"])
     return _placeholders(RFORWARD.allocate(x_seq, *layout), x_seq)
@@ -124,14 +125,15 @@ def _(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
 @torch.library.custom_op("symneuron::rbackward", mutates_args=(), schema=_schema(RBACKWARD))
 def rbackward_op(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
     """The recurrent backward kernel as a custom op; outputs in :data:`RBACKWARD`'s order."""
-    given = dict(zip(R_ARGS["rbackward"][2:], args, strict=True))
+    given = dict(zip(R_ARGS["rbackward"][2:], args, strict=False))
+    given.pop("rng", None)
     launch = kernels.backward(lookup(key, backend), given.pop("weight"))
     return _placeholders(launch(**given), given["h_seq"])
 
 
 @rbackward_op.register_fake
 def _(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
-    given = dict(zip(R_ARGS["rbackward"][2:], args, strict=True))
+    given = dict(zip(R_ARGS["rbackward"][2:], args, strict=False))
     h_seq = given["h_seq"]
     layout = lookup(key, backend).backward_layout(h_seq, given["v_init"], given["w_init"])
     return _placeholders(RBACKWARD.allocate(h_seq, *layout), h_seq)
@@ -140,7 +142,7 @@ def _(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
 def _setup_context(
     ctx: Any, inputs: tuple[Any, ...], output: Any, keyword_only_inputs: Any = None
 ) -> None:
-    given = dict(zip(R_ARGS["rforward"], inputs, strict=True))
+    given = dict(zip(R_ARGS["rforward"], inputs, strict=False))
     prog = lookup(given["key"], given["backend"])
     layout = kernels.forward_layout(prog, given["x_seq"], given["store_h"], given["v_mode"])
     out = _absent_as_none(RFORWARD, output, layout[1])
@@ -169,7 +171,8 @@ def _backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
     needs = ctx.needs_input_grad
     grad_weight, grad_s = _recurrence(found["x_seq"], weight, spike_seq, s_init, needs[3], needs[4])
     found.update(weight_t=None if grad_weight is None else grad_weight.t(), s_init=grad_s)
-    return tuple(found.get(name) for name in R_ARGS["rforward"])
+    given = len(ctx.needs_input_grad)  # the call's inputs: without rng when it left it out
+    return tuple(found.get(name) for name in R_ARGS["rforward"][:given])
 
 
 rforward_op.register_autograd(_backward, setup_context=_setup_context)
@@ -181,6 +184,11 @@ def run(
     """A prepared run with the recurrence ``X_eff[t] = x[t] + weight·s[t−1]`` per row of
     ``weight.shape[0]`` neurons (``s_init`` [N]: s[−1], None for no spike): (spike_seq
     [T, N], v_seq [T or 1, N], w_out [k, T or 1, N] or None)."""
+    if job.rng is not None:
+        raise NotImplementedError(
+            f"symneuron: the fused recurrent kernels do not draw random numbers, and "
+            f"{job.neuron.name} does; run this RecurrentNeuronLayer with backend='torch'."
+        )
     store = job.store_h or (torch.is_grad_enabled() and weight.requires_grad)
     if torch.compiler.is_compiling():  # the custom op, which compilation traces through
         dtype, device, n = (

@@ -22,6 +22,7 @@ from .neuron import Neuron
 from .recurrent import RecurrentNeuronLayer
 from .reference import simulate_reference, torch_function
 from .simulate import resolve_backend, simulate
+from .stochastic import NOISES
 from .surrogate import u as U
 
 __all__ = ["check", "CheckReport", "CheckResult"]
@@ -104,6 +105,8 @@ def _point(neuron: Neuron, n: int, gen: torch.Generator) -> dict[sp.Symbol, torc
         point[neuron.state_symbols[name]] = draw(state.init, 0.5)
     for name, default in neuron.params.items():
         point[neuron.symbols[name]] = draw(default, 0.1 * max(abs(default), 0.1))
+    for i in neuron.noise_streams:  # a draw is an input of the step like X
+        point[NOISES[i]] = draw(0.0, 2.0)
     return point
 
 
@@ -137,6 +140,15 @@ def check_partials(
         out.append(
             CheckResult(f"{key} vs finite diff", _rel_error(_evaluate(expr, point), fd), tol)
         )
+    p = neuron.spike_probability  # escape firing: dp/dH stands for dS/dH
+    if p is not None:
+
+        def step(x: sp.Expr, *_: sp.Expr) -> sp.Expr:  # d Min/Max, torch-printable
+            return sp.Piecewise((1, x > 0), (0, True))
+
+        dp = _evaluate(sp.diff(p, H).replace(sp.Heaviside, step), point)
+        fd = _finite_difference(p, H, point)
+        out.append(CheckResult("dp/dH vs finite diff", _rel_error(dp, fd), tol))
     u_point = {U: 3 * (2 * torch.rand(points, generator=gen, dtype=torch.float64) - 1)}
     u_point[U] = u_point[U][u_point[U].abs() > 1e-3]
     sg = neuron.surrogate.derivative()
@@ -177,6 +189,7 @@ def _run(
     backend: str | None,
     weights: tuple[torch.Tensor, torch.Tensor],
     round_h_to: torch.dtype | None = None,
+    rng: torch.Tensor | None = None,
 ) -> list[torch.Tensor]:
     leaves = {k: v.detach().clone().requires_grad_(True) for k, v in inputs.items()}
     params = {n: leaves[n] for n in neuron.learnable}
@@ -189,11 +202,13 @@ def _run(
             {**neuron.params, **params},
             round_h_to=round_h_to,
             w_init=w_init,
+            rng=rng,
         )
     else:
         result = simulate(
-            neuron, leaves["x_seq"], leaves["v_init"], params, backend=backend, states=w_init
-        )
+            neuron, leaves["x_seq"], leaves["v_init"], params, backend=backend, states=w_init,
+            seed=rng,
+        )  # fmt: skip
     spikes, v_seq, *rest = result
     state_seqs = list(rest[0].values()) if rest else []
     loss = (spikes * weights[0].to(spikes.dtype)).sum()
@@ -244,6 +259,7 @@ def _firing_reference(
     inputs: dict[str, torch.Tensor],
     weights: tuple[torch.Tensor, torch.Tensor],
     dtype: torch.dtype,
+    rng: torch.Tensor | None = None,
 ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor], CheckResult]:
     """The inputs scaled by the first of :data:`_X_SCALES` at which the float64 reference
     fires, its outputs and gradients, and the row saying whether it fired."""
@@ -251,7 +267,7 @@ def _firing_reference(
     for scale in _X_SCALES:  # inputs in the model's units: the first scale that fires
         scaled = {**inputs, "x_seq": (inputs["x_seq"].double() * scale).to(dtype)}
         double_inputs = {k: v.double() for k, v in scaled.items()}
-        reference = _run(neuron, double_inputs, None, weights, dtype if half else None)
+        reference = _run(neuron, double_inputs, None, weights, dtype if half else None, rng)
         if float(reference[0].sum()) > 0:
             return scaled, reference, CheckResult(f"reference fires (x scaled {scale:g}x)", 0, 0)
     name = f"reference never fires, x scaled up to {scale:g}x: no spike was checked"
@@ -296,7 +312,10 @@ def check(
     1, 4, 16, ... up to 4^7 until the float64 reference fires: a neuron that never
     fires fails the check ("reference never fires"), since nothing passed through
     a spike. ``T``, ``points`` and each size of ``shape`` must be at least 1,
-    ``tolerance`` (default: the dtype's) a finite number >= 0.
+    ``tolerance`` (default: the dtype's) a finite number >= 0. A neuron that draws
+    random numbers (docs/noise.md) runs the reference and the backend with one noise
+    seed taken from ``seed``: the noise is then a fixed function of it, so the
+    gradients are compared as for any neuron.
 
     Examples
     --------
@@ -320,9 +339,13 @@ def check(
         torch.randn(T, *shape, generator=gen, dtype=torch.float64).to(device),
         torch.randn(T, *shape, generator=gen, dtype=torch.float64).to(device),
     )
-    inputs, reference, fired = _firing_reference(neuron, inputs, weights, dtype)
+    rng = None
+    if neuron.draws:  # the noise's seed, from the check's own generator
+        noise_seed = int(torch.randint(0, 2**62, (), generator=gen))
+        rng = torch.tensor([noise_seed, 0], dtype=torch.int64, device=device)
+    inputs, reference, fired = _firing_reference(neuron, inputs, weights, dtype, rng)
     report.results += [fired, *_nan_reference(neuron, reference[1])]
-    got = _run(neuron, inputs, backend, weights)
+    got = _run(neuron, inputs, backend, weights, rng=rng)
     names = ["spike_seq", "v_seq", *[f"{w}_seq" for w in neuron.states]]
     names += [f"grad {k}" for k in inputs]
     for name, a, b in zip(names, got, reference, strict=True):

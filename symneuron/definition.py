@@ -21,6 +21,7 @@ from typing import Any
 import sympy as sp
 
 from . import assumptions as _assumptions
+from . import stochastic as _stochastic
 from . import surrogate as _surrogate
 from . import validate as _validate
 from .state import State, check_crossing_states, check_on_spike, check_uses_x, firing_mode
@@ -46,7 +47,7 @@ def _user_expressions(given: Mapping[str, Any]) -> list[Any]:
     states = given["states"] or {}
     parts = [e for st in states.values() for e in (st.update, st.on_spike)]
     keys = list(given["params"] or {})
-    stages = [e for _, e in given["stages"]]
+    stages = [e for _, e in given["stages"]] + [given["spike_probability"]]
     return [*keys, given["charge"], given["v_threshold"], given["v_reset"], *parts, *stages]
 
 
@@ -76,12 +77,14 @@ class Definition:
         firing: str = "level",
         v_init: float | None = None,
         stages: Iterable[tuple[Any, sp.Expr]] = (),
+        spike_probability: sp.Expr | None = None,
     ) -> None:
         stages = tuple(stages)
         given = dict(
             charge=charge, params=params, learnable=learnable, v_threshold=v_threshold,
             v_reset=v_reset, surrogate=surrogate, detach_reset=detach_reset, name=name,
             states=states, firing=firing, v_init=v_init, stages=stages,
+            spike_probability=spike_probability,
         )  # fmt: skip
         params_ = self._validate_params(params)
         set_ = object.__setattr__
@@ -92,7 +95,8 @@ class Definition:
         set_(self, "stages", self._validate_stages(stages))
         set_(self, "charge", self._validate_expr(charge, "charge", "charge"))
         set_(self, "v_threshold", self._validate_level(v_threshold, "v_threshold", "threshold"))
-        set_(self, "firing", firing_mode(firing, v_reset))
+        set_(self, "firing", firing_mode(firing, v_reset, spike_probability))
+        set_(self, "spike_probability", self._validate_probability(spike_probability))
         if self.firing == "crossing":
             v_reset = None
         level = None if v_reset is None else self._validate_level(v_reset, "v_reset", "v_reset")
@@ -106,6 +110,9 @@ class Definition:
         check_crossing_states(self.firing, self.states, self.state_symbols)
         updates = [st.update for st in self.states.values() if st.update is not None]
         check_uses_x([self.charge, *updates, *(e for _, e in self.stages)])
+        for what, e in [("charge", self.charge), *(("state update", u) for u in updates)]:
+            _stochastic.check_linear_noise(e, what)
+        set_(self, "noise_streams", _stochastic.noise_streams([self.charge, *updates]))
         set_(self, "learnable", _validate.learnable_names(learnable, self.params, self._used()))
         set_(self, "surrogate", _surrogate_or_default(surrogate))
         if not isinstance(detach_reset, bool):
@@ -126,8 +133,12 @@ class Definition:
     v_threshold: float | sp.Expr
     v_reset: float | sp.Expr | None
     firing: str
-    """``"level"`` (S = Θ(H − θ), then the reset) or ``"crossing"`` (S = 1 when H
-    crosses θ from below, no reset)."""
+    """``"level"`` (S = Θ(H − θ), then the reset), ``"crossing"`` (S = 1 when H
+    crosses θ from below, no reset) or ``"escape"`` (S = [u < p(H)], u uniform)."""
+    spike_probability: sp.Expr | None
+    """p(H) of ``firing="escape"`` (None otherwise)."""
+    noise_streams: tuple[int, ...]
+    """The noise streams the charge and the updates draw from (``noise``: 0)."""
     param_assumptions: Mapping[str, tuple[str, ...]]
     """Each parameter whose symbol carries SymPy assumptions that narrow its value ->
     those assumptions (``{"tau": ("positive",)}``); a value given at run time must
@@ -211,9 +222,7 @@ class Definition:
             )
         return out
 
-    def _validate_stages(
-        self, stages: tuple[tuple[Any, sp.Expr], ...]
-    ) -> tuple[tuple[sp.Symbol, sp.Expr], ...]:
+    def _validate_stages(self, stages: tuple[Any, ...]) -> tuple[tuple[sp.Symbol, sp.Expr], ...]:
         """Each stage as (its symbol, its checked expression), the names unique and not a
         param's, a state's or a reserved symbol's."""
         out: list[tuple[sp.Symbol, sp.Expr]] = []
@@ -284,13 +293,23 @@ class Definition:
         check_expression(expr, what)
         return expr
 
+    def _validate_probability(self, p: Any) -> sp.Expr | None:
+        """The escape-noise probability p(H), checked (in [0, 1] at the defaults)."""
+        out = None if p is None else self._validate_expr(p, "spike_probability", "probability")
+        return out if out is None else _stochastic.check_probability(out, self.params, self.symbols)
+
+    @property
+    def draws(self) -> bool:
+        """Whether the neuron draws random numbers (noise or escape firing)."""
+        return bool(self.noise_streams) or self.firing == "escape"
+
     def _canonical(self, name: str) -> sp.Symbol:
         fixed = reserved_symbol(name) or self.state_symbols.get(name)
         return fixed or self.symbols.get(name) or next(s for s, _ in self.stages if s.name == name)
 
     def _used(self) -> set[str]:
         """The names of the symbols the charge, the levels and the states use."""
-        exprs = [self.charge, self.v_threshold, self.v_reset]
+        exprs = [self.charge, self.v_threshold, self.v_reset, self.spike_probability]
         exprs += [e for st in self.states.values() for e in (st.update, st.on_spike)]
         exprs += [e for _, e in self.stages]
         return {s.name for e in exprs if isinstance(e, sp.Expr) for s in e.free_symbols}
@@ -321,9 +340,9 @@ class Definition:
         return self._key
 
     def _hash(self) -> str:
-        states = [
-            (n, sp.srepr(s.update), sp.srepr(s.on_spike), s.init) for n, s in self.states.items()
-        ]
+        states = [(n, sp.srepr(s.update), sp.srepr(s.on_spike), s.init)
+                  for n, s in self.states.items()]  # fmt: skip
+        stages = self.stages
         text = repr(
             (
                 sp.srepr(self.charge),
@@ -336,12 +355,9 @@ class Definition:
                 self.name,
                 *([states] if states else []),
                 *([("firing", self.firing)] if self.firing != "level" else []),
+                *([("p", sp.srepr(self.spike_probability))] if self.spike_probability else []),
                 *([("v_init", self.v_init)] if self.v_init is not None else []),
-                *(
-                    [("stages", [(s.name, sp.srepr(e)) for s, e in self.stages])]
-                    if self.stages
-                    else []
-                ),
+                *([("stages", [(s.name, sp.srepr(e)) for s, e in stages])] if stages else []),
             )
         )
         return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -353,13 +369,10 @@ class Definition:
         return hash(self._key)
 
     def __repr__(self) -> str:
-        reset = (
-            "crossing, no reset"
-            if self.firing == "crossing"
-            else "soft"
-            if self.soft_reset
-            else f"hard(v_reset={self.v_reset})"
-        )
+        reset = "soft" if self.soft_reset else f"hard(v_reset={self.v_reset})"
+        reset = "crossing, no reset" if self.firing == "crossing" else reset
+        if self.firing == "escape":
+            reset = f"escape p(H) = {self.spike_probability}, {reset}"
         return (
             f"{type(self).__name__}({self.name}: H = {self.charge}, params={self.params}, "
             f"learnable={list(self.learnable)}, v_threshold={self.v_threshold}, {reset}, "

@@ -15,7 +15,7 @@ import copy
 import sys
 from collections.abc import Mapping
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.utils.checkpoint
@@ -23,6 +23,7 @@ from torch import nn
 
 from .neuron import Neuron
 from .simulate import BACKENDS, simulate
+from .stochastic import check_seed, generator_state
 from .validate import finite_float, flag, named
 
 __all__ = ["NeuronLayer"]
@@ -101,6 +102,18 @@ def _keep_state_backward(ctx: Any, grads: list[torch.Tensor]) -> list[torch.Tens
 _keep_state.register_autograd(_keep_state_backward)
 
 
+@torch.library.custom_op("symneuron::rng_snapshot", mutates_args=())
+def _snapshot(state: torch.Tensor) -> torch.Tensor:
+    """A copy of a layer's generator state: an op, so that a compiled graph saves it for
+    the backward instead of recomputing it from the state the layer advances in place."""
+    return state.clone()
+
+
+@_snapshot.register_fake
+def _(state: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(state)
+
+
 class NeuronLayer(nn.Module):
     """A layer of spiking neurons with memory ``v`` between calls.
 
@@ -121,6 +134,14 @@ class NeuronLayer(nn.Module):
         Raise :class:`~symneuron.validate.NonFiniteError` naming the first step and
         neuron at which V (or an extra state) became NaN or ±inf (see
         :func:`symneuron.simulate`).
+    seed : int, optional
+        For a neuron that draws random numbers (docs/noise.md): the layer keeps the
+        generator's state (seed, offset) in the buffer ``rng_state`` and advances the
+        offset by T each call, so every call draws new numbers and two calls of T steps
+        draw what one call of 2T draws. None: a seed drawn from torch's default
+        generator when the layer is built (``torch.manual_seed`` first makes it
+        reproducible; mixed with the DDP rank). An int seed: give each rank its own.
+        ``reset()`` keeps it.
 
     Notes
     -----
@@ -152,6 +173,7 @@ class NeuronLayer(nn.Module):
         store_v_seq: bool = False,
         params: Mapping[Any, float | torch.Tensor] | None = None,
         check_finite: bool = False,
+        seed: int | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(neuron, Neuron):
@@ -171,6 +193,10 @@ class NeuronLayer(nn.Module):
         #: neuron's read-only mapping)
         self._param_names = tuple(neuron.params)
         self._register_params(params or {})
+        if seed is not None:
+            check_seed(seed)
+        if neuron.draws:  # (seed, offset) on the layer's device, advanced on the device
+            self.register_buffer("rng_state", generator_state(seed, torch.device("cpu")))
         self.v: torch.Tensor | None = None
         self.v_seq: torch.Tensor | None = None
         #: The extra states' values after the last call (name -> [*shape]), if any.
@@ -232,7 +258,7 @@ class NeuronLayer(nn.Module):
         """Forget the membrane state and any extra states (call between sequences)."""
         self._keep(None, None, {})
         if not torch.compiler.is_compiling():
-            self.__dict__.update(_replays=[], _ungraded=None)
+            self.__dict__.update(_replays=[], _rng_replays=[], _ungraded=None)
 
     def _steps(self, x: torch.Tensor) -> torch.Tensor:
         """The input as a sequence [T, *shape] (one step in single-step mode)."""
@@ -245,16 +271,29 @@ class NeuronLayer(nn.Module):
             )
         return x.unsqueeze(0)
 
-    def _start(self) -> tuple[torch.Tensor | None, dict[str, torch.Tensor], str | None]:
+    def _advance(self, steps: int) -> torch.Tensor | None:
+        """The generator state of this call (a copy: its backward reads it later), and the
+        kept one advanced by ``steps`` (None for a neuron that draws nothing)."""
+        if not self.neuron.draws:
+            return None
+        state = cast(torch.Tensor, self.rng_state)
+        # a copy a compiled graph cannot recompute from the state it then advances
+        rng = _snapshot(state) if torch.compiler.is_compiling() else state.clone()
+        with torch.no_grad():
+            state[1] += steps  # in place: a captured CUDA graph advances it at each replay
+        return rng
+
+    def _start(self, steps: int) -> tuple[Any, dict[str, torch.Tensor], str | None, Any]:
         """The state this call starts from (for a checkpoint's recomputation, the state
-        its first run started from), and how checkpoint runs it (:func:`_checkpoint_phase`)."""
+        its first run started from), how checkpoint runs it (:func:`_checkpoint_phase`)
+        and its generator state (:meth:`_advance`; a recomputation reuses the first's)."""
         if torch.compiler.is_compiling():
-            return self.v, self.states, None
+            return self.v, self.states, None, self._advance(steps)
         phase = _checkpoint_phase()
         replays = self.__dict__.setdefault("_replays", [])
         if phase == "recompute":
             if replays:  # reruns come last first, as the backward pass meets them
-                return *replays.pop(), phase
+                return *replays.pop(), phase, self.__dict__["_rng_replays"].pop()
             phase = None  # a forward inside a backward pass of the user's own
         if self.v is not None and self.v is self.__dict__.get("_ungraded"):
             if phase == "reentrant" or torch.is_grad_enabled():
@@ -264,14 +303,19 @@ class NeuronLayer(nn.Module):
                 )
         if phase == "reentrant" and self.v is not None and self.v.requires_grad:
             raise RuntimeError(f"This layer's state carries a gradient. {_REENTRANT_FIX}")
+        rng = self._advance(steps)
         if phase is not None:
             replays.append((self.v, self.states))
             del replays[:-_REPLAYS]
-        return self.v, self.states, phase
+            rngs = self.__dict__.setdefault("_rng_replays", [])
+            rngs.append(rng)
+            del rngs[:-_REPLAYS]
+        return self.v, self.states, phase, rng
 
     def _run(
-        self, x_seq: torch.Tensor, v: torch.Tensor | None, states: dict[str, torch.Tensor]
-    ) -> Any:
+        self, x_seq: torch.Tensor, v: torch.Tensor | None, states: dict[str, torch.Tensor],
+        rng: torch.Tensor | None = None,
+    ) -> Any:  # fmt: skip
         """:func:`simulate` from ``v`` and ``states``, with the hint to reset on a state
         left by a call under torch.inference_mode."""
         try:
@@ -284,6 +328,7 @@ class NeuronLayer(nn.Module):
                 store_v_seq=self.store_v_seq and self.step_mode == "m",
                 states=states or None,
                 check_finite=self.check_finite,
+                seed=rng,
             )
         except RuntimeError as exc:
             if isinstance(v, torch.Tensor) and v.is_inference() and "Inference" in str(exc):
@@ -297,7 +342,8 @@ class NeuronLayer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x_seq = self._steps(x)
-        v, states, phase = self._start()
+        steps = x_seq.shape[0] if isinstance(x_seq, torch.Tensor) and x_seq.dim() else 0
+        v, states, phase, rng = self._start(steps)
         if isinstance(v, torch.Tensor) and isinstance(x_seq, torch.Tensor):
             if v.shape != x_seq.shape[1:] and x_seq.dim() >= 2:
                 raise ValueError(
@@ -305,7 +351,7 @@ class NeuronLayer(nn.Module):
                     f"but the input's shape per step is {tuple(x_seq.shape[1:])}: call "
                     "layer.reset() before each new sequence (on every NeuronLayer of the model)."
                 )
-        result = self._run(x_seq, v, states)
+        result = self._run(x_seq, v, states, rng)
         spikes, v_seq = result[0], result[1]
         store = self.store_v_seq and self.step_mode == "m"
         if phase == "recompute":  # the memory stays as the first run left it
@@ -327,7 +373,7 @@ class NeuronLayer(nn.Module):
         state["v"] = _detached(self.v)
         state["v_seq"] = _detached(self.v_seq)
         state["states"] = {name: value.detach() for name, value in self.states.items()}
-        state.update(_replays=[], _ungraded=None)  # a checkpoint's records stay with it
+        state.update(_replays=[], _rng_replays=[], _ungraded=None)  # records stay with it
         new = type(self).__new__(type(self))
         memo[id(self)] = new
         new.__setstate__(copy.deepcopy(state, memo))

@@ -34,6 +34,8 @@ class Neuron(Definition):
         f(V, X, params): the membrane potential after charging, from the state
         before charging ``V`` (:data:`symneuron.V`) and this step's input ``X``
         (:data:`symneuron.X`). Plain ``sympy.Symbol("V")``/``("X")`` work too.
+        It may add noise: :data:`symneuron.noise` is one standard-normal draw per
+        neuron and step, entering linearly (``sigma*sn.noise``; docs/noise.md).
     params : mapping, optional
         Each parameter symbol (or its name) to its default value.
     learnable : iterable, optional
@@ -52,12 +54,17 @@ class Neuron(Definition):
         Used in reprs and kernel names.
     states : mapping, optional
         Extra state variables: each symbol (or name) to its :class:`~symneuron.State`.
-    firing : {"level", "crossing"}
+    firing : {"level", "crossing", "escape"}
         ``"level"`` (default): S[t] = Θ(H[t] − v_threshold), then the reset.
         ``"crossing"``: S[t] = Θ(H[t] − θ)·[V[t−1] < θ], a spike when H crosses the
         threshold from below, and no reset (V[t] = H[t]; states keep W̃), as for
         Hodgkin–Huxley. Its surrogate gradient is σ'(H − θ)·[V[t−1] < θ]: the
         crossing gate is a constant in the backward pass.
+        ``"escape"``: S[t] = [u < p(H[t])] with u uniform in (0, 1) (escape noise),
+        then the reset; the backward takes dp/dH for dS/dH (straight through p).
+    spike_probability : sympy.Expr, optional
+        p(H) of ``firing="escape"``, in :data:`symneuron.H` and the params; it must lie
+        in [0, 1] (checked at the default params for H in [−1000, 1000]).
     v_init : float, optional
         V[0] when ``simulate`` is given no ``v_init``; defaults to ``v_reset`` (0
         under soft reset or crossing firing).

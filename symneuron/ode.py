@@ -13,7 +13,11 @@ other.
 Methods (Brian2's names and definitions, with y the vector of V and the states,
 f the right-hand sides, h = dt):
 
-``"euler"``      y' = y + h f(y)
+``"euler"``      y' = y + h f(y); with white noise (:data:`symneuron.xi`, Brian2's ``xi``,
+                 units 1/√time) in an equation dz/dt = f(y) + σ(y)·ξ, Euler–Maruyama:
+                 z' = z + h f(y) + √h σ(y) ζ_z, ζ_z ~ N(0, 1) per neuron and step,
+                 independent for each equation (noise stream 0 for V, i + 1 for the
+                 i-th state: the symbols ``noise``, ``noise<i>`` of the step map)
 ``"rk2"``        the midpoint method: y' = y + h f(y + h/2 f(y))
 ``"rk4"``        classic Runge–Kutta: y' = y + h/6 (k1 + 2 k2 + 2 k3 + k4)
 ``"exp_euler"``  exponential Euler, for equations linear in their own variable:
@@ -35,7 +39,7 @@ import sympy as sp
 from sympy.codegen.cfunctions import expm1
 
 from .definition import State, V
-from .symbols import RESERVED, allowed_in
+from .symbols import NOISE_STREAMS, RESERVED, XI, allowed_in, noise_symbol
 from .validate import check_expression, finite_float, named
 
 __all__ = [
@@ -249,8 +253,14 @@ def _integrated(
     method: str, rhs: dict[sp.Symbol, sp.Expr], h: sp.Expr, taken: set[str]
 ) -> tuple[list[Stage], dict[sp.Symbol, sp.Expr]]:
     """The method's stages (none for euler) and each variable's new value."""
+    noisy = [str(z) for z, f in rhs.items() if f.has(XI)]
+    if noisy and method != "euler":
+        raise ValueError(
+            f"The equations of {noisy} hold white noise xi, which method={method!r} cannot "
+            "integrate; use method='euler' (Euler–Maruyama: z' = z + dt*f + sqrt(dt)*sigma*N(0,1))."
+        )
     if method == "euler":
-        return [], {z: z + h * f for z, f in rhs.items()}
+        return [], {z: _euler_maruyama(z, f, h, i) for i, (z, f) in enumerate(rhs.items())}
     if method != "exp_euler":
         return _staged(method, rhs, h, taken)
     stages: list[Stage] = []
@@ -259,6 +269,22 @@ def _integrated(
         more, new[z] = _exp_euler(z, f, h, taken)
         stages += more
     return stages, new
+
+
+def _euler_maruyama(z: sp.Symbol, f: sp.Expr, h: sp.Expr, stream: int) -> sp.Expr:
+    """z + h f + √h σ ζ for dz/dt = f + σ ξ (σ free of ξ), ζ the draw of ``stream``."""
+    if not f.has(XI):
+        return z + h * f
+    sigma = sp.diff(f, XI)
+    if sigma.has(XI):
+        raise ValueError(
+            f"d{z}/dt = {f} is not linear in xi; white noise enters as sigma*xi (sigma may "
+            "use V, X, the states and the params)."
+        )
+    if stream >= NOISE_STREAMS:
+        raise ValueError(f"White noise reaches {NOISE_STREAMS} equations at most; {z} is past.")
+    drift = f.xreplace({XI: 0})
+    return z + h * drift + sp.sqrt(h) * sigma * noise_symbol(stream)
 
 
 def _right_hand_sides(

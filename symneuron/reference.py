@@ -17,7 +17,9 @@ import sympy as sp
 import torch
 from sympy.printing.pytorch import TorchPrinter
 
+from . import rng as _rng
 from .definition import Definition, H, S, V, X
+from .stochastic import NOISES
 from .surrogate import Surrogate
 from .surrogate import u as U
 
@@ -128,6 +130,39 @@ def level_value(
     return as_tensor(fn(*theta), like)
 
 
+class Draws(NamedTuple):
+    """A noisy run's draws as the kernels key them (:mod:`symneuron.rng`): the seed and
+    offset, each neuron's flat index, the dtype drawn in (float32 or float64)."""
+
+    seed: int
+    offset: int
+    neuron: torch.Tensor
+    dtype: torch.dtype
+
+    def normals(self, streams: Sequence[int], t: int, like: torch.Tensor) -> list[torch.Tensor]:
+        """Each stream's standard normals at step ``t``, as ``like``'s dtype."""
+        key = (self.seed, self.offset)
+        return [_rng.normal(*key, i, t, self.neuron, self.dtype).to(like) for i in streams]
+
+    def uniform(self, t: int, like: torch.Tensor) -> torch.Tensor:
+        """The escape stream's uniforms at step ``t``."""
+        key = (self.seed, self.offset, _rng.ESCAPE_STREAM, t, self.neuron, self.dtype)
+        return _rng.uniform(*key).to(like)
+
+
+def draws_of(
+    state: torch.Tensor | None, like: torch.Tensor, emulated: bool = False
+) -> Draws | None:
+    """The :class:`Draws` of a generator state (int64 [seed, offset]) for a run like
+    ``like`` ([T, *shape]); 16-bit runs, and a float64 run that ``emulated`` them, draw in
+    float32, as those kernels compute."""
+    if state is None:
+        return None
+    neuron = torch.arange(like[0].numel(), device=like.device).reshape(like.shape[1:])
+    dtype = torch.float64 if like.dtype == torch.float64 and not emulated else torch.float32
+    return Draws(int(state[0]), int(state[1]), neuron, dtype)
+
+
 class _Step(NamedTuple):
     """One time step of a neuron at fixed param values θ, as torch functions.
 
@@ -147,6 +182,8 @@ class _Step(NamedTuple):
     theta: list[torch.Tensor]
     v_reset: float | torch.Tensor | None
     round_h_to: torch.dtype | None
+    draws: Draws | None = None  # the generator's state, for a neuron that draws
+    probability: Callable[..., torch.Tensor] | None = None  # (H, *θ) -> p(H), escape
 
 
 def _make_step(
@@ -154,8 +191,10 @@ def _make_step(
     params: dict[str, float | torch.Tensor],
     like: torch.Tensor,
     round_h_to: torch.dtype | None,
+    draws: Draws | None = None,
 ) -> _Step:
-    """``neuron``'s equations as torch functions, with ``params`` as tensors like ``like``."""
+    """``neuron``'s equations as torch functions, with ``params`` as tensors like ``like``;
+    the draws (``noise<i>``) are the last arguments of the charge and the updates."""
     names = list(neuron.params)  # a list: Dynamo cannot iterate the mappingproxy itself
     p_syms = [neuron.symbols[n] for n in names]
     w_syms = list(neuron.state_symbols.values())
@@ -164,18 +203,22 @@ def _make_step(
     v_reset = neuron.v_reset
     base = [*w_syms, *p_syms]
     k_syms = [z for z, _ in neuron.stages]
+    z_syms = [NOISES[i] for i in neuron.noise_streams]
+    p = neuron.spike_probability
     return _Step(
         neuron=neuron,
         stages=[
             torch_function([V, X, *base, *k_syms[:i]], e) for i, (_, e) in enumerate(neuron.stages)
         ],
-        charge=torch_function([V, X, *base, *k_syms], neuron.charge),
-        updates=[torch_function([V, X, H, *base, *k_syms], s.update) for s in states],
+        charge=torch_function([V, X, *base, *k_syms, *z_syms], neuron.charge),
+        updates=[torch_function([V, X, H, *base, *k_syms, *z_syms], s.update) for s in states],
         resets=[torch_function([S, *w_syms, *p_syms], s.on_spike) for s in states],
         threshold=torch_function([*w_syms, *p_syms], sp.sympify(neuron.v_threshold)),
         theta=theta,
         v_reset=None if v_reset is None else level_value(neuron, v_reset, theta, like),
         round_h_to=round_h_to,
+        draws=draws,
+        probability=None if p is None else torch_function([H, *p_syms], p),
     )
 
 
@@ -191,19 +234,27 @@ def _take_step(
     k: list[torch.Tensor] = []  # the stages, each from the earlier ones
     for stage in step.stages:
         k.append(as_tensor(stage(v, x_seq[t], *w, *theta, *k), x_seq))
-    h = _round_through(as_tensor(step.charge(v, x_seq[t], *w, *theta, *k), x_seq), round_h_to)
+    z = [] if step.draws is None else step.draws.normals(neuron.noise_streams, t, x_seq)
+    h = _round_through(as_tensor(step.charge(v, x_seq[t], *w, *theta, *k, *z), x_seq), round_h_to)
     w_tilde = [
-        _round_through(as_tensor(g(v, x_seq[t], h, *w, *theta, *k), x_seq), round_h_to)
+        _round_through(as_tensor(g(v, x_seq[t], h, *w, *theta, *k, *z), x_seq), round_h_to)
         for g in step.updates
     ]
     v_th = as_tensor(step.threshold(*w_tilde, *theta), x_seq)
-    s = spike(h - v_th, neuron.surrogate)
+    s = spike(h - v_th, neuron.surrogate) if step.probability is None else _escape(step, h, t)
     if neuron.firing == "crossing":  # from below only: the gate is a constant
         s = s * (v < v_th).to(s.dtype).detach()
     s_reset = s.detach() if neuron.detach_reset else s
     v = _reset_v(step, h, v_th, s_reset)
     w = [as_tensor(r(s_reset, *w_tilde, *theta), x_seq).expand_as(v) for r in step.resets]
     return s, v, w
+
+
+def _escape(step: _Step, h: torch.Tensor, t: int) -> torch.Tensor:
+    """Escape firing: S = [u < p(H)] forward, dp/dH backward (straight through p)."""
+    assert step.draws is not None and step.probability is not None
+    p = as_tensor(step.probability(h, *step.theta), h)
+    return (step.draws.uniform(t, h) < p).to(h.dtype) + _ZeroValue.apply(p)
 
 
 def _reset_v(
@@ -226,6 +277,7 @@ def simulate_reference(
     store_v_seq: bool = True,
     round_h_to: torch.dtype | None = None,
     w_init: dict[str, torch.Tensor] | None = None,
+    rng: torch.Tensor | None = None,
 ) -> Any:
     """Run ``neuron`` over ``x_seq`` [T, *shape] with torch ops; differentiable.
 
@@ -233,9 +285,14 @@ def simulate_reference(
     every step, or the last) for a neuron with states; ``w_init`` gives their
     initial values (default: each ``State.init``). ``round_h_to`` rounds H (and
     each W̃) to a narrower dtype each step (value only), emulating the kernels'
-    16-bit storage so that a float64 run follows the same spike train.
+    16-bit storage so that a float64 run follows the same spike train. ``rng`` is the
+    generator's state (int64 [seed, offset]) of a neuron that draws: the draws are the
+    kernels' (:mod:`symneuron.rng`, each neuron keyed by its flat index).
     """
-    step = _make_step(neuron, params, x_seq, round_h_to)
+    if neuron.draws and rng is None:
+        raise ValueError(f"{neuron.name} draws random numbers: give rng=[seed, offset].")
+    draws = draws_of(rng, x_seq, emulated=round_h_to is not None)
+    step = _make_step(neuron, params, x_seq, round_h_to, draws)
     v = v_init
     w = [
         as_tensor((w_init or {}).get(name, state.init), x_seq).expand_as(v_init)

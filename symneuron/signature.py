@@ -49,7 +49,7 @@ __all__ = [
 V_MODES = ("seq", "last")
 #: Which gradient of V (and W) the backward receives: none, one per step, or the last only.
 GRAD_V_MODES = ("none", "seq", "last")
-_POINTERS = ("storage", "compute", "accum")
+_POINTERS = ("storage", "compute", "accum", "int64")
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,8 @@ class Arg:
     ----------
     name : the argument's name in Python (and in C unless ``each`` expands it).
     role : ``"storage"``, ``"compute"`` or ``"accum"`` for a pointer to that dtype role
-        (:class:`symneuron.dtypes.DType`), ``"int"`` or ``"long long"`` for a scalar.
+        (:class:`symneuron.dtypes.DType`), ``"int64"`` for a pointer to ``long long``,
+        ``"int"`` or ``"long long"`` for a scalar.
     const : a pointer the kernel only reads (an input); a non-const pointer is an output.
     shape : an output's dims by name (``T``, ``N``, ``rows``, ``k``, ``P``).
     when : an output is allocated only when this condition of the call holds (else the
@@ -70,6 +71,8 @@ class Arg:
     derived : the runtime computes the value from the others (sizes, strides, flags);
         callers never pass it.
     states : present only in the kernels of neurons with extra states.
+    noise : present only in the kernels of neurons that draw random numbers; the last
+        positional op argument, None by default (custom ops take no keyword-only tensor).
     default : the value of an input its callers do not pass (None: they must, or NULL).
     """
 
@@ -82,6 +85,7 @@ class Arg:
     cname: str = "{}"
     derived: bool = False
     states: bool = False
+    noise: bool = False
     default: Any = None
 
     @property
@@ -156,9 +160,9 @@ class Pass:
         for name, value in derived.items():
             object.__setattr__(self, name, value)
 
-    def of(self, states: bool) -> tuple[Arg, ...]:
-        """The arguments of a neuron with (or without) extra states."""
-        return tuple(a for a in self.args if states or not a.states)
+    def of(self, states: bool, noise: bool = False) -> tuple[Arg, ...]:
+        """The arguments of a neuron with (or without) extra states and random draws."""
+        return tuple(a for a in self.args if (states or not a.states) and (noise or not a.noise))
 
     def allocate(
         self, like: Any, dims: dict[str, int], present: dict[str, bool], accum: Any
@@ -190,6 +194,12 @@ def _params() -> Arg:
     return Arg("params", "compute", const=True, each="param", cname="{}_ptr")
 
 
+def _rng() -> Arg:
+    """The generator's state (seed, offset): an int64 [2] tensor on the device, read by
+    the kernel (so a captured CUDA graph reads the values of each replay)."""
+    return Arg("rng", "int64", const=True, noise=True)
+
+
 def _strides() -> Arg:
     return Arg("param_strides", "long long", each="param", cname="{}_stride", derived=True)
 
@@ -206,6 +216,7 @@ FORWARD = Pass(
         _tensor("v_init", when="v_init"),
         _tensor("w_init", when="w_init", states=True),
         _params(),
+        _rng(),
         _out("spike_seq", "T N"),
         _out("h_seq", "T N", when="store_h"),
         _out("v_seq", "rows N"),
@@ -231,6 +242,7 @@ BACKWARD = Pass(
         _tensor("v_init", when="v_init"),
         _tensor("w_init", when="w_init", states=True),
         _params(),
+        _rng(),
         _out("grad_x_seq", "T N"),
         _out("grad_v_init", "N", when="v_init"),
         _out("grad_w_init", "k N", when="w_init", states=True),

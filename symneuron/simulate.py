@@ -18,6 +18,7 @@ from .inputs import check_x, default_v_init, param_values, v_init_of, w_init_of
 from .memo import BoundedTable
 from .reference import simulate_reference
 from .runtime import cpu, cuda
+from .stochastic import generator_state
 from .validate import constants_beyond, flag, raise_if_not_finite
 
 __all__ = ["simulate", "prepare", "resolve_backend", "BACKENDS"]
@@ -78,6 +79,7 @@ def simulate(
     store_v_seq: bool = True,
     states: Mapping[Any, float | torch.Tensor] | None = None,
     check_finite: bool = False,
+    seed: int | torch.Tensor | None = None,
 ) -> Any:
     """Run ``neuron`` over ``x_seq`` and return ``(spike_seq, v_seq)``.
 
@@ -88,14 +90,11 @@ def simulate(
     ----------
     neuron : symneuron.Neuron
     x_seq : Tensor [T, *shape]
-        Input per step. Floating point: float32/float64 (cpu), also float16 and
-        bfloat16 (cuda).
+        Input per step: float32/float64 (cpu), also float16 and bfloat16 (cuda).
     v_init : Tensor or float, optional
-        State before the first step, broadcastable to ``shape``; defaults to
-        the neuron's ``v_init``, else ``v_reset`` (0 without one).
+        V[0], broadcastable to ``shape``; default the neuron's ``v_init``, else ``v_reset``.
     params : mapping, optional
-        Symbol or name -> float or tensor broadcastable to ``shape`` (scalar,
-        per-channel, per-neuron). Omitted params take the neuron's defaults.
+        Symbol or name -> float or tensor broadcastable to ``shape``; default the neuron's.
     backend : {"auto", "cuda", "cpu", "torch"}
         "auto": the device's kernels, else the reference (one warning; dtype, compiler).
     store_v_seq : bool
@@ -108,6 +107,10 @@ def simulate(
         neuron at which V (or an extra state) became NaN or ±inf. Off by default: it
         reads the results back (a device synchronisation; not inside ``torch.compile``).
         Tensor params are checked too. Every backend computes the same NaN and inf.
+    seed : int, optional
+        A noisy neuron's draws (docs/noise.md): an int in [0, 2**63) fixes them, on every
+        backend; None takes a seed from torch's generator (``torch.manual_seed``); an int64
+        tensor [seed, offset] is the generator's state itself. Other neurons ignore it.
 
     Returns
     -------
@@ -121,10 +124,8 @@ def simulate(
     >>> import torch, symneuron as sn
     >>> spikes, v = sn.simulate(sn.models.LIF(), torch.rand(8, 32))
     """
-    job, check = prepare(
-        neuron, x_seq, v_init, params, backend=backend, store_v_seq=store_v_seq,
-        states=states, check_finite=check_finite,
-    )  # fmt: skip
+    job, check = prepare(neuron, x_seq, v_init, params, backend=backend, store_v_seq=store_v_seq,
+                         states=states, check_finite=check_finite, seed=seed)  # fmt: skip
     result = _shaped(job, *run(job)) if isinstance(job, Run) else job()
     return _finish(result, x_seq, store_v_seq, check)
 
@@ -139,6 +140,7 @@ def prepare(
     store_v_seq: bool = True,
     states: Mapping[Any, Any] | None = None,
     check_finite: bool = False,
+    seed: Any = None,
 ) -> tuple[Run | Callable[[], Any], bool]:
     """Validate a call of :func:`simulate` (same arguments) and decide how it runs: a
     :class:`~symneuron.binding.Run` of the kernels, or the torch reference as a call
@@ -177,14 +179,16 @@ def prepare(
     keep = store_v_seq or check  # the check finds the first step: V of every step
     reference = backend == "torch" or x_seq.shape[0] == 0  # no kernel runs no steps
     w0 = w_init_of(neuron, states, x_seq, shape, full=reference)
+    rng = generator_state(seed, x_seq.device) if neuron.draws else None
     if reference:
         v0 = default_v_init(neuron, x_seq, shape, values) if v0 is None else v0
         w_dict = None if w0 is None else dict(zip(neuron.states, w0, strict=True))
         return partial(simulate_reference, neuron, x_seq, v0, values, store_v_seq=keep,
-                       w_init=w_dict), check  # fmt: skip
+                       w_init=w_dict, rng=rng), check  # fmt: skip
     if v0 is None and isinstance(neuron.v_start, sp.Expr):
         v0 = default_v_init(neuron, x_seq, shape, values)
-    return _kernel_run(neuron, backend, x_seq, v0, w0, values, "seq" if keep else "last"), check
+    job = _kernel_run(neuron, backend, x_seq, v0, w0, values, "seq" if keep else "last")
+    return (job if rng is None else job._replace(rng=rng)), check
 
 
 def _raise_if_nonfinite_params(values: dict[str, float | torch.Tensor]) -> None:

@@ -13,8 +13,9 @@ from .symbols import S, X
 
 __all__ = ["State", "firing_mode", "check_crossing_states", "check_on_spike", "FIRING"]
 
-#: How a neuron fires: on the level of H (then a reset) or on an upward crossing.
-FIRING = ("level", "crossing")
+#: How a neuron fires: on the level of H (then a reset), on an upward crossing, or with
+#: probability p(H) (escape noise, then the reset).
+FIRING = ("level", "crossing", "escape")
 
 
 @dataclass(frozen=True)
@@ -46,12 +47,19 @@ class State:
     init: float = 0.0
 
 
-def firing_mode(firing: Any, v_reset: Any) -> str:
-    """``firing`` checked against the reset: ``"level"`` or ``"crossing"`` (no reset)."""
+def firing_mode(firing: Any, v_reset: Any, probability: Any = None) -> str:
+    """``firing`` checked against the reset and the spike probability: ``"level"``,
+    ``"crossing"`` (no reset) or ``"escape"`` (with ``probability``)."""
     if firing not in FIRING:
         raise ValueError(
-            f"firing must be 'level' (S = Θ(H − θ), then a reset) or 'crossing' (S = 1 when "
-            f"H crosses θ from below, no reset), got {firing!r}"
+            f"firing must be 'level' (S = Θ(H − θ), then a reset), 'escape' (S = 1 with "
+            f"probability spike_probability, then a reset) or 'crossing' (S = 1 when H "
+            f"crosses θ from below, no reset), got {firing!r}"
+        )
+    if (firing == "escape") != (probability is not None):
+        raise ValueError(
+            "firing='escape' takes a spike probability p(H) and only it does: pass "
+            "firing='escape' together with spike_probability=<expression in sn.H>."
         )
     if firing == "crossing" and v_reset is None:
         raise ValueError(

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-__all__ = ["V", "X", "H", "S", "PARTS", "Reserved", "RESERVED", "allowed_in", "reserved_symbol"]
+__all__ = [
+    "V", "X", "H", "S", "NOISE", "XI", "PARTS", "Reserved", "RESERVED", "NOISE_STREAMS",
+    "allowed_in", "reserved_symbol", "noise_symbol",
+]  # fmt: skip
 
 #: State before charging, V[t-1].
 V = sp.Symbol("V", real=True)
@@ -24,11 +27,19 @@ X = sp.Symbol("X", real=True)
 H = sp.Symbol("H", real=True)
 #: This step's spike S[t] (usable in a state's on-spike reset).
 S = sp.Symbol("S", real=True)
+#: A standard-normal draw, one per neuron and step (a discrete charge's or update's noise).
+NOISE = sp.Symbol("noise", real=True)
+#: Gaussian white noise in an ODE (Brian2's ``xi``, units 1/sqrt(time)).
+XI = sp.Symbol("xi", real=True)
+#: Noise sources a neuron may draw from: stream 0 (``noise``) and ``noise1`` ... (the
+#: independent draws :meth:`symneuron.Neuron.from_ode` gives each state's ``xi``).
+NOISE_STREAMS = 8
 
 #: The parts of a definition that hold expressions: the charge H = f(V, X), a state's
 #: pre-spike ``update`` and ``on_spike`` reset, the ``threshold`` and ``v_reset`` levels,
 #: and a right-hand side of :meth:`symneuron.Neuron.from_ode` (``ode``).
-PARTS = ("charge", "update", "on_spike", "threshold", "v_reset", "ode")
+#: The spike probability p(H) of ``firing="escape"`` is the ``probability`` part.
+PARTS = ("charge", "update", "on_spike", "threshold", "v_reset", "ode", "probability")
 
 
 @dataclass(frozen=True)
@@ -43,8 +54,17 @@ class Reserved:
 RESERVED: dict[str, Reserved] = {
     "V": Reserved(V, "the state before charging, V[t-1]", frozenset({"charge", "update", "ode"})),
     "X": Reserved(X, "this step's input X[t]", frozenset({"charge", "update", "ode"})),
-    "H": Reserved(H, "this step's charged potential H[t]", frozenset({"update"})),
+    "H": Reserved(H, "this step's charged potential H[t]", frozenset({"update", "probability"})),
     "S": Reserved(S, "this step's spike S[t] (0 or 1)", frozenset({"on_spike"})),
+    "xi": Reserved(XI, "white noise in an ODE (1/sqrt(time))", frozenset({"ode"})),
+    **{
+        name: Reserved(
+            sp.Symbol(name, real=True),
+            f"standard-normal draw of stream {i}",
+            frozenset({"charge", "update"}),
+        )
+        for i, name in enumerate(["noise", *(f"noise{i}" for i in range(1, NOISE_STREAMS))])
+    },
 }
 
 
@@ -53,6 +73,11 @@ def allowed_in(part: str) -> frozenset[str]:
     if part not in PARTS:
         raise ValueError(f"unknown part {part!r}; one of {PARTS}")
     return frozenset(name for name, row in RESERVED.items() if part in row.parts)
+
+
+def noise_symbol(stream: int) -> sp.Symbol:
+    """The draw of noise ``stream`` (0: :data:`NOISE`; ``noise<i>`` for i > 0)."""
+    return RESERVED["noise" if stream == 0 else f"noise{stream}"].symbol
 
 
 def reserved_symbol(name: str) -> sp.Symbol | None:

@@ -6,7 +6,7 @@ on stdout. A job is a list of models, each::
 
     {"odes": {"V": "<dV/dt>", "w": "<dw/dt>", ...}, "params": {"tau": 2.0, ...},
      "method": "rk4", "dt": 0.5, "threshold": "V >= 1.0", "reset": "V = 0.0; w = w + b",
-     "refractory": null,
+     "refractory": null, "seed": null,
      "init": {"V": [...], "w": [...]}, "x": [[...], ...]}       # x: [T][N]
 
 The right-hand sides are in units of 1/ms and ``dt`` in ms, so every quantity is
@@ -33,6 +33,8 @@ METHODS = {"euler": "euler", "exp_euler": "exponential_euler", "rk2": "rk2", "rk
 def run(model: dict) -> dict:
     b2.start_scope()
     b2.prefs.codegen.target = "numpy"
+    if model.get("seed") is not None:  # white noise (xi) drawn by Brian2's own generator
+        b2.seed(model["seed"])
     dt = model["dt"] * b2.ms
     b2.defaultclock.dt = dt
     x = np.asarray(model["x"], dtype=np.float64)

@@ -28,6 +28,7 @@ STAGES: dict[str, int] = {
     "signature": 0,
     "params": 0,
     "rng": 0,
+    "stochastic": 0,
     "definition": 1,
     "derivation": 2,
     "ode": 2,
@@ -165,7 +166,8 @@ def test_compile_of_the_torch_backend_for_a_single_state_neuron() -> None:
 def test_every_reserved_name_is_refused_as_a_parameter_or_state_name() -> None:
     from symneuron.symbols import RESERVED
 
-    assert set(RESERVED) == {"V", "X", "H", "S"}
+    noises = {"noise", *(f"noise{i}" for i in range(1, 8))}
+    assert set(RESERVED) == {"V", "X", "H", "S", "xi", *noises}
     for name in RESERVED:
         with pytest.raises(ValueError, match=rf"Parameter name '{name}' is reserved \({name} is"):
             sn.Neuron(sn.V + sn.X, params={name: 1.0})

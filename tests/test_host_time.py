@@ -107,4 +107,4 @@ def test_wrong_number_of_kernel_params_is_an_error() -> None:
     neuron = sn.models.PLIF()
     x = torch.rand(2, 4, requires_grad=True)
     with pytest.raises(ValueError, match="takes 1 params, got 0"):
-        EagerBinding.apply(program(neuron, "cpu"), x, None, None, "last", (4,))
+        EagerBinding.apply(program(neuron, "cpu"), x, None, None, "last", (4,), None)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import sympy as sp
 
+from .. import rng
 from ..derivation import KernelSpec
 from ..dtypes import DType
 from ..signature import PASSES, Variant, lane_counts, variants
+from . import noise
 from .dialects import Dialect
 from .recurrent import RecurrentPrinter
 from .steps import StepPrinter
@@ -30,12 +32,12 @@ def parameters(spec: KernelSpec, pass_name: str, dtype: DType, dialect: Dialect)
     cnames = tuple(spec.param_cnames[n] for n in spec.params)
     learn = tuple(spec.param_cnames[n] for n in spec.learnable)
     out = []
-    for arg in PASSES[pass_name].of(states=bool(spec.states)):
+    for arg in PASSES[pass_name].of(bool(spec.states), noise.draws(spec)):
         for name in arg.c_names(cnames, learn):
             if not arg.pointer:
                 out.append(f"{arg.role} {name}")
                 continue
-            ctype = getattr(dtype, arg.role)
+            ctype = "long long" if arg.role == "int64" else getattr(dtype, arg.role)
             out.append(f"{'const ' if arg.const else ''}{ctype}* {dialect.restrict} {name}")
     return out
 
@@ -69,7 +71,8 @@ def render(
         f"// symneuron {dialect.name} kernels for {spec.name} ({dtype.name}), key {spec.key}\n"
         f"// H = {spec.charge[-1].expr}\n"
     )
-    parts = [header, dialect.prelude(dtype, lane_counts(dtype.lanes))]
+    prelude = dialect.prelude(dtype, lane_counts(dtype.lanes))
+    parts = [header, prelude + (rng.source(dialect.name) if noise.draws(spec) else "")]
     groups: dict[str, list[Variant]] = {}
     for variant in variants(dtype.lanes, recurrent):  # the lane counts of one function together
         if only is None or variant.exported(spec.name) == only:

@@ -5,8 +5,7 @@ A thread owns ``K`` adjacent neurons ("lanes"): at each step it loads and stores
 lane from registers. The forward runs t = 0..T−1 and stores S (and H, W̃ for the
 backward, V every step or the last); the backward runs t = T−1..0, recomputing
 V[t−1] (and W[t−1]) from the stored H[t−1] and W̃[t−1] when its partials need
-them, and carries dL/dV (and dL/dW) from step to step.
-
+them, and carries dL/dV (and dL/dW) from step to step. Random draws: :mod:`.noise`.
 What a pass touches is one table (:class:`StepIO`): the arrays it reads and writes
 each step (:class:`Stream`), and the registers it carries to the next step; loads,
 stores and declarations are printed from it. :mod:`~symneuron.codegen.skeleton` (and
@@ -21,6 +20,7 @@ import sympy as sp
 
 from ..derivation import Block, K, KernelSpec, grad_symbol
 from ..dtypes import DType
+from . import noise
 from .dialects import INDENT, Dialect, indent
 from .printer import KernelPrinter
 
@@ -53,17 +53,11 @@ class StepIO(NamedTuple):
 def _divisors(spec: KernelSpec) -> dict[sp.Symbol, sp.Symbol]:
     """param symbol -> its reciprocal's symbol (``<param>_rcp``), for each param that some
     kernel expression raises to a negative integer power (divides by)."""
-    exprs = [spec.threshold]
-    for block in (spec.charge, spec.surrogate, spec.reset, spec.backward, spec.updates,
-                  spec.state_resets):  # fmt: skip
-        exprs += [line.expr for line in block]
+    parts = (spec.charge, spec.surrogate, spec.reset, spec.backward, spec.updates)
+    exprs = [spec.threshold, *(line.expr for b in (*parts, spec.state_resets) for line in b)]
     params = set(spec.param_symbols.values())
-    found = {
-        a.base
-        for e in exprs
-        for a in sp.sympify(e).atoms(sp.Pow)
-        if a.base in params and a.exp.is_Integer and a.exp < 0
-    }
+    pows = (a for e in exprs for a in sp.sympify(e).atoms(sp.Pow))
+    found = {a.base for a in pows if a.base in params and a.exp.is_Integer and a.exp < 0}
     return {p: sp.Symbol(f"{p}_rcp", real=True) for p in sorted(found, key=str)}
 
 
@@ -119,9 +113,8 @@ class StepPrinter:
         reads += [*(self.streams("x") if self.spec.needs_x else []), *self.streams("grad_spike")]
         if grad_v_mode == "seq":
             reads += [*self.streams("grad_v"), *self.streams("grad_w")]
-        carries = (("carry_l", str(grad_symbol("V"))),) + tuple(
-            (f"carry_w{i}_l", str(grad_symbol(f"W{i}"))) for i in range(self.k)
-        )
+        grads = [("carry_l", "V"), *((f"carry_w{i}_l", f"W{i}") for i in range(self.k))]
+        carries = tuple((carry, str(grad_symbol(name))) for carry, name in grads)
         return StepIO(tuple(reads), tuple(self.streams("grad_x")), carries)
 
     # -- printing helpers ---------------------------------------------------
@@ -182,8 +175,11 @@ class StepPrinter:
         return f"{stream.register}.v[j] = {self.store(stream.value)};"
 
     def fire(self, h: str) -> list[str]:
-        """u = h − v_th and the spike s (crossing firing: gated by [V[t−1] < v_th])."""
+        """u = h − v_th and the spike s (crossing: gated by [V[t−1] < v_th]; escape: s =
+        [uniform < p(h)] at the step of ``h``)."""
         ct = self.dt.compute
+        if self.spec.probability is not None:
+            return noise.escape(self, ct, h, "t - 1" if h == "h_prev" else "t")
         if self.spec.crossing:
             return [
                 f"const {ct} u = {h} - v_th;",
@@ -246,6 +242,7 @@ class StepPrinter:
             *self.lane_params(),
             *[f"{ct} {value} = {carry}[j];" for carry, value in io.carries],
             *[self.read_lane(s) for s in io.reads],
+            *noise.normals(self, spec.noise_streams, ct),
             *charge,
             *put("h"),
             *self.block(spec.updates, rounded=True),
@@ -275,6 +272,7 @@ class StepPrinter:
             for i in range(self.k)
         ]
         return [
+            *noise.state(self.spec),
             *self.lane_state(),
             *self.time_loop("for (int t = 0; t < T; ++t) {", step),
             *(self.dialect.lane_loop(last) if v_mode == "last" else []),
@@ -346,6 +344,7 @@ class StepPrinter:
             *self.lane_params(),
             *(self.recompute_v() if spec.needs_v or spec.needs_w else []),
             *[self.read_lane(s) for s in plain],
+            *noise.normals(self, noise.read_by(spec, spec.backward.reads), self.dt.compute),
             *([self.v_th_line()] if spec.threshold_per_step else []),
             *self.fire("h"),
             *self.block(spec.surrogate),
@@ -389,6 +388,7 @@ class StepPrinter:
         ]
         final += [f"grad_{c}_ptr[i0 + j] = acc_{c}[j];" for c in learn]
         return [
+            *noise.state(self.spec),
             *self.lane_state(),
             *[f"{ct} {carry}[K];" for carry, _ in io.carries],
             *[f"{at} acc_{c}[K];" for c in learn],

@@ -34,10 +34,8 @@ from ..surrogate import u as U_SURROGATE
 from ..validate import check_expression
 from .program import Assign, Block, blocks, cse_block
 
-__all__ = [
-    "KernelSpec", "Assign", "Block", "K", "StepMap", "Adjoint", "derive", "partials",
-    "partial_definitions",
-]  # fmt: skip
+__all__ = ["KernelSpec", "Assign", "Block", "K", "StepMap", "Adjoint", "derive", "partials",
+           "partial_definitions"]  # fmt: skip
 
 
 class K:
@@ -119,7 +117,10 @@ class KernelSpec:
     state_init : W_i[0] when no initial value is given.
     updates : block computing each ``wt<i>`` from V, the ``w<i>``, X, h, params.
     state_resets : block computing the new ``w<i>`` from the ``wt<i>``, s, params.
-    firing : ``"level"`` or ``"crossing"`` (spikes on an upward crossing, no reset).
+    firing : ``"level"``, ``"crossing"`` (on an upward crossing, no reset) or ``"escape"``.
+    noise_streams : the streams of the standard-normal draws the charge and updates read
+        (stream i is the symbol ``noise`` or ``noise<i>``: an input of the step, like X).
+    probability : p(h) of escape firing, S = [u < p(h)] (its partials stand for S's).
     hard_reset : V ← H(1 − S) + V_reset·S; the kernels add +0 after it, so that
         −0.0·(1 − S) leaves +0.0 as the reference's ``+ V_reset·S`` does.
     """
@@ -142,6 +143,8 @@ class KernelSpec:
     state_resets: Block = Block()
     firing: str = "level"
     hard_reset: bool = False
+    noise_streams: tuple[int, ...] = ()
+    probability: sp.Expr | None = None
 
     @property
     def param_cnames(self) -> dict[str, str]:
@@ -237,11 +240,8 @@ def partials(neuron: Definition) -> dict[str, sp.Expr]:
 
 def state_symbols(k: int) -> tuple[list[sp.Symbol], list[sp.Symbol], list[sp.Symbol]]:
     """Internal symbols of k extra states: W[t−1] (``w<i>``), W̃ (``wt<i>``), W[t] (``wn<i>``)."""
-
-    def make(prefix: str) -> list[sp.Symbol]:
-        return [sp.Symbol(f"{prefix}{i}", real=True) for i in range(k)]
-
-    return make("w"), make("wt"), make("wn")
+    w, wt, wn = ([sp.Symbol(f"{p}{i}", real=True) for i in range(k)] for p in ("w", "wt", "wn"))
+    return w, wt, wn
 
 
 def grad_w_seed(i: int) -> sp.Symbol:
@@ -256,6 +256,7 @@ def step_map(neuron: Definition, rename: dict[sp.Symbol, sp.Symbol]) -> StepMap:
     publics = list(neuron.state_symbols.values())
     as_prev = {**rename, **dict(zip(publics, prev, strict=True))}
     as_tilde = {**rename, **dict(zip(publics, tilde, strict=True))}
+    p = neuron.spike_probability  # escape: S's partials are p's (sg = 1, straight through)
     if neuron.firing == "crossing":
         v_new = K.h
     elif neuron.v_reset is None:
@@ -271,7 +272,7 @@ def step_map(neuron: Definition, rename: dict[sp.Symbol, sp.Symbol]) -> StepMap:
             for wt, st in zip(tilde, states, strict=True)
         ),
         threshold=Node(K.v_th, sp.sympify(neuron.v_threshold).xreplace(as_tilde)),
-        spike=Node(K.s, K.h - K.v_th, spike=True),
+        spike=Node(K.s, K.h - K.v_th if p is None else p.xreplace({**rename, H: K.h}), spike=True),
         reset=Node(K.v_new, v_new, is_reset=True),
         state_resets=tuple(
             Node(wn, sp.sympify(st.on_spike).xreplace({**as_tilde, S: K.s}), is_reset=True)
@@ -374,6 +375,7 @@ def derive(neuron: Definition) -> KernelSpec:
     charge, backward = blocks(stages, (K.h, step.charge.expr), targets, adjoint.lines)
     resets = step.state_resets
     sg = neuron.surrogate.derivative().subs(U_SURROGATE, K.u)
+    p = step.spike.expr if neuron.firing == "escape" else None  # p(h) in the kernels' symbols
     return KernelSpec(
         name=neuron.name,
         key=neuron.key(),
@@ -382,7 +384,7 @@ def derive(neuron: Definition) -> KernelSpec:
         param_symbols={n: rename[neuron.symbols[n]] for n in neuron.params},
         charge=charge,
         threshold=step.threshold.expr,
-        surrogate=cse_block([(K.sg, sg)], "g"),
+        surrogate=cse_block([(K.sg, sg if p is None else sp.Integer(1))], "g"),
         reset=cse_block([(V, step.reset.expr)], "r"),
         backward=backward,
         v_start=neuron.v_start if isinstance(neuron.v_start, float) else 0.0,
@@ -393,4 +395,6 @@ def derive(neuron: Definition) -> KernelSpec:
         state_resets=cse_block([(w, n.expr) for w, n in zip(prev, resets, strict=True)], "q"),
         firing=neuron.firing,
         hard_reset=neuron.v_reset is not None,  # crossing firing has v_reset None
+        noise_streams=neuron.noise_streams,
+        probability=p,
     )

@@ -4,7 +4,8 @@ Nothing here is a kernel, a derivative or an autograd function: each function
 returns a :class:`~symneuron.Neuron`. :mod:`~symneuron.models.discrete` holds the
 discrete-time models with SpikingJelly's conventions and defaults;
 :mod:`~symneuron.models.papers` the models as their papers and simulators write
-them, mostly differential equations discretised by :meth:`~symneuron.Neuron.from_ode`.
+them, mostly differential equations discretised by :meth:`~symneuron.Neuron.from_ode`;
+:mod:`~symneuron.models.noisy` noisy models (:data:`NOISY`, not in :data:`ZOO`).
 
 >>> import symneuron as sn
 >>> hh = sn.models.HodgkinHuxley()
@@ -27,6 +28,7 @@ from .discrete import (
     Izhikevich,
     ThresholdLIF,
 )
+from .noisy import NOISY, EscapeLIF, NoisyLIF
 from .papers import (
     IZHIKEVICH_PRESETS,
     AdEx2005,
@@ -66,4 +68,5 @@ __all__ = [  # noqa: PLE0604
     "IF", "LIF", "PLIF", "QIF", "EIF", "ThresholdLIF", "Izhikevich", "ALIF", "CuLIF", "AdEx",
     *PAPERS,
     "ZOO", "DISCRETE", "STATEFUL", "PAPERS", "IZHIKEVICH_PRESETS", "vtrap",
+    "NoisyLIF", "EscapeLIF", "NOISY",
 ]  # fmt: skip

@@ -119,6 +119,11 @@ def _linear(expr: sp.Expr, variables: list[sp.Symbol], where: str) -> list[sp.Ex
 
 
 def _check_exportable(neuron: Neuron, spiking: bool, where: str) -> None:
+    if getattr(neuron, "draws", False):
+        raise ValueError(
+            f"{where}: {neuron.name} draws random numbers (noise or escape firing), which NIR's "
+            "neurons cannot express; export the same equations without the noise term."
+        )
     firing = getattr(neuron, "firing", "level")
     if firing != "level":
         raise ValueError(f"{where}: firing={firing!r} (no reset) has no NIR counterpart.")

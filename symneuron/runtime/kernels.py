@@ -128,10 +128,10 @@ class Program:
         self.learnable_rows = tuple(
             (j, params.index(name)) for j, name in enumerate(neuron.learnable)
         )
-        states = bool(self.k)
-        self._pack = {p.name: _packer(p.of(states)) for p in PASSES.values()}
+        states, draws = bool(self.k), neuron.draws
+        self._pack = {p.name: _packer(p.of(states, draws)) for p in PASSES.values()}
         counts = {"param": self.n_params, "learnable": self.n_learnable}
-        self._kinds = {p.name: _kinds(p.of(states), counts) for p in PASSES.values()}
+        self._kinds = {p.name: _kinds(p.of(states, draws), counts) for p in PASSES.values()}
         #: the tensors of each pass (for the lane count and the launcher's dtype, device)
         self._tensors = {
             p.name: tuple(a.name for a in p.of(states) if a.pointer and a.each is None)

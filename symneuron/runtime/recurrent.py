@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -96,7 +96,10 @@ def _geometry(prog: Any, pass_: Pass, first: torch.Tensor, features: int, lanes:
     return Geometry(first.shape[1] // features, row_threads * parts, shared)
 
 
-def _aligned(tensor: torch.Tensor | None) -> torch.Tensor | None:
+_Maybe = TypeVar("_Maybe", torch.Tensor, None)
+
+
+def _aligned(tensor: _Maybe) -> _Maybe:
     """``tensor``, copied when its start is not 16-byte aligned (a view with an offset):
     the kernels of several lanes per thread load 16 bytes at once."""
     return tensor if tensor is None or tensor.data_ptr() % 16 == 0 else tensor.clone()

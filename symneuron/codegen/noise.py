@@ -1,0 +1,93 @@
+"""The random draws of a step body: the lines a noisy neuron's kernels add.
+
+A kernel that draws (:func:`draws`) reads the generator's state once per thread
+(:func:`state`: ``rng[0]`` the seed, ``rng[1]`` the offset, an int64 [2] tensor) and
+computes each draw where it is used, keyed by (seed, offset, stream, step, neuron) with
+the functions of :func:`symneuron.rng.source`: a noise stream's standard normal where X
+is read (:func:`normals`), escape firing's uniform where the spike is decided
+(:func:`escape`). The backward makes the same calls, so it sees the forward's draws
+without storing them. Nothing here is printed for a neuron that draws nothing, so its
+kernels stay as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+import sympy as sp
+
+from ..derivation import K, KernelSpec
+from ..rng import ESCAPE_STREAM
+from ..stochastic import NOISES
+from .dialects import Dialect
+
+__all__ = ["draws", "state", "normals", "escape", "read_by"]
+
+
+class _Printer(Protocol):
+    spec: KernelSpec
+    dialect: Dialect
+
+    def expr(self, e: sp.Expr) -> str: ...
+
+
+def draws(spec: KernelSpec) -> bool:
+    """Whether the kernels draw random numbers (noise streams or escape firing)."""
+    return bool(spec.noise_streams) or spec.probability is not None
+
+
+def state(spec: KernelSpec) -> list[str]:
+    """The generator's seed and offset, read once per thread (nothing if none drawn)."""
+    if not draws(spec):
+        return []
+    return ["const sn_u64 rng_seed = (sn_u64)rng[0];", "const sn_u64 rng_offset = (sn_u64)rng[1];"]
+
+
+def _key(stream: int, step: str, neuron: str = "(sn_u64)(i0 + j)") -> str:
+    return f"rng_seed, rng_offset, {stream}u, (sn_u64)({step}), {neuron}"
+
+
+#: CUDA: the block of lane j's draw and the lane's place in it. A thread's first neuron
+#: i0 is a multiple of K, so with K % 4 == 0 the four lanes of a group name one block by
+#: one expression: the compiler computes one Philox call for them, and one Box–Muller per
+#: pair (the lanes' places are constants after the lane loop's unrolling).
+_CUDA_LANE = ("(sn_u64)(i0 + (K % 4 == 0 ? (j & ~3) : j))", "(sn_u64)(K % 4 == 0 ? j : i0 + j)")
+
+
+def _draw(printer: _Printer, kind: str, compute: str, stream: int, step: str) -> str:
+    """One lane's draw (``normal`` or ``uniform``) of ``stream`` at ``step``."""
+    if printer.dialect.name != "cuda":
+        return f"sn_rng_{kind}_{compute}({_key(stream, step)})"
+    block = f"sn_rng_block({_key(stream, step, _CUDA_LANE[0])})"
+    if kind == "normal":
+        return f"sn_normal_{compute}({block}, {_CUDA_LANE[1]})"
+    return f"sn_uniform_{compute}(sn_word({block}, {_CUDA_LANE[1]}))"
+
+
+def normals(printer: _Printer, streams: Iterable[int], compute: str, step: str = "t") -> list[str]:
+    """This lane's standard-normal draw of each stream at ``step``, named as its symbol."""
+    return [
+        f"const {compute} {NOISES[i]} = {_draw(printer, 'normal', compute, i, step)};"
+        for i in streams
+    ]
+
+
+def read_by(spec: KernelSpec, reads: Iterable[sp.Symbol]) -> list[int]:
+    """The streams among the symbols a block reads (the backward's, for a learnable noise
+    amplitude, whose gradient is Σ g·noise)."""
+    read = set(reads)
+    return [i for i in spec.noise_streams if NOISES[i] in read]
+
+
+def escape(printer: _Printer, compute: str, h: str, step: str) -> list[str]:
+    """Escape firing from ``h`` at ``step``: S = [u < p(h)], u the escape stream's uniform
+    (``u`` stays h − v_th for a soft reset's use; the backward's sg is dp/dh)."""
+    p = printer.spec.probability
+    assert p is not None
+    prob = printer.expr(p.xreplace({K.h: sp.Symbol(h, real=True)}))
+    uniform = _draw(printer, "uniform", compute, ESCAPE_STREAM, step)
+    return [
+        f"const {compute} u = {h} - v_th;",
+        f"const {compute} s = {uniform} < {prob} ? 1 : 0;",
+    ]
