@@ -187,8 +187,10 @@ def prepare(
                        w_init=w_dict, rng=rng), check  # fmt: skip
     if v0 is None and isinstance(neuron.v_start, sp.Expr):
         v0 = default_v_init(neuron, x_seq, shape, values)
-    job = _kernel_run(neuron, backend, x_seq, v0, w0, values, "seq" if keep else "last")
-    return (job if rng is None else job._replace(rng=rng)), check
+    # (the rng goes in at construction: torch 2.8's Dynamo cannot trace Run._replace)
+    return _kernel_run(
+        neuron, backend, x_seq, v0, w0, values, "seq" if keep else "last", rng
+    ), check
 
 
 def _raise_if_nonfinite_params(values: dict[str, float | torch.Tensor]) -> None:
@@ -230,6 +232,7 @@ def _kernel_run(
     w0: torch.Tensor | None,
     values: dict[str, float | torch.Tensor],
     v_mode: str,
+    rng: torch.Tensor | None = None,
 ) -> Run:
     """The kernels' run: inputs flattened to [T, N] (already [T, N]: no reshape or view,
     each costs host time), H stored when autograd will need it."""
@@ -246,7 +249,7 @@ def _kernel_run(
     x_flat = x_seq.contiguous() if flat else x_seq.reshape(t_len, n).contiguous()
     v_flat = None if v0 is None else v0.reshape(n).contiguous()
     w_flat = None if w0 is None else w0.reshape(len(neuron.states), n).contiguous()
-    return Run(neuron, backend, x_flat, shape, v_flat, w_flat, param_list, store_h, v_mode)
+    return Run(neuron, backend, x_flat, shape, v_flat, w_flat, param_list, store_h, v_mode, rng)
 
 
 def _shaped(
