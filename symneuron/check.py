@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 import sympy as sp
 import torch
 
+from .check_recurrent import recurrent_errors
 from .definition import H, V, X
 from .derivation import partial_definitions
 from .neuron import Neuron
-from .recurrent import RecurrentNeuronLayer
 from .reference import simulate_reference, torch_function
 from .simulate import resolve_backend, simulate
 from .stochastic import NOISES
@@ -325,11 +325,7 @@ def check(
     """
     shape = _arguments(T, shape, points, tolerance)
     device = torch.device(device)
-    gen = torch.Generator()
-    if seed is None:
-        gen.seed()  # fresh entropy; leaves torch's global RNG alone
-    else:
-        gen.manual_seed(seed)
+    gen = _generator(seed)
     backend = resolve_backend(backend, device)
     tol = tolerance if tolerance is not None else _DEFAULT_TOL.get(dtype, 1e-2)
     report = CheckReport(neuron.name, backend, str(dtype).removeprefix("torch."))
@@ -339,49 +335,43 @@ def check(
         torch.randn(T, *shape, generator=gen, dtype=torch.float64).to(device),
         torch.randn(T, *shape, generator=gen, dtype=torch.float64).to(device),
     )
-    rng = None
-    if neuron.draws:  # the noise's seed, from the check's own generator
-        noise_seed = int(torch.randint(0, 2**62, (), generator=gen))
-        rng = torch.tensor([noise_seed, 0], dtype=torch.int64, device=device)
+    rng = _noise_state(neuron, gen, device)
     inputs, reference, fired = _firing_reference(neuron, inputs, weights, dtype, rng)
     report.results += [fired, *_nan_reference(neuron, reference[1])]
     got = _run(neuron, inputs, backend, weights, rng=rng)
-    names = ["spike_seq", "v_seq", *[f"{w}_seq" for w in neuron.states]]
-    names += [f"grad {k}" for k in inputs]
-    for name, a, b in zip(names, got, reference, strict=True):
-        report.results.append(CheckResult(f"{name} vs reference", _rel_error(a.double(), b), tol))
+    report.results += _against_reference(neuron, inputs, got, reference, tol)
     if recurrent:
-        found = _recurrent(neuron, backend, inputs["x_seq"], weights[0], gen)
-        report.results += [CheckResult(name, error, tol) for name, error in found]
+        found = recurrent_errors(neuron, backend, inputs["x_seq"], weights[0], gen)
+        report.results += [CheckResult(name, _rel_error(a, b), tol) for name, a, b in found]
     return report
 
 
-def _recurrent(
-    neuron: Neuron, backend: str, x_seq: torch.Tensor, readout: torch.Tensor,
-    gen: torch.Generator,
-) -> list[tuple[str, float]]:  # fmt: skip
-    """A recurrent layer on ``backend`` (in ``x_seq``'s dtype) against the reference's
-    loop over steps in float64: (comparison, error) pairs."""
-    size = x_seq.shape[-1]
-    bound = 2 / size**0.5  # twice nn.Linear's initial range: the recurrence matters
-    weight = bound * (2 * torch.rand(size, size, generator=gen, dtype=torch.float64) - 1)
-    bias = 0.1 * torch.rand(size, generator=gen, dtype=torch.float64)
-    runs = []
-    for chosen, dtype in ((backend, x_seq.dtype), ("torch", torch.float64)):
-        layer = RecurrentNeuronLayer(neuron, size, backend=chosen, bias=True)
-        layer = layer.to(device=x_seq.device, dtype=dtype)
-        with torch.no_grad():
-            layer.weight.copy_(weight)
-            layer.bias.copy_(bias)  # type: ignore[union-attr]
-        x = x_seq.detach().to(dtype).requires_grad_(True)
-        spikes = layer(x)
-        (spikes * readout.to(dtype)).sum().backward()
-        learnable = [getattr(layer.cell, name).grad for name in neuron.learnable]
-        grads = [x.grad, layer.weight.grad, layer.bias.grad, *learnable]  # type: ignore[union-attr]
-        runs.append([spikes.detach(), *grads])
-    names = ["spikes", "grad x_seq", "grad weight", "grad bias"]
-    names += [f"grad {name}" for name in neuron.learnable]
+def _generator(seed: int | None) -> torch.Generator:
+    """The check's own generator: seeded, or fresh entropy (torch's global RNG untouched)."""
+    gen = torch.Generator()
+    if seed is None:
+        gen.seed()
+    else:
+        gen.manual_seed(seed)
+    return gen
+
+
+def _noise_state(neuron: Neuron, gen: torch.Generator, device: torch.device) -> torch.Tensor | None:
+    """For a neuron that draws: the noise's [seed, offset], the seed from ``gen``."""
+    if not neuron.draws:
+        return None
+    noise_seed = int(torch.randint(0, 2**62, (), generator=gen))
+    return torch.tensor([noise_seed, 0], dtype=torch.int64, device=device)
+
+
+def _against_reference(
+    neuron: Neuron, inputs: dict[str, torch.Tensor], got: list[torch.Tensor],
+    reference: list[torch.Tensor], tol: float,
+) -> list[CheckResult]:  # fmt: skip
+    """The backend's outputs and gradients, each against the reference's."""
+    names = ["spike_seq", "v_seq", *[f"{w}_seq" for w in neuron.states]]
+    names += [f"grad {k}" for k in inputs]
     return [
-        (f"recurrent {name} vs reference loop", _rel_error(got.double().cpu(), want.cpu()))
-        for name, got, want in zip(names, *runs, strict=True)
+        CheckResult(f"{name} vs reference", _rel_error(a.double(), b), tol)
+        for name, a, b in zip(names, got, reference, strict=True)
     ]

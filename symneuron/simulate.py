@@ -187,8 +187,7 @@ def prepare(
                        w_init=w_dict, rng=rng), check  # fmt: skip
     if v0 is None and isinstance(neuron.v_start, sp.Expr):
         v0 = default_v_init(neuron, x_seq, shape, values)
-    # (the rng goes in at construction: torch 2.8's Dynamo cannot trace Run._replace)
-    return _kernel_run(
+    return _kernel_run(  # (rng at construction: Dynamo of torch 2.8 can't trace _replace)
         neuron, backend, x_seq, v0, w0, values, "seq" if keep else "last", rng
     ), check
 

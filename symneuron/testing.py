@@ -110,8 +110,7 @@ def assert_neuron_ok(
         The neuron under test.
     backends : iterable of str, optional
         Any of ``"cpu"``, ``"cuda"``, ``"torch"``; default: every backend
-        :func:`available_backends` finds. Asking for one that is not available
-        is a ``ValueError``.
+        :func:`available_backends` finds (asking for another is a ``ValueError``).
     dtypes : iterable of torch.dtype or str, optional
         Default: float64 and float32 on every backend, plus float16 and bfloat16 on
         ``"cuda"`` (the only backend with 16-bit kernels; other backends skip them).
@@ -120,11 +119,9 @@ def assert_neuron_ok(
     seed : int
         Seed of the random inputs and evaluation points (the same on every run).
     tolerance : float, optional
-        Maximum relative error of the kernels; default per dtype as in
-        :func:`symneuron.check`.
+        Maximum relative error of the kernels; default per dtype, as in ``check``.
     recurrent : bool
-        Also check a :class:`~symneuron.RecurrentNeuronLayer` of the neuron on each
-        backend against the reference's loop over steps (``sn.check(recurrent=True)``).
+        Also check a recurrent layer of the neuron (``sn.check(recurrent=True)``).
 
     Returns
     -------
@@ -145,8 +142,8 @@ def assert_neuron_ok(
     [('torch', 'float64'), ('torch', 'float32')]
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not this function's
-    pairs = _pairs(neuron, backends, dtypes)
-    reports = _check_each(neuron, pairs, T, shape, seed, tolerance, recurrent)
+    reports = _check_each(neuron, _pairs(neuron, backends, dtypes), T, shape, seed, tolerance,
+                          recurrent)  # fmt: skip
     _assert_all_passed(neuron.name, reports)
     return reports
 
