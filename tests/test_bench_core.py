@@ -30,6 +30,7 @@ class Echo(core.WorkerBase):
         return {}
 
 
+@pytest.mark.slow  # waits out a hung worker: ~25 s
 def test_a_worker_is_restarted_after_it_dies_and_retired_after_failures() -> None:
     worker = core.Worker("main", Echo, {"dry_run": True}, max_failures=2)
     try:

@@ -40,6 +40,7 @@ def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path]:
     return json.loads((out / "e2e.json").read_text()), proc.stdout, out
 
 
+@pytest.mark.slow  # the dry run spawns workers: ~25 s
 def test_dry_run_records_every_configuration(dry_run: tuple[dict, str, Path]) -> None:
     results, _, _ = dry_run
     recs = results["records"]
@@ -63,6 +64,7 @@ def test_dry_run_records_every_configuration(dry_run: tuple[dict, str, Path]) ->
             assert mine[(library, "LIF")]["added_ms"] is None
 
 
+@pytest.mark.slow  # the dry run spawns workers: ~25 s
 def test_dry_run_spikingjelly_torch_matches_symneuron(dry_run: tuple[dict, str, Path]) -> None:
     """Same weights, batch and neuron constants: SpikingJelly's first-step loss equals
     symneuron's in fp32; in bf16 a spike at the threshold may flip (a looser bound)."""
@@ -76,6 +78,7 @@ def test_dry_run_spikingjelly_torch_matches_symneuron(dry_run: tuple[dict, str, 
     assert min(cnn["spike_rates"]) > 0  # the neurons fire: the loss depends on them
 
 
+@pytest.mark.slow  # the dry run spawns workers: ~25 s
 def test_dry_run_outputs(dry_run: tuple[dict, str, Path]) -> None:
     results, stdout, out = dry_run
     md = (out / "e2e.md").read_text()

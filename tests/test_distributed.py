@@ -330,6 +330,7 @@ def race_inputs() -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor], 
     return x_seq, v_init, {"k": torch.tensor(0.45, dtype=torch.float64)}, weights
 
 
+@pytest.mark.slow  # two processes compiling: ~12 s
 def test_two_ranks_compile_one_new_neuron_into_one_empty_cache(tmp_path: Path) -> None:
     cache = tmp_path / "shared-cache" / "not-yet-created"
     ranks = launch("cache", tmp_path, SYMNEURON_CACHE=str(cache))

@@ -92,6 +92,7 @@ def test_demo_rejects_a_zero_budget() -> None:
         load_demo().main(["--epochs", "0"])
 
 
+@pytest.mark.slow  # trains the example: ~12 s
 def test_recurrent_example_remembers_what_feedforward_cannot(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
