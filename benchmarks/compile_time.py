@@ -37,8 +37,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-#: The models of ``--quick``: a discrete one and two small ODE systems (every method).
-QUICK = ("LIF", "IafPscExp", "FitzHughNagumo")
+#: The models of ``--quick``: a discrete one and a small ODE system (every method).
+QUICK = ("LIF", "IafPscExp")
 METHODS = ("euler", "exp_euler", "rk2", "rk4")
 #: Seconds a cold time to first step may take in ``--quick`` (issue 26: under 10 s).
 BUDGET = 10.0

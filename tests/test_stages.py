@@ -87,7 +87,7 @@ def test_compile_time_benchmark_quick_mode_passes() -> None:
     proc = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True,
                           text=True, timeout=900)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "| FitzHughNagumo | rk4 |" in proc.stdout
+    assert "| IafPscExp | rk4 |" in proc.stdout and "| IafPscExp | exp_euler |" in proc.stdout
 
 
 @pytest.mark.parametrize(("name", "seed"), [("Pospischil2008", 7), ("HodgkinHuxley", 3),
