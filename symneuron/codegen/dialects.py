@@ -105,6 +105,18 @@ class Dialect:
         """Free what :meth:`lane_arrays` and :meth:`row_shared` took (C's heap)."""
         return []
 
+    def row_cache(self, storage: str, source: str, base: str) -> list[str]:
+        """Rows of the [F, F] matrix ``source`` held on chip for the whole sequence, as
+        many as the launch gave room for after the first ``base`` bytes of the row's
+        shared memory: part p of the ``n_parts`` threads of a neuron finds the first
+        ``cached`` rows of its ``chunk`` (rows p·chunk on) at ``wcache + (p·cached + q)·F``.
+        Every thread of the block runs it, before the first barrier. C: none cached."""
+        return [
+            "const long long chunk = (F + n_parts - 1) / n_parts;",
+            "const long long cached = 0;",
+            f"const {storage}* wcache = {source};",
+        ]
+
 
 class CDialect(Dialect):
     """C99: K lanes per loop iteration (macros set around each function), OpenMP."""
@@ -269,7 +281,8 @@ class CUDADialect(Dialect):
             "const long long i0 = row0 + c0;",
             "const bool active = part == 0 && c0 < F;",
         ]
-        return self._wrap(name, params, indent(head + body), lanes)
+        # a block may hold 1024 threads: registers capped so that it always launches
+        return self._wrap(name, params, indent(head + body), lanes, "__launch_bounds__(1024) ")
 
     def lane_arrays(self, arrays: list[tuple[str, str]]) -> list[str]:
         return [f"{ct} {name}[K];" for ct, name in arrays]
@@ -278,6 +291,29 @@ class CUDADialect(Dialect):
         self, arrays: list[tuple[str, str]], body: list[str], helpers: bool = False
     ) -> list[str]:
         return [f"if ({'c0 < F' if helpers else 'active'}) {{", *indent(body), "}"]
+
+    def row_cache(self, storage: str, source: str, base: str) -> list[str]:
+        """The rows that fit the launch's dynamic shared memory (read from the
+        ``%dynamic_smem_size`` register) after its first ``base`` bytes."""
+        fill = (
+            "for (long long e = threadIdx.x; e < n_parts * cached * F; e += blockDim.x) {",
+            "    const long long p = e / (cached * F), r = e - p * cached * F;",
+            "    const long long m = p * chunk + r / F;",
+            f"    if (m < F) sn_wcache[e] = {source}[m * F + r % F];",
+            "}",
+        )
+        return [
+            "const long long chunk = (F + n_parts - 1) / n_parts;",
+            "unsigned int sn_dyn;",
+            'asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(sn_dyn));',
+            f"const long long sn_base = {base};",
+            "const long long sn_room = ((long long)sn_dyn - sn_base) / "
+            f"((long long)sizeof({storage}) * F * n_parts);",
+            "const long long cached = sn_room < 0 ? 0 : (sn_room < chunk ? sn_room : chunk);",
+            f"{storage}* sn_wcache = ({storage}*)(sn_smem + sn_base);",
+            *fill,
+            f"const {storage}* wcache = sn_wcache;",
+        ]
 
     def row_shared(self, ctype: str, name: str, count: str) -> list[str]:
         """Dynamic shared memory (its bytes are the launch geometry's ``shared``)."""
@@ -295,8 +331,12 @@ class CUDADialect(Dialect):
     ) -> str:  # fmt: skip
         return self._wrap(name, params, indent(self.neuron_loop(body)), lanes)
 
-    def _wrap(self, name: str, params: list[str], lines: list[str], lanes: dict[int, str]) -> str:
-        """A device function template over K and one exported kernel per lane count."""
+    def _wrap(
+        self, name: str, params: list[str], lines: list[str], lanes: dict[int, str],
+        bounds: str = "",
+    ) -> str:  # fmt: skip
+        """A device function template over K and one exported kernel per lane count
+        (``bounds``: its ``__launch_bounds__``, if any)."""
         joined = f",\n{INDENT}".join(params)
         text = "\n".join(lines)
         call = ", ".join(p.split()[-1] for p in params)
@@ -306,7 +346,7 @@ class CUDADialect(Dialect):
         ]
         for k, exported in lanes.items():
             out.append(
-                f'extern "C" __global__ void {exported}(\n{INDENT}{joined}) {{\n'
+                f'extern "C" __global__ void {bounds}{exported}(\n{INDENT}{joined}) {{\n'
                 f"{INDENT}{name}<{k}>({call});\n}}\n"
             )
         return "\n".join(out)

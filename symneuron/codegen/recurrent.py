@@ -41,13 +41,19 @@ class RecurrentPrinter(StepPrinter):
         """``rec[j] = Σ_m factor(m) · weights[m · F + c0 + j]`` over the row's neurons m
         (only those where ``condition`` holds, factor 1 then)."""
         ct = self.dt.compute
+        loop = self._sum_loop(f"{weights} + m * F + c0", factor, condition, span)
+        return [f"{ct} rec[K];", *self.dialect.lane_loop(["rec[j] = 0;"]), *loop]
+
+    def _sum_loop(self, row: str, factor: str, condition: str | None, span: str) -> list[str]:
+        """``rec[j] += factor(m) · row(m)[j]`` for m in ``span``, ``row`` the pointer to
+        row m's value of column c0."""
         add = (
             f"rec[j] += {self.load('w_m[j]')};"
             if condition
             else f"rec[j] += g_m * {self.load('w_m[j]')};"
         )
-        inner = [f"const {self.dt.storage}* w_m = {weights} + m * F + c0;"]
-        inner += [] if condition else [f"const {ct} g_m = {factor};"]
+        inner = [f"const {self.dt.storage}* w_m = {row};"]
+        inner += [] if condition else [f"const {self.dt.compute} g_m = {factor};"]
         inner += self.dialect.lane_loop([add])
         # unrolled: a thread keeps several rows' loads in flight (they come from L2)
         loop = [*self.dialect.unroll(str(UNROLL)), f"for (long long {span}; ++m) {{"]
@@ -55,7 +61,7 @@ class RecurrentPrinter(StepPrinter):
             loop += [f"    if ({condition}) {{", *["        " + line for line in inner], "    }"]
         else:
             loop += ["    " + line for line in inner]
-        return [f"{ct} rec[K];", *self.dialect.lane_loop(["rec[j] = 0;"]), *loop, "}"]
+        return [*loop, "}"]
 
     def _add_to(self, register: str) -> list[str]:
         """The vector register's lanes plus ``rec``, rounded to storage (as the torch
@@ -141,8 +147,13 @@ class RecurrentPrinter(StepPrinter):
     ) -> list[str]:  # fmt: skip
         """A row's kernel: its arrays, each thread's set-up, the time loop (``helpers``,
         a phase every thread of a neuron runs, and a barrier; then a step of the neurons'
-        own threads, and the barrier), each thread's final stores, and the release."""
+        own threads, and the barrier), each thread's final stores, and the release.
+        With ``helpers`` the rows of ``weight`` that fit on chip are loaded first
+        (:meth:`~symneuron.codegen.dialects.Dialect.row_cache`)."""
         d = self.dialect
+        # the cache's first byte: after the exchanged values and the parts, 16-aligned
+        base = f"((2 + n_parts) * F * (long long)sizeof({self.dt.compute}) + 15) / 16 * 16"
+        cache = d.row_cache(self.dt.storage, "weight", base) if helpers else []
         head = "for (int t = T - 1; t >= 0; --t) {" if reverse else "for (int t = 0; t < T; ++t) {"
         words = [
             "const int n_words = (int)(blockDim.x >> 5) * K;",
@@ -157,6 +168,7 @@ class RecurrentPrinter(StepPrinter):
             *([f"{self.dt.compute}* parts = sn_shared + 2 * F;"] if helpers else []),
             *(words if votes else []),
             *d.lane_arrays(arrays),
+            *cache,
             *d.threads(arrays, init),
             *(self._votes("1") if votes else []),
             *([d.barrier()] if d.barrier() else []),
@@ -185,10 +197,17 @@ class RecurrentPrinter(StepPrinter):
         # each of the n_parts threads of a neuron sums its part of the m range (CUDA:
         # up to 4 threads a neuron keep more loads in flight); the neuron's own thread
         # adds the parts in order
+        # (CUDA: the first ``cached`` rows of each part's range from shared memory, the
+        # rest from L2, in the same order)
+        cached_row = "wcache + (part * cached + m - m0) * F + c0"
         partial = [
-            "const long long chunk = (F + n_parts - 1) / n_parts;",
+            "const long long m0 = part * chunk;",
             "const long long m1 = (part + 1) * chunk < F ? (part + 1) * chunk : F;",
-            *self._recurrent_sum("weight", "before[m]", None, "m = part * chunk; m < m1"),
+            "const long long mc = m0 + cached < m1 ? m0 + cached : m1;",
+            f"{self.dt.compute} rec[K];",
+            *d.lane_loop(["rec[j] = 0;"]),
+            *self._sum_loop(cached_row, "before[m]", None, "m = m0; m < mc"),
+            *self._sum_loop("weight + m * F + c0", "before[m]", None, "m = mc; m < m1"),
             *d.lane_loop(["parts[part * F + c0 + j] = rec[j];"]),
         ]
         total = [f"{self.dt.compute} rec[K];", *d.lane_loop(["rec[j] = 0;"])]

@@ -12,6 +12,7 @@ closure (see :func:`launcher`) that the binding caches and that keeps its module
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import struct
 from collections.abc import Callable
@@ -107,6 +108,21 @@ def load(source: str, device: int) -> Any:
     return module
 
 
+#: CUfunction_attribute: the static shared bytes, the dynamic bytes a launch may ask for
+_SHARED_SIZE_BYTES, _MAX_DYNAMIC_SHARED = 1, 8
+
+
+@functools.cache
+def shared_limits(device: int) -> tuple[int, int, int, int]:
+    """Device ``device``'s shared-memory bytes a block may opt in to, bytes per SM, SMs,
+    and threads per SM."""
+    props = _cupy().cuda.runtime.getDeviceProperties(device)
+    return (
+        props["sharedMemPerBlockOptin"], props["sharedMemPerMultiprocessor"],
+        props["multiProcessorCount"], props["maxThreadsPerMultiProcessor"],
+    )  # fmt: skip
+
+
 # cuLaunchKernel "extra" keys: CU_LAUNCH_PARAM_END, _BUFFER_POINTER, _BUFFER_SIZE
 _PARAM_END, _PARAM_BUFFER, _PARAM_SIZE = 0, 1, 2
 _EXTRA = ctypes.c_void_p * 5
@@ -123,6 +139,10 @@ def launcher(module: Any, name: str, device: int) -> Callable[[str, list[int], G
     from cupy.cuda import driver
 
     fn = int(module.get_function(name).ptr)
+    # dynamic shared memory beyond the default 48 KB, up to what the device allows (the
+    # recurrent backward keeps weight rows there); the launch's bytes still decide
+    static = driver.funcGetAttribute(_SHARED_SIZE_BYTES, fn)
+    driver.funcSetAttribute(fn, _MAX_DYNAMIC_SHARED, shared_limits(device)[0] - static)
     launch_kernel = driver.launchKernel
     raw_stream = torch._C._cuda_getCurrentRawStream
     current_device = torch._C._cuda_getDevice

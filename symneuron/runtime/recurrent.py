@@ -92,8 +92,24 @@ def _geometry(prog: Any, pass_: Pass, first: torch.Tensor, features: int, lanes:
         words = 2 * (row_threads // 32) * lanes * 4  # uint32 votes, two halves
         return Geometry(first.shape[1] // features, row_threads, 2 * features * item + words)
     parts = max(1, min(BACKWARD_PARTS, MAX_THREADS // row_threads))
-    shared = (2 + parts) * features * item
-    return Geometry(first.shape[1] // features, row_threads * parts, shared)
+    rows = first.shape[1] // features
+    base = -(-(2 + parts) * features * item // 16) * 16
+    # then as many rows of the weight as fit (the kernel reads the rest from L2)
+    chunk = -(-features // parts)
+    whole = base + parts * chunk * features * first.element_size()
+    room = _shared_room(first.device.index, rows, row_threads * parts)
+    return Geometry(rows, row_threads * parts, max(base, min(whole, room)))
+
+
+def _shared_room(device: int, rows: int, threads: int) -> int:
+    """Shared bytes a block of the backward may take without running its ``rows`` blocks
+    in more waves than they would run in with none: all of a block's opt-in limit when
+    each SM runs one block, else the SM's bytes over the blocks it must hold."""
+    from .cuda import shared_limits
+
+    optin, per_sm, sms, sm_threads = shared_limits(device)
+    blocks = max(1, min(sm_threads // threads, -(-rows // sms)))
+    return min(optin, per_sm // blocks - 1024)  # the driver keeps 1 KB per block
 
 
 _Maybe = TypeVar("_Maybe", torch.Tensor, None)
