@@ -36,6 +36,10 @@ class DType:
     load, store : C format strings converting storage -> compute and back.
     lanes : neurons per thread (CUDA) or per loop iteration (C) in the wide kernel
         variant (1: no wide variant).
+    fast_draws : whether the kernels draw normals by the fast conversion
+        (:func:`symneuron.rng.convert.box_muller_fast`: within a few float32 ulps of the
+        exact normals, not bit for bit); the 16-bit CUDA rows, whose stored values round
+        far coarser.
     torch_dtype, torch_compute, torch_accum : the torch dtypes of the same three roles.
     """
 
@@ -49,6 +53,7 @@ class DType:
     load: str = "{}"
     store: str = "{}"
     lanes: int = 1
+    fast_draws: bool = False
 
     def rounded(self, value: str) -> str:
         """C text of ``value`` rounded to the storage type and back (identity for float/double)."""
@@ -64,7 +69,7 @@ _F64 = DType("float64", "double", "double", "double", torch.float64, torch.float
 def _half(name: str, dtype: torch.dtype, load: str, store: str) -> DType:
     return DType(
         name, "unsigned short", "float", "float", dtype, torch.float32, torch.float32,
-        f"{load}({{}})", f"{store}({{}})", lanes=4,
+        f"{load}({{}})", f"{store}({{}})", lanes=4, fast_draws=True,
     )  # fmt: skip
 
 

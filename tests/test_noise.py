@@ -423,6 +423,28 @@ def test_cuda_lanes_of_a_group_share_one_philox_block() -> None:
     assert 0 < four < one, rounds
 
 
+@pytest.mark.parametrize(
+    ("dtype", "draw", "one_pair"),
+    [(torch.float32, "sn_rng_normals_float<K>", "div.rn.f32"),
+     (torch.bfloat16, "sn_rng_normals_fast_float<K>", "rcp.approx.ftz.f32")],
+)  # fmt: skip
+def test_cuda_steps_draw_their_lanes_at_once_16_bit_kernels_by_the_fast_conversion(
+    dtype, draw, one_pair
+) -> None:
+    """A step fills its K lanes' normals before the lane loop (fast conversion for 16-bit
+    kernels only): in the K = 4 forward, two Box–Muller pairs per step (per load of X)."""
+    nvrtc = pytest.importorskip("symneuron.runtime.nvrtc")
+    source = noisy_lif().source("cuda", dtype)
+    assert draw in source and "noise_l[j]" in source
+    assert ("sn_rng_normals_fast_float<K>(" in source) == (dtype == torch.bfloat16)
+    if not nvrtc.nvrtc_available():
+        pytest.skip("NVRTC not available")
+    ptx = nvrtc.compile_to_ptx(source, name="nlif.cu")
+    body = dict(re.findall(r"\.entry (\w+)\((.*?)\n\}\n", ptx, re.S))["nlif_forward_h_seq_k4"]
+    steps = len(re.findall(r"ld\.global\.nc\.v4\.(?:f32|u16)", body))
+    assert steps >= 2 and body.count(one_pair) == 2 * steps, (steps, body.count(one_pair))
+
+
 # -- on a GPU (the lead runs these) -----------------------------------------------------
 
 
@@ -468,3 +490,15 @@ def test_a_captured_cuda_graph_draws_fresh_noise_at_each_replay() -> None:
         expected = reference(x)
         reference.reset()
     assert torch.equal(expected, first)
+
+
+@pytest.mark.cuda
+def test_bf16_noise_does_not_depend_on_the_lane_layout() -> None:
+    """bf16 (fast conversion): four lanes per thread and one give the same spikes and V
+    bit for bit on the neurons both runs hold."""
+    neuron = noisy_lif()
+    gen = torch.Generator().manual_seed(8)
+    x = (1.2 * torch.rand(16, 4 * 65536 + 2, generator=gen)).to(torch.bfloat16).cuda()
+    s4, v4 = sn.simulate(neuron, x[:, : 4 * 65536], backend="cuda", seed=5)
+    s1, v1 = sn.simulate(neuron, x, backend="cuda", seed=5)  # N % 4 != 0: one lane
+    assert torch.equal(s4, s1[:, : 4 * 65536]) and torch.equal(v4, v1[..., : 4 * 65536])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import re
 
 import mpmath
 import numpy as np
@@ -62,6 +63,26 @@ SN_KERNEL test_normal_float(SN_ARGS, float* out) {
 SN_KERNEL test_normal_double(SN_ARGS, double* out) {
     SN_EACH(i) out[i] = sn_rng_normal_double(SN_KEY(i));
 }
+"""
+# CUDA only: a step's K lanes from their first key (the keys of one thread: neurons i0 ..
+# i0 + K - 1, i0 a multiple of K, one seed, offset, stream and step)
+LANES = """
+template <int K, typename T, void (*FILL)(T*, sn_u64, sn_u64, sn_u32, sn_u64, sn_u64)>
+__device__ void sn_lanes(SN_ARGS, T* out) {
+    SN_EACH(t) {
+        if (t % K == 0) {
+            T z[K];
+            FILL(z, SN_KEY(t));
+            for (int j = 0; j < K && t + j < n; ++j) out[t + j] = z[j];
+        }
+    }
+}
+#define SN_LANES(name, K, T, fill) SN_KERNEL name(SN_ARGS, T* out) { \\
+    sn_lanes<K, T, fill<K>>(n, seed, offset, stream, step, neuron, out); }
+SN_LANES(test_lanes4_float, 4, float, sn_rng_normals_float)
+SN_LANES(test_lanes2_double, 2, double, sn_rng_normals_double)
+SN_LANES(test_lanes4_fast, 4, float, sn_rng_normals_fast_float)
+SN_LANES(test_lanes1_fast, 1, float, sn_rng_normals_fast_float)
 """
 C_DRIVER = "#define SN_KERNEL void\n#define SN_EACH(i) for (long long i = 0; i < n; ++i)\n" + DRIVER
 CUDA_DRIVER = (
@@ -250,6 +271,21 @@ def test_float32_normals_are_within_4_ulps_of_box_muller_in_float64() -> None:
     assert float(ulps.max()) <= 4, float(ulps.max())
 
 
+def test_fast_float_normals_are_within_5_ulps_of_box_muller_in_float64() -> None:
+    """The fast conversion of 16-bit kernels (fused multiply-adds, minimax polynomials of
+    fewer terms), with a correctly rounded reciprocal and square root where the GPU's are
+    within an ulp or two: 4.1 ulps measured; within 6.4e-7 of the exact float32 normals."""
+    step, neuron = torch.arange(256)[:, None], torch.arange(4096)
+    u, v, sine = _oracle_inputs(step, neuron)
+    turn = torch.where(sine, torch.sin(2 * math.pi * v), torch.cos(2 * math.pi * v))
+    ref = torch.sqrt(-2 * torch.log(u)) * turn
+    z = rng.normal_fast(5, 0, 0, step, neuron)
+    ulps = (z.double() - ref).abs() / torch.from_numpy(np.spacing(ref.abs().float().numpy()))
+    assert float(ulps.max()) <= 5, float(ulps.max())
+    exact = rng.normal(5, 0, 0, step, neuron)
+    assert float((z - exact).abs().max()) < 1e-6 and not torch.equal(z, exact)
+
+
 def test_float64_normals_are_within_4_ulps_of_box_muller_in_mpmath() -> None:
     step, neuron = torch.arange(3)[:, None], torch.arange(1000)
     u, v, sine = (t.flatten().tolist() for t in _oracle_inputs(step, neuron))
@@ -390,6 +426,18 @@ def test_the_cuda_text_compiles_with_nvrtc_and_nothing_is_fused() -> None:
     assert ptx.count("mul.rn.f32") >= 20 and ptx.count("add.rn.f64") >= 20
 
 
+def test_the_cuda_lane_templates_compile_and_share_one_block_per_four_lanes() -> None:
+    """K = 4: one Philox call (ten products of each multiplier's high half) and two
+    Box–Muller pairs (one division each, or one approximate reciprocal when fast)."""
+    ptx = _nvrtc().compile_to_ptx(rng.source("cuda") + CUDA_DRIVER + LANES, name="lanes.cu")
+    entries = dict(re.findall(r"\.entry (\w+)\((.*?)\n\}\n", ptx, re.S))
+    four, fast = entries["test_lanes4_float"], entries["test_lanes4_fast"]
+    assert four.count("mul.hi.u32") == 20 and four.count("div.rn.f32") == 2, four.count("div")
+    assert fast.count("mul.hi.u32") == 20 and fast.count("rcp.approx.ftz.f32") == 2
+    assert "div.rn" not in fast and "fma.rn.f32" in fast
+    assert entries["test_lanes1_fast"].count("rcp.approx.ftz.f32") == 1
+
+
 # -- on a GPU -------------------------------------------------------------------------
 
 
@@ -418,3 +466,39 @@ def test_cuda_draws_equal_torch_draws_on_cpu_and_gpu(name: str, dtype: torch.dty
         assert torch.equal(got, _torch_form(keys, draw, FLOAT[real]))
         on_torch_gpu = _torch_form(on_gpu, draw, FLOAT[real]).cpu()
         assert torch.equal(got, on_torch_gpu), (got - on_torch_gpu).abs().max()
+
+
+@pytest.mark.cuda
+def test_cuda_lane_templates_draw_the_torch_normals_and_fast_ones_to_6_ulps() -> None:
+    """K lanes at once draw each key's normal: exact ones bit for bit (float32, K = 4;
+    float64, K = 2); fast ones (16-bit kernels) the same bits for K = 4 and K = 1, within 6
+    ulps of Box–Muller in float64 and 1e-6 of the exact float32 normals."""
+    from symneuron.runtime import cuda
+    from symneuron.signature import Geometry
+
+    module = cuda.load(rng.source("cuda") + CUDA_DRIVER + LANES, 0)
+    n = 65536
+    keys = {"seed": torch.full((n,), 12345), "offset": torch.full((n,), 2**40 + 7),
+            "stream": torch.full((n,), 3), "step": torch.full((n,), 11),
+            "neuron": torch.arange(n) + 2**33}  # fmt: skip
+    on_gpu = [keys[k].cuda() for k in ("seed", "offset", "stream", "step", "neuron")]
+
+    def run(name: str, dtype: torch.dtype) -> torch.Tensor:
+        out = torch.zeros(n, dtype=dtype, device="cuda")
+        launch = cuda.launcher(module, name, 0)
+        pointers = [a.data_ptr() for a in on_gpu]
+        launch("q" + "P" * 6, [n, *pointers, out.data_ptr()], Geometry((n + 255) // 256, 256))
+        return out.cpu()
+
+    assert torch.equal(
+        run("test_lanes4_float", torch.float32), _torch_form(keys, "normal", torch.float32)
+    )
+    assert torch.equal(
+        run("test_lanes2_double", torch.float64), _torch_form(keys, "normal", torch.float64)
+    )
+    fast = run("test_lanes4_fast", torch.float32)
+    assert torch.equal(fast, run("test_lanes1_fast", torch.float32))
+    exact = _torch_form(keys, "normal", torch.float64)
+    ulps = (fast.double() - exact).abs() / torch.from_numpy(np.spacing(exact.abs().float().numpy()))
+    assert float(ulps.max()) <= 6, float(ulps.max())
+    assert float((fast.double() - exact).abs().max()) < 1e-6

@@ -5,9 +5,13 @@ A kernel that draws (:func:`draws`) reads the generator's state once per thread
 computes each draw where it is used, keyed by (seed, offset, stream, step, neuron) with
 the functions of :func:`symneuron.rng.source`: a noise stream's standard normal where X
 is read (:func:`normals`), escape firing's uniform where the spike is decided
-(:func:`escape`). The backward makes the same calls, so it sees the forward's draws
-without storing them. Nothing here is printed for a neuron that draws nothing, so its
-kernels stay as they were.
+(:func:`escape`). On CUDA a step first fills the normals of the thread's K lanes
+(:func:`step_normals`: one Philox block per four lanes, one Box–Muller per two, by
+construction rather than by the compiler's common-subexpression elimination), and each
+lane reads its own; 16-bit kernels use the fast conversion
+(:attr:`symneuron.dtypes.DType.fast_draws`). The backward makes the same calls, so it
+sees the forward's draws without storing them. Nothing here is printed for a neuron that
+draws nothing, so its kernels stay as they were.
 """
 
 from __future__ import annotations
@@ -18,16 +22,18 @@ from typing import Protocol
 import sympy as sp
 
 from ..derivation import K, KernelSpec
+from ..dtypes import DType
 from ..rng import ESCAPE_STREAM
 from ..stochastic import NOISES
 from .dialects import Dialect
 
-__all__ = ["draws", "state", "normals", "escape", "read_by"]
+__all__ = ["draws", "state", "step_normals", "normals", "escape", "read_by"]
 
 
 class _Printer(Protocol):
     spec: KernelSpec
     dialect: Dialect
+    dt: DType
 
     def expr(self, e: sp.Expr) -> str: ...
 
@@ -48,28 +54,43 @@ def _key(stream: int, step: str, neuron: str = "(sn_u64)(i0 + j)") -> str:
     return f"rng_seed, rng_offset, {stream}u, (sn_u64)({step}), {neuron}"
 
 
-#: CUDA: the block of lane j's draw and the lane's place in it. A thread's first neuron
-#: i0 is a multiple of K, so with K % 4 == 0 the four lanes of a group name one block by
-#: one expression: the compiler computes one Philox call for them, and one Box–Muller per
-#: pair (the lanes' places are constants after the lane loop's unrolling).
+#: CUDA: the block of lane j's uniform and the lane's place in it. A thread's first
+#: neuron i0 is a multiple of K, so with K % 4 == 0 the four lanes of a group name one
+#: block by one expression, and the compiler computes one Philox call for them.
 _CUDA_LANE = ("(sn_u64)(i0 + (K % 4 == 0 ? (j & ~3) : j))", "(sn_u64)(K % 4 == 0 ? j : i0 + j)")
 
 
-def _draw(printer: _Printer, kind: str, compute: str, stream: int, step: str) -> str:
-    """One lane's draw (``normal`` or ``uniform``) of ``stream`` at ``step``."""
+def _uniform(printer: _Printer, compute: str, stream: int, step: str) -> str:
+    """One lane's uniform of ``stream`` at ``step``."""
     if printer.dialect.name != "cuda":
-        return f"sn_rng_{kind}_{compute}({_key(stream, step)})"
+        return f"sn_rng_uniform_{compute}({_key(stream, step)})"
     block = f"sn_rng_block({_key(stream, step, _CUDA_LANE[0])})"
-    if kind == "normal":
-        return f"sn_normal_{compute}({block}, {_CUDA_LANE[1]})"
     return f"sn_uniform_{compute}(sn_word({block}, {_CUDA_LANE[1]}))"
 
 
+def step_normals(printer: _Printer, streams: Iterable[int], step: str = "t") -> list[str]:
+    """CUDA: each stream's normals of the thread's K lanes at ``step``, in an array
+    ``<symbol>_l[K]`` that :func:`normals` reads (nothing on C, whose lanes draw one by one
+    in a loop the compiler vectorises)."""
+    if printer.dialect.name != "cuda":
+        return []
+    ct, fast = printer.dt.compute, "_fast" if printer.dt.fast_draws else ""
+    out = []
+    for i in streams:
+        out += [
+            f"{ct} {NOISES[i]}_l[K];",
+            f"sn_rng_normals{fast}_{ct}<K>({NOISES[i]}_l, {_key(i, step, '(sn_u64)i0')});",
+        ]
+    return out
+
+
 def normals(printer: _Printer, streams: Iterable[int], compute: str, step: str = "t") -> list[str]:
-    """This lane's standard-normal draw of each stream at ``step``, named as its symbol."""
+    """This lane's standard-normal draw of each stream at ``step``, named as its symbol
+    (CUDA: read from the arrays of :func:`step_normals`)."""
+    if printer.dialect.name == "cuda":
+        return [f"const {compute} {NOISES[i]} = {NOISES[i]}_l[j];" for i in streams]
     return [
-        f"const {compute} {NOISES[i]} = {_draw(printer, 'normal', compute, i, step)};"
-        for i in streams
+        f"const {compute} {NOISES[i]} = sn_rng_normal_{compute}({_key(i, step)});" for i in streams
     ]
 
 
@@ -86,7 +107,7 @@ def escape(printer: _Printer, compute: str, h: str, step: str) -> list[str]:
     p = printer.spec.probability
     assert p is not None
     prob = printer.expr(p.xreplace({K.h: sp.Symbol(h, real=True)}))
-    uniform = _draw(printer, "uniform", compute, ESCAPE_STREAM, step)
+    uniform = _uniform(printer, compute, ESCAPE_STREAM, step)
     return [
         f"const {compute} u = {h} - v_th;",
         f"const {compute} s = {uniform} < {prob} ? 1 : 0;",

@@ -263,14 +263,13 @@ class StepPrinter:
             "const long long k = (long long)t * N + i0;",
             *[self.read_vector(s) for s in io.reads],
             f"{self.vec} {', '.join(s.register for s in io.writes)};",
+            *noise.step_normals(self, self.spec.noise_streams),
             *self.dialect.lane_loop(self.forward_lane(io)),
             *[self.write_vector(s) for s in io.writes],
         ]
         last = [f"v_seq[i0 + j] = {self.store('V_l[j]')};"]
-        last += [
-            f"w_out[(long long){i} * N + i0 + j] = {self.store(f'w{i}_l[j]')};"
-            for i in range(self.k)
-        ]
+        w_out = "w_out[(long long){} * N + i0 + j] = {};"
+        last += [w_out.format(i, self.store(f"w{i}_l[j]")) for i in range(self.k)]
         return [
             *noise.state(self.spec),
             *self.lane_state(),
@@ -370,6 +369,7 @@ class StepPrinter:
             "const long long k = (long long)t * N + i0;",
             *self.backward_loads(io),
             f"{vec} {', '.join(s.register for s in io.writes)};",
+            *noise.step_normals(self, noise.read_by(self.spec, self.spec.backward.reads)),
             *self.dialect.lane_loop(self.backward_lane(io, grad_v_mode)),
             *[self.write_vector(s) for s in io.writes],
             *(carried if self.carries() else []),

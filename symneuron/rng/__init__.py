@@ -57,6 +57,12 @@ ln in its tails and a rational of degree 7 per normal; a Box–Muller from the t
 own ln, sin and cos (no cheaper on a GPU: 104 PTX instructions per pair with CUDA's
 ``logf``, ``sincospif`` and ``sqrtf``, 100 here) agrees across forms only to 3 ulps.
 
+Fast conversion. 16-bit CUDA kernels draw normals by
+:func:`symneuron.rng.convert.box_muller_fast` (fused multiply-adds, the GPU's
+approximate reciprocal and square root, shorter minimax polynomials): a few float32
+ulps from the exact normals, not bit for bit (:func:`normal_fast` is its torch model
+with correctly rounded reciprocal and square root).
+
 Guarantees. The same (seed, offset, stream, step, neuron) gives the same words and
 uniforms on every form and dtype, and the same normal bits in C, CUDA and eager torch
 (CPU and GPU) of one dtype; float32 and float64 normals of a key differ only by the
@@ -80,7 +86,7 @@ True
 
 from __future__ import annotations
 
-from .convert import normal, uniform
+from .convert import normal, normal_fast, uniform
 from .philox import ESCAPE_STREAM, GROUP, PHILOX_M, PHILOX_W, philox4x32_10, words
 from .text import TARGETS, source
 
@@ -91,6 +97,7 @@ __all__ = [
     "PHILOX_W",
     "TARGETS",
     "normal",
+    "normal_fast",
     "philox4x32_10",
     "source",
     "uniform",

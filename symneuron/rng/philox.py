@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 __all__ = [
-    "ESCAPE_STREAM", "GROUP", "PHILOX_M", "PHILOX_W", "ROUNDS", "WORDS", "Int",
+    "ESCAPE_STREAM", "GROUP", "PHILOX_M", "PHILOX_W", "PRODUCTS", "ROUNDS", "WORDS", "Int",
     "philox4x32_10", "words",
 ]  # fmt: skip
 
@@ -104,7 +104,22 @@ def _rounds() -> str:
     return "\n".join(lines)
 
 
-#: Philox and the key layout in C and CUDA (``{q}``: the functions' qualifier)
+#: The products of a round per target: C as 64-bit products; CUDA with ``__umulhi`` for
+#: the high halves (the same bits; ptxas turns a 64-bit product's high half into one
+#: multiply and an add, ``__umulhi`` into one multiply: 20 instructions fewer per call)
+PRODUCTS = {
+    "c": """    const sn_u64 p0 = (sn_u64)0xD2511F53u * c.v[0];
+    const sn_u64 p1 = (sn_u64)0xCD9E8D57u * c.v[2];
+    const sn_u32x4 out = {{(sn_u32)(p1 >> 32) ^ c.v[1] ^ k0, (sn_u32)p1,
+                           (sn_u32)(p0 >> 32) ^ c.v[3] ^ k1, (sn_u32)p0}};""",
+    "cuda": """    const sn_u32 h0 = __umulhi(0xD2511F53u, c.v[0]);
+    const sn_u32 h1 = __umulhi(0xCD9E8D57u, c.v[2]);
+    const sn_u32x4 out = {{h1 ^ c.v[1] ^ k0, 0xCD9E8D57u * c.v[2],
+                           h0 ^ c.v[3] ^ k1, 0xD2511F53u * c.v[0]}};""",
+}
+
+#: Philox and the key layout in C and CUDA (``{q}``: the functions' qualifier,
+#: ``{products}``: the target's :data:`PRODUCTS`)
 WORDS = (
     """typedef struct {{
     sn_u32 v[4];
@@ -112,10 +127,7 @@ WORDS = (
 
 /* one Philox4x32 round: two 32x32 -> 64-bit products, the halves crossed and keyed */
 {q} sn_u32x4 sn_philox_round(sn_u32x4 c, sn_u32 k0, sn_u32 k1) {{
-    const sn_u64 p0 = (sn_u64)0xD2511F53u * c.v[0];
-    const sn_u64 p1 = (sn_u64)0xCD9E8D57u * c.v[2];
-    const sn_u32x4 out = {{{{(sn_u32)(p1 >> 32) ^ c.v[1] ^ k0, (sn_u32)p1,
-                           (sn_u32)(p0 >> 32) ^ c.v[3] ^ k1, (sn_u32)p0}}}};
+{products}
     return out;
 }}
 

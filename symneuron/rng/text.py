@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from .convert import box_muller, rounded, uniform_of
-from .philox import WORDS
+from .convert import box_muller, box_muller_fast, rounded, uniform_of
+from .philox import PRODUCTS, WORDS
 
 __all__ = ["TARGETS", "Target", "Text", "source"]
 
@@ -27,12 +27,28 @@ class Target:
     qualifier: str
     header: str
     ops: dict[str, dict[str, str]]
+    #: the fast float conversion's operations (CUDA only: 16-bit kernels draw with it)
+    fast: dict[str, str] | None = None
 
 
 def _rn(prefix: str) -> dict[str, str]:
     spelled = {op: f"__{prefix}{op}_rn({{}}, {{}})" for op in ("add", "sub", "mul", "div")}
     return {**spelled, "sqrt": f"__{prefix}sqrt_rn({{}})"}
 
+
+#: the approximate reciprocal and square root of the fast conversion (the GPU's special
+#: function unit, within an ulp or two; inputs are normal numbers, so .ftz changes nothing)
+_CUDA_APPROX = """__device__ __forceinline__ float sn_rcp_approx(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float sn_sqrt_approx(float x) {
+    float y;
+    asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+"""
 
 _INFIX = {"add": "{} + {}", "sub": "{} - {}", "mul": "{} * {}", "div": "{} / {}"}
 
@@ -71,8 +87,16 @@ TARGETS: dict[str, Target] = {
     "cuda": Target(
         "cuda",
         "__device__ __forceinline__",
-        "typedef unsigned int sn_u32;\ntypedef unsigned long long sn_u64;\n" + _CUDA_BITS,
+        "typedef unsigned int sn_u32;\ntypedef unsigned long long sn_u64;\n"
+        + _CUDA_BITS
+        + _CUDA_APPROX,
         {"float": _rn("f"), "double": _rn("d")},
+        {
+            **_rn("f"),
+            "fma": "__fmaf_rn({}, {}, {})",
+            "rcp": "sn_rcp_approx({})",
+            "sqrt": "sn_sqrt_approx({})",
+        },
     ),
 }
 
@@ -87,8 +111,8 @@ _FIELDS = {
 class Text:
     """Prints a conversion as C statements, one operation (one rounding) per statement."""
 
-    def __init__(self, target: Target, precision: str) -> None:
-        self.spelled = target.ops[precision]
+    def __init__(self, target: Target, precision: str, fast: bool = False) -> None:
+        self.spelled = target.fast if fast and target.fast else target.ops[precision]
         self.precision = precision
         self.lines: list[str] = []
 
@@ -119,6 +143,12 @@ class Text:
 
     def sqrt(self, a: str) -> str:
         return self._op("sqrt", a)
+
+    def fma(self, a: str, b: str, c: str) -> str:
+        return self._op("fma", a, b, c)
+
+    def rcp(self, a: str) -> str:
+        return self._op("rcp", a)
 
     def neg(self, a: str) -> str:
         return self._let(self.precision, f"-{a}")
@@ -173,15 +203,7 @@ def _conversions(target: Target, real: str) -> str:
 
 
 #: the draws of one key (``{q}``: qualifier, ``{t}``: float or double)
-_DRAWS = """/* normal neuron % 4 of a block: Box-Muller of words (0, 1) gives normals 0 and 1,
-   of words (2, 3) normals 2 and 3 */
-{q} {t} sn_normal_{t}(sn_u32x4 w, sn_u64 neuron) {{
-    const sn_u32 j = (sn_u32)neuron & 3u;
-    const sn_pair_{t} z = sn_box_muller_{t}(j & 2u ? w.v[2] : w.v[0], j & 2u ? w.v[3] : w.v[1]);
-    return j & 1u ? z.z1 : z.z0;
-}}
-
-{q} {t} sn_rng_uniform_{t}(
+_DRAWS = """{q} {t} sn_rng_uniform_{t}(
     sn_u64 seed, sn_u64 offset, sn_u32 stream, sn_u64 step, sn_u64 neuron) {{
     return sn_uniform_{t}(sn_word(sn_rng_block(seed, offset, stream, step, neuron), neuron));
 }}
@@ -191,6 +213,74 @@ _DRAWS = """/* normal neuron % 4 of a block: Box-Muller of words (0, 1) gives no
     return sn_normal_{t}(sn_rng_block(seed, offset, stream, step, neuron), neuron);
 }}
 """
+
+
+def _fast(target: Target) -> str:
+    """``sn_box_muller_fast_float`` and ``sn_normal_fast_float`` (CUDA only)."""
+    text = Text(target, "float", fast=True)
+    z0, z1 = box_muller_fast(text, "wu", "wv")
+    text.lines.append(f"const sn_pair_float out = {{{z0}, {z1}}};")
+    signature = "sn_pair_float sn_box_muller_fast_float(sn_u32 wu, sn_u32 wv)"
+    pair = _function(target.qualifier, signature, text.lines, "out")
+    return pair + _NORMAL.format(q=target.qualifier, t="float", fast="_fast")
+
+
+#: normal neuron % 4 of a block (``{fast}``: "" or "_fast")
+_NORMAL = """/* normal neuron % 4 of a block: Box-Muller of words (0, 1) gives normals 0 and 1,
+   of words (2, 3) normals 2 and 3 */
+{q} {t} sn_normal{fast}_{t}(sn_u32x4 w, sn_u64 neuron) {{
+    const sn_u32 j = (sn_u32)neuron & 3u;
+    const sn_pair_{t} z = sn_box_muller{fast}_{t}(j & 2u ? w.v[2] : w.v[0],
+                                                  j & 2u ? w.v[3] : w.v[1]);
+    return j & 1u ? z.z1 : z.z0;
+}}
+"""
+
+#: CUDA: the draws of a thread's K lanes i0 .. i0 + K − 1 at one step, i0 a multiple of
+#: K: one Philox block per four lanes and one Box–Muller per two (K % 4 == 0, or K % 2
+#: == 0 for pairs), else one each; the same values as one key at a time
+_LANES = """template <int K>
+__device__ __forceinline__ void sn_rng_normals{fast}_{t}(
+    {t}* z, sn_u64 seed, sn_u64 offset, sn_u32 stream, sn_u64 step, sn_u64 i0) {{
+    if constexpr (K % 4 == 0) {{
+        #pragma unroll
+        for (int g = 0; g < K; g += 4) {{
+            const sn_u32x4 w = sn_rng_block(seed, offset, stream, step, i0 + g);
+            const sn_pair_{t} a = sn_box_muller{fast}_{t}(w.v[0], w.v[1]);
+            const sn_pair_{t} b = sn_box_muller{fast}_{t}(w.v[2], w.v[3]);
+            z[g] = a.z0;
+            z[g + 1] = a.z1;
+            z[g + 2] = b.z0;
+            z[g + 3] = b.z1;
+        }}
+    }} else if constexpr (K % 2 == 0) {{
+        #pragma unroll
+        for (int g = 0; g < K; g += 2) {{
+            const sn_u32x4 w = sn_rng_block(seed, offset, stream, step, i0 + g);
+            const bool second = ((i0 + g) & 2u) != 0;
+            const sn_pair_{t} a = sn_box_muller{fast}_{t}(second ? w.v[2] : w.v[0],
+                                                          second ? w.v[3] : w.v[1]);
+            z[g] = a.z0;
+            z[g + 1] = a.z1;
+        }}
+    }} else {{
+        #pragma unroll
+        for (int j = 0; j < K; ++j) {{
+            z[j] = sn_normal{fast}_{t}(sn_rng_block(seed, offset, stream, step, i0 + j), i0 + j);
+        }}
+    }}
+}}
+"""
+
+
+def _lanes(target: Target) -> list[str]:
+    """The CUDA templates that fill a step's K lanes (nothing for C)."""
+    if target.name != "cuda":
+        return []
+    parts = [_fast(target)]
+    for real, fast in (("float", ""), ("double", ""), ("float", "_fast")):
+        parts.append(_LANES.format(t=real, fast=fast))
+    return parts
 
 
 @cache
@@ -211,7 +301,8 @@ def source(target: str) -> str:
             f"No random-number text for target {target!r}; targets: {sorted(TARGETS)}."
         )
     row = TARGETS[target]
-    parts = [row.header, WORDS.format(q=row.qualifier)]
+    parts = [row.header, WORDS.format(q=row.qualifier, products=PRODUCTS[target])]
     for real in ("float", "double"):
-        parts += [_conversions(row, real), _DRAWS.format(q=row.qualifier, t=real)]
-    return "\n".join(parts)
+        parts += [_conversions(row, real), _NORMAL.format(q=row.qualifier, t=real, fast="")]
+        parts.append(_DRAWS.format(q=row.qualifier, t=real))
+    return "\n".join(parts + _lanes(row))
