@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{flag}", type=int, default=None)
     p.add_argument("--time-budget-s", type=float, default=None,
                    help="start no configuration after this many seconds")  # fmt: skip
-    p.add_argument("--request-timeout-s", type=float, default=300.0)
+
     p.add_argument("--wheels", default=str(core.REPO / ".whl"), help="SpikingJelly/loguru wheels")
     return p
 
@@ -229,15 +229,15 @@ class Worker(core.WorkerBase):
     def status_of(self, exc: BaseException) -> str:
         return "n/a"  # a failure while building; one while timing is an error (run_config)
 
-    def drop(self) -> dict[str, Any]:
+    def op_drop(self, req: Rec) -> Rec:
         self.torch._dynamo.reset()  # the next configuration's compiled networks start afresh
-        return super().drop()
+        return super().op_drop(req)
 
 
 # -------------------------------------------------- parent side: workers, rounds, results
 
 
-def annotate(records: list[Rec], dry_run: bool) -> None:
+def annotate(records: list[Rec]) -> None:
     """Added time over the floor, and the first-step loss checked against symneuron's."""
     by_cfg: dict[tuple[str, str], dict[tuple[str, str], Rec]] = {}
     for rec in records:
@@ -333,7 +333,8 @@ class Bench(core.Parent):
         self.start([kind for kind in KINDS if kind in needed], Worker)
         configs = [dict(network=n, precision=p) for n in s["networks"] for p in s["precisions"]]
         self.run(configs, self.run_config, s["time_budget_s"])
-        annotate(self.results["records"], self.args.dry_run)
+        annotate(self.results["records"])
+
         return self.results
 
 

@@ -62,22 +62,16 @@ NOTES = [
     "Wall time: synchronize, perf_counter, call (+ backward), synchronize; median.",
 ]
 
+#: the workers' settings besides ``--target-ms`` (recorded in the results): repetitions per
+#: measurement, warm-up calls after the first (checked) one, input copies of about
+#: rotate_mb MiB in all (L2 defeat); fp32 passes with at most fp32_max_mismatch of the spikes
+#: differing from the float64 reference (threshold ties flip a few per 10^7), 16-bit with at
+#: least half_min_match equal; dL/dX compared on grad_slice neurons
+SETTINGS = dict(min_reps=5, max_reps=200, warmup=2, rotate_mb=256.0, max_bufs=8,
+                fp32_max_mismatch=1e-5, half_min_match=0.99, grad_slice=4096)  # fmt: skip
+
+
 # fmt: off
-#: settings handed to the workers, one flag each: (flag, type, default, help)
-SETTINGS = [
-    ("target-ms", float, 50.0, "time per measurement (wall, GPU each)"),
-    ("min-reps", int, 5, None),
-    ("max-reps", int, 200, None),
-    ("warmup", int, 2, "warm-up calls after the first (checked) call"),
-    ("rotate-mb", float, 256.0, "rotate among input copies of about this many MiB (L2 defeat)"),
-    ("max-bufs", int, 8, None),
-    ("fp32-max-mismatch", float, 1e-5, "fp32 passes if at most this fraction of spikes differ "
-     "from the float64 reference (threshold ties flip a few per 10^7; the count is recorded)"),
-    ("half-min-match", float, 0.99, "16-bit passes if at least this fraction of spikes match"),
-    ("grad-slice", int, 4096, "neurons whose dL/dX is compared with the reference (training)"),
-]
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = core.parser(__doc__)
     p.add_argument("--dry-run", action="store_true", help="CPU smoke test: tiny sizes, C/torch "
@@ -96,17 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--out-dir", default=None, help="default benchmarks/results (dry run: temp)")
     g.add_argument("--wheels", default=str(core.REPO / ".whl"), help="SpikingJelly/loguru wheels")
     g.add_argument("--tag", default="", help="appended to the result file name")
-    g = p.add_argument_group("timing and checks (handed to the workers)")
-    for flag, kind, default, text in SETTINGS:
-        g.add_argument(f"--{flag}", type=kind, default=default, help=text)
     g = p.add_argument_group("run")
+    g.add_argument("--target-ms", type=float, default=50.0, help="time per measurement")
     g.add_argument("--rounds", type=int, default=1, help="measure each configuration this many "
                    "times, peers taking turns in alternating order; median of the rounds")
-    g.add_argument("--copy-gib", type=float, default=1.0)
     g.add_argument("--time-budget-s", type=float, default=450.0,
                    help="stop starting new configurations after this many seconds")
-    g.add_argument("--request-timeout-s", type=float, default=300.0)
-    g.add_argument("--no-plot", action="store_true")
     return p
 # fmt: on
 
@@ -117,8 +106,7 @@ def _models(text: str) -> list[str]:
 
 
 def worker_settings(args: argparse.Namespace) -> dict[str, Any]:
-    out = {"dry_run": args.dry_run}
-    out.update({f.replace("-", "_"): getattr(args, f.replace("-", "_")) for f, *_ in SETTINGS})
+    out = dict(dry_run=args.dry_run, target_ms=args.target_ms, **SETTINGS)
     return {**out, **(dict(rotate_mb=1.0) if args.dry_run else {})}
 
 
@@ -218,7 +206,7 @@ class Bench(core.Parent):
         core.write_json(self.path, self.results)
 
     def copy_bandwidth(self) -> None:
-        nbytes = int(64 * 2**20 if self.args.dry_run else self.args.copy_gib * 2**30)
+        nbytes = 64 * 2**20 if self.args.dry_run else 2**30
         got = (self.ask("main", {"op": "copy", "bytes": nbytes}) or [{}])[0]
         self.results["copy"] = (
             got if "bandwidth_Bps" in got else {"error": self.workers["main"].dead}
@@ -271,7 +259,7 @@ class Bench(core.Parent):
 
         self.write()
         log(f"[bench] wrote {self.path}")
-        if not self.args.no_plot and self.path is not None:
+        if self.path is not None:
             try:
                 log(f"[bench] wrote {report.plot(self.results, self.path.with_suffix('.png'))}")
             except Exception as exc:  # noqa: BLE001

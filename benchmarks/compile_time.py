@@ -1,26 +1,15 @@
 #!/usr/bin/env python3
 """Compile time per zoo model and integration method: from the equations to the first step.
 
-Each (model, method) runs in a fresh process with an empty kernel cache (``cold``), then
-in another fresh process with that cache filled (``warm``). The cold process times, in
-order: ``build`` (the constructor: discretisation, validation, the reported partials),
-``derive`` (``neuron.spec()``: reverse accumulation and CSE), ``first step`` (the first
-``sn.simulate`` on the cpu backend, float32, [4, 8] input: rendering and compiling the
-forward kernel, then running it), ``first backward`` (a training call and ``backward()``:
-the training forward and backward kernels), and ``generate`` (every cpu float32 kernel
-variant as one source, whose size in characters is reported). *Time to first step* is
-build + derive + first step, what a user waits for after ``import symneuron``. The warm
-process times the build and the first step from the cache (*warm start*). ``--backend cuda``
-times the CUDA kernels instead (NVRTC; the successor of ``bench_neurons.py``'s first-call
-figures in ``docs/performance.md``).
+Each (model, method) runs in a fresh process with an empty kernel cache (``cold``: build,
+derive, first step, first backward, generate), then in another with that cache filled
+(``warm start``); what each column times: ``docs/compile_time.md``. ``--backend cuda``
+times the CUDA kernels (NVRTC). A method a model does not accept is left out; a discrete
+model has one row, method ``-``.
 
     python benchmarks/compile_time.py                 # the whole zoo, every method
     python benchmarks/compile_time.py --quick         # small models (CI), fails over budget
-    python benchmarks/compile_time.py --models HodgkinHuxley --methods rk4
-    python benchmarks/compile_time.py --json out.json # also the raw records
-
-A method a model does not accept (``exp_euler`` on an equation not linear in its own
-variable) is left out; a discrete model (no ODE) has one row, method ``-``.
+    python benchmarks/compile_time.py --models HodgkinHuxley --methods rk4 --json out.json
 """
 
 from __future__ import annotations
@@ -35,8 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+import core
+
+ROOT = core.REPO
 #: The models of ``--quick``: a discrete one and a small ODE system (every method).
 QUICK = ("LIF", "IafPscExp")
 METHODS = ("euler", "exp_euler", "rk2", "rk4")
@@ -111,7 +101,6 @@ def _run_child(model: str, method: str, backend: str, cache: str, warm: bool,
 
 def cases(models: list[str], methods: list[str]) -> list[tuple[str, str]]:
     """(model, method) pairs: every method for an ODE model, ``-`` for a discrete one."""
-    sys.path.insert(0, str(ROOT))
     import symneuron as sn
 
     out = []
@@ -131,46 +120,31 @@ def measure(model: str, method: str, backend: str, timeout: float) -> dict[str, 
     return {"model": model, "method": method, **cold, "warm": warm}
 
 
-def _s(value: float | None) -> str:
-    return "" if value is None else f"{value:.2f}"
-
-
 def table(records: list[dict[str, Any]]) -> str:
-    """The records as a markdown table (seconds; warm start in ms)."""
-    head = (
-        "| model | method | build | derive | first step | **to first step** | first backward "
-        "| warm start | source (chars) | per stage |\n"
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
-    )
+    """The records as a markdown table (seconds; warm start in ms; source per stage: per
+    evaluation of the right-hand sides)."""
     rows = []
-    for r in records:
-        if not r.get("accepted"):
-            continue
+    for r in (r for r in records if r.get("accepted")):
         if "to_first_step" not in r:
             why = f"timed out after {r['timeout']:.0f} s" if "timeout" in r else f"{r.get('error')}"
-            rows.append(f"| {r['model']} | {r['method']} | {why} |||||||| ")
+            rows.append([r["model"], r["method"], why, *[""] * 7])
             continue
         warm = r.get("warm", {}).get("warm_start")
-        per_stage = r["source_chars"] // max(1, _stage_count(r["method"]))
-        rows.append(
-            f"| {r['model']} | {r['method']} | {_s(r['build'])} | {_s(r['derive'])} "
-            f"| {_s(r['first_step'])} | **{_s(r['to_first_step'])}** "
-            f"| {_s(r['first_backward'])} | {'' if warm is None else f'{warm * 1e3:.0f} ms'} "
-            f"| {r['source_chars']:,} | {per_stage:,} |"
-        )
-    return head + "\n".join(rows) + "\n"
-
-
-def _stage_count(method: str) -> int:
-    """Evaluations of the right-hand sides per step."""
-    return {"rk2": 2, "rk4": 4}.get(method, 1)
+        per_stage = r["source_chars"] // {"rk2": 2, "rk4": 4}.get(r["method"], 1)
+        times = [f"{r[k]:.2f}" for k in ("build", "derive", "first_step", "to_first_step")]
+        rows.append([r["model"], r["method"], *times[:3], f"**{times[3]}**",
+                     f"{r['first_backward']:.2f}", "" if warm is None else f"{warm * 1e3:.0f} ms",
+                     f"{r['source_chars']:,}", f"{per_stage:,}"])  # fmt: skip
+    head = ["model", "method", "build", "derive", "first step", "**to first step**"]
+    head += ["first backward", "warm start", "source (chars)", "per stage"]
+    return core.md_table(head, rows, "ll" + "r" * 8) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = core.parser(__doc__)
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
-    parser.add_argument("--models", help="comma-separated zoo names (default: the zoo)")
-    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated")
+    parser.add_argument("--models", type=core.csv_list(), help="zoo names (default: the zoo)")
+    parser.add_argument("--methods", type=core.csv_list(str, METHODS), default=METHODS)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per process")
     parser.add_argument("--budget", type=float, default=BUDGET, help="--quick's limit, s")
     parser.add_argument("--json", type=Path, help="write the raw records here")
@@ -181,21 +155,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         print(json.dumps(_child(*args.one, warm=args.warm)))
         return 0
-    sys.path.insert(0, str(ROOT))
     import symneuron as sn
 
-    models = args.models.split(",") if args.models else list(sn.models.ZOO)
-    models = list(QUICK) if args.quick else models
+    models = list(QUICK) if args.quick else args.models or list(sn.models.ZOO)
     records = []
-    for model, method in cases(models, args.methods.split(",")):
+    for model, method in cases(models, args.methods):
         records.append(measure(model, method, args.backend, args.timeout))
         print(table(records[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
     print(table(records))
     if args.json:
-        args.json.write_text(json.dumps(records, indent=1))
+        core.write_json(args.json, records)
     slow = [
         r for r in records if r.get("accepted") and not r.get("to_first_step", 1e9) < args.budget
     ]
+
     if args.quick and slow:
         print(f"over {args.budget} s: {[(r['model'], r['method']) for r in slow]}", file=sys.stderr)
         return 1

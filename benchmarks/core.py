@@ -451,16 +451,9 @@ class Worker:
     ``paths`` first on sys.path and ``env`` set) answering one request at a time; restarted
     after it dies, retired after ``max_failures`` failures in a row."""
 
-    def __init__(
-        self, kind: str, start: type[WorkerBase], settings: Rec, max_failures: int
-    ) -> None:
-        self.kind, self.start, self.settings, self.max_failures = (
-            kind,
-            start,
-            settings,
-            max_failures,
-        )
-        self.paths: list[str] = []
+    def __init__(self, kind: str, start: type[WorkerBase], settings: Rec, max_failures: int):
+        self.kind, self.start, self.settings = kind, start, settings
+        self.max_failures, self.paths = max_failures, []
         self.env: dict[str, str] = {}
         self.proc: Any = None
         self.meta: dict[str, Any] = {}
@@ -532,7 +525,7 @@ class Parent:
     results (``meta``, ``settings``, ``workers``, ``records``, ``events``) and the run over
     the configurations, which writes the partial results on SIGTERM/SIGINT."""
 
-    max_failures, rounds, medians, digits = 3, 1, ("wall_s",), None
+    max_failures, rounds, medians, digits, request_timeout_s = 3, 1, ("wall_s",), None, 300.0
 
     def __init__(self, args: argparse.Namespace, schema: str, settings: dict[str, Any]) -> None:
         self.args, self.settings = args, settings
@@ -572,7 +565,7 @@ class Parent:
             w = self.workers[kind]
             try:
                 if not w.dead:
-                    w.ready(self.args.request_timeout_s)
+                    w.ready(self.request_timeout_s)
             except WorkerDied as exc:
                 w.dead = str(exc)[:1500]
             self.results["workers"][kind] = {"error": w.dead} if w.dead else w.meta
@@ -587,7 +580,8 @@ class Parent:
         try:
             if worker.dead:  # said once, when it died
                 raise WorkerDied(worker.dead)
-            answer = worker.request(req, self.args.request_timeout_s)
+            answer = worker.request(req, self.request_timeout_s)
+
             if "error" in answer:
                 raise WorkerDied(f"worker {kind}: {answer['error']}")
             return list(answer["records"])

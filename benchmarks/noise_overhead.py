@@ -15,16 +15,16 @@ fp32, <= 1.15 in bf16). ``--dry-run`` runs tiny sizes on the CPU kernels::
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import time
+import sys
+from pathlib import Path
 
-import sympy as sp
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import core  # noqa: E402
+import sympy as sp  # noqa: E402
+import torch  # noqa: E402
 
-import symneuron as sn
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+import symneuron as sn  # noqa: E402
 
 
 def neurons(learn_sigma: bool) -> tuple[sn.Neuron, sn.Neuron]:
@@ -37,50 +37,34 @@ def neurons(learn_sigma: bool) -> tuple[sn.Neuron, sn.Neuron]:
     return lif, noisy
 
 
-def time_call(neuron: sn.Neuron, x: torch.Tensor, backend: str, reps: int) -> float:
+def time_call(neuron: sn.Neuron, x: torch.Tensor, timer: core.Timer, reps: int) -> float:
     """Median milliseconds of one forward + backward (CUDA events, or wall on the CPU)."""
-    grad = torch.ones_like(x)
-    times = []
-    for i in range(reps + 3):
+    backend, grad = ("cuda" if timer.cuda else "cpu"), torch.ones_like(x)
+
+    def call(_: int) -> None:
         xs = x.detach().requires_grad_(True)
-        if backend == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-        t0 = time.perf_counter()
-        spikes, _ = sn.simulate(neuron, xs, backend=backend, seed=1, store_v_seq=False)
-        spikes.backward(grad)
-        if backend == "cuda":
-            end.record()
-            end.synchronize()
-            elapsed = start.elapsed_time(end)
-        else:
-            elapsed = 1e3 * (time.perf_counter() - t0)
-        if i >= 3:  # warm-up: compilation, caches
-            times.append(elapsed)
-    return statistics.median(times)
+        sn.simulate(neuron, xs, backend=backend, seed=1, store_v_seq=False)[0].backward(grad)
+
+    timer.wall(call, 3)  # warm-up: compilation, caches
+    return 1e3 * statistics.median(timer.events(call, reps))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--T", type=int, default=64)
-    parser.add_argument("--N", default="2^20")
-    parser.add_argument("--dtypes", default="fp32,bf16")
-    parser.add_argument("--reps", type=int, default=30)
-    parser.add_argument("--learn-sigma", action="store_true")
-    parser.add_argument("--dry-run", action="store_true")
-    args = parser.parse_args()
-    n = int(eval(args.N.replace("^", "**"), {}))  # noqa: S307 (a size like 2^20)
-    backend, device = ("cuda", "cuda") if not args.dry_run else ("cpu", "cpu")
-    t_len = args.T
-    dtypes = args.dtypes.split(",")
-    if args.dry_run:
-        n, t_len, dtypes = 4096, 8, ["fp32"]
-    lif, noisy = neurons(args.learn_sigma)
-    print(f"T = {t_len}, N = {n}, backend {backend}, learn sigma {args.learn_sigma}")
+    p = core.parser(__doc__)
+    p.add_argument("--T", type=int, default=64)
+    p.add_argument("--N", type=core.parse_n, default=2**20)
+    p.add_argument("--dtypes", type=core.csv_list(str, core.DTYPES), default=["fp32", "bf16"])
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--learn-sigma", action="store_true")
+    p.add_argument("--dry-run", action="store_true")
+    args = p.parse_args()
+    device = torch.device("cpu" if args.dry_run else "cuda")
+    n, t_len, dtypes = (4096, 8, ["fp32"]) if args.dry_run else (args.N, args.T, args.dtypes)
+    lif, noisy, timer = *neurons(args.learn_sigma), core.Timer(device)
+    print(f"T = {t_len}, N = {n}, backend {device.type}, learn sigma {args.learn_sigma}")
     for name in dtypes:
-        x = torch.rand(t_len, n, device=device, generator=None).to(DTYPES[name])
-        base = time_call(lif, x, backend, args.reps)
-        drawn = time_call(noisy, x, backend, args.reps)
+        x = torch.rand(t_len, n, device=device).to(core.torch_dtype(name))
+        base, drawn = time_call(lif, x, timer, args.reps), time_call(noisy, x, timer, args.reps)
         print(f"{name}: LIF {base:.3f} ms, noisy LIF {drawn:.3f} ms, ratio {drawn / base:.3f}")
 
 

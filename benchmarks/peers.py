@@ -86,7 +86,7 @@ class Inputs:
 
 
 class Runner:
-    """One peer for one (model, dtype, mode): ``forward(x) -> spikes``."""
+    """One peer for one (model, dtype, mode): ``forward(x) -> spikes``, its ``note``."""
 
     note = ""
 
@@ -99,13 +99,6 @@ class Runner:
     def zero_grad(self) -> None:
         for p in self.parameters():
             p.grad = None
-
-    def baseline_forward(self, x: Any) -> Any:
-        """Forward used under no_grad as the baseline of the retained-memory measurement."""
-        return self.forward(x)
-
-    def describe(self) -> str:
-        return self.note
 
 
 class SymneuronRunner(Runner):
@@ -207,13 +200,13 @@ def retained_memory(runner: Runner, inputs: Inputs, timer: Timer) -> int:
     import torch
 
     x, used = inputs.raw[0].detach(), []
-    for forward, grad in ((runner.baseline_forward, False), (runner.forward, True)):
+    for grad in (False, True):
         runner.zero_grad()
         gc.collect()
         timer.sync()
         base = torch.cuda.memory_allocated()
         with torch.set_grad_enabled(grad):
-            out = forward(x.requires_grad_(grad))
+            out = runner.forward(x.requires_grad_(grad))
             timer.sync()
             used.append(torch.cuda.memory_allocated() - base)
         del out
@@ -289,8 +282,9 @@ class WorkerState(WorkerBase):
         entry.estimate_s = min(warm)
         if training and self.cuda:
             rec["retained_bytes"] = retained_memory(entry.runner, inputs, self.timer)
-        if entry.runner.describe():
-            rec["note"] = entry.runner.describe()
+        if entry.runner.note:
+            rec["note"] = entry.runner.note
+
         if peer == "sj200" and self.sj is not None:
             rec["implementation"] = self.sj.implementation(cfg["model"], self.device)
         return entry

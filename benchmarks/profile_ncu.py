@@ -1,14 +1,12 @@
 #!/usr/bin/env python3
 """Hardware counters of the training kernels, per zoo model and dtype, with Nsight Compute.
 
-Per dtype and chunk of models, ``ncu`` (``--clock-control none``) runs a child process that
-makes three training calls per model (``sn.simulate``, CUDA backend, L = sum(spikes), the
-kernel benchmark's input) and profiles the third call's forward and backward kernels (an
-NVTX range; the first two compile and warm up): time, DRAM throughput and bytes per
-element against the floor's (``floor.py``), SM throughput, issue slots, occupancy,
-registers and the top warp stalls, and so the bound of each kernel (:func:`bound`). Raw CSV
-rows and a JSON summary go to ``--out-dir``. ``--settings cuda_block=128,max_lanes=2``
-profiles the kernels with those ``symneuron.runtime.settings`` (the kernel-only sweeps).
+Per dtype and chunk of models, ``ncu`` (``--clock-control none``) profiles a child process's
+third training call per model (``sn.simulate``, CUDA backend, L = sum(spikes), the kernel
+benchmark's input; an NVTX range): time, DRAM throughput and bytes per element against the
+floor's (``floor.py``), SM throughput, issue slots, occupancy, registers, the top warp stalls,
+and so each kernel's bound (:func:`bound`). Raw CSV rows and a JSON summary go to
+``--out-dir``; ``--settings cuda_block=128,max_lanes=2`` sets ``symneuron.runtime.settings``.
 
     python3 benchmarks/profile_ncu.py --models LIF,Izhikevich --dtypes fp32,bf16 --T 64
 """
@@ -18,7 +16,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import os
 import re
 import subprocess
@@ -27,11 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [p for p in (str(HERE.parent), str(HERE)) if p not in sys.path]
-
-import floor  # noqa: E402  (benchmarks/floor.py)
-from bench_neurons import ALL_MODELS, bench_input, make_neuron  # noqa: E402
+import core
+import floor
+from bench_neurons import ALL_MODELS, bench_input, make_neuron
 
 SECTIONS = ["SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats"]
 METRICS = (
@@ -72,8 +67,8 @@ def child(models: list[str], dtype: str, t_len: int, n: int, settings: str) -> N
     nvtx = torch.cuda.nvtx
     for model in models:
         neuron, gen = make_neuron(model), torch.Generator(device="cuda").manual_seed(0)
-        dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-        x = bench_input(model, (t_len, n), gen, "cuda").to(dt).requires_grad_(True)
+        x = bench_input(model, (t_len, n), gen, "cuda").to(core.torch_dtype(dtype))
+        x.requires_grad_(True)
         params = {k: torch.tensor(v, device="cuda", requires_grad=True)
                   for k, v in neuron.params.items() if k in neuron.learnable}  # fmt: skip
         for i in range(3):
@@ -178,30 +173,25 @@ def bound(r: dict[str, Any]) -> str:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    def f(v: Any, spec: str) -> str:
+    def f(v: Any, spec: str = ".0f") -> str:
         return "—" if v is None else format(v, spec)
 
-    lines = ["| model | dtype | kernel | µs | DRAM % | B/elem (floor) | SM % | issue % | occ % "
-             "| regs | top stalls (cycles/issue) | bound |", "|" + " --- |" * 12]  # fmt: skip
-    for r in results:
-        stalls = ", ".join(f"{k} {v:.1f}" for k, v in list(r["stalls"].items())[:3])
-        lines.append(
-            f"| {r['model']} | {r['dtype']} | {'fwd' if '_forward_' in r['kernel'] else 'bwd'} "
-            f"| {f(r['time_us'], '.0f')} | {f(r['dram_pct'], '.0f')} "
-            f"| {f(r.get('dram_bytes_per_elem'), '.1f')} ({r['floor_bytes_per_elem']}) "
-            f"| {f(r['sm_pct'], '.0f')} | {f(r['issue_pct'], '.0f')} "
-            f"| {f(r['occupancy_pct'], '.0f')} "
-            f"| {f(r['registers'], '.0f')} | {stalls} | {bound(r)} |"
-        )
-    return "\n".join(lines)
+    rows = [[r["model"], r["dtype"], "fwd" if "_forward_" in r["kernel"] else "bwd",
+             f(r["time_us"]), f(r["dram_pct"]),
+             f"{f(r.get('dram_bytes_per_elem'), '.1f')} ({r['floor_bytes_per_elem']})",
+             *(f(r[k]) for k in ("sm_pct", "issue_pct", "occupancy_pct", "registers")),
+             ", ".join(f"{k} {v:.1f}" for k, v in list(r["stalls"].items())[:3]), bound(r)]
+            for r in results]  # fmt: skip
+    head = ["model", "dtype", "kernel", "µs", "DRAM %", "B/elem (floor)", "SM %", "issue %"]
+    return core.md_table([*head, "occ %", "regs", "top stalls (cycles/issue)", "bound"], rows)
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = core.parser(__doc__)
     p.add_argument("--models", default="zoo", help="comma-separated, or zoo (all 20)")
-    p.add_argument("--dtypes", default="fp32,bf16")
+    p.add_argument("--dtypes", type=core.csv_list(str, core.DTYPES), default=["fp32", "bf16"])
     p.add_argument("--T", type=int, default=64)
-    p.add_argument("--N", type=int, default=2**20)
+    p.add_argument("--N", type=core.parse_n, default=2**20)
     p.add_argument("--settings", default="", help="symneuron.runtime.settings, e.g. cuda_block=128")
     p.add_argument("--out-dir", default=os.environ.get("OUT", "."))
     p.add_argument("--chunk", type=int, default=5, help="models per ncu process")
@@ -224,14 +214,15 @@ def run(args: argparse.Namespace) -> None:
     Path(args.out_dir).mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any]] = []
     start, models = time.monotonic(), ALL_MODELS if args.models == "zoo" else args.models.split(",")
-    for dtype in args.dtypes.split(","):
+    for dtype in args.dtypes:
         for i in range(0, len(models), args.chunk):
             left = args.budget_s - (time.monotonic() - start)
             if left < 30:
                 print(f"# budget spent: {dtype} from {models[i]} on not profiled", flush=True)
                 break
             results += profile(models[i : i + args.chunk], dtype, args, left)
-            (Path(args.out_dir) / "ncu-summary.json").write_text(json.dumps(results, indent=1))
+            core.write_json(Path(args.out_dir) / "ncu-summary.json", results)
+
     print(table(results))
 
 

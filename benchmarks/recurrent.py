@@ -1,25 +1,12 @@
 #!/usr/bin/env python3
 """One SGD training step of a recurrent spiking network, built six ways, eager and graphed.
 
-The network: x [T, B, 700] -> ``nn.Linear(700, H)`` -> a layer of H LIF neurons (τ = 10,
-threshold 1, hard reset to 0, the zoo's Sigmoid(α = 4) surrogate) whose input adds W s[t−1]
-(W: H x H, no bias) -> ``nn.Linear(H, 20)`` on the spikes -> logits = its mean over t;
-cross-entropy, backward, SGD step (momentum 0.9). Rows, all from the same weights:
-
-* ``feedforward``: ``sn.NeuronLayer(lif)`` (multi-step) without the recurrence, the bound;
-* ``symneuron``: ``sn.RecurrentNeuronLayer``;
-* ``symneuron-loop``: ``sn.NeuronLayer(lif, step_mode="s")`` in a Python loop with W;
-* ``torch``: a hand-written loop (the LIF step in torch, the surrogate an autograd.Function);
-* ``spikingjelly``: 2.0's ``LIFNode(step_mode="s")`` in the same loop (when it imports);
-* ``torch.compile``: the ``torch`` row with its step under ``torch.compile``.
-
-Each row is timed *eager* (CUDA events around each step, median) and *graphed* (the whole
-step, forward + backward + ``optimizer.step()``, captured with ``torch.cuda.graph`` after a
-warm-up on a side stream, then replayed), next to a device-to-device copy of the input (the
-floor). The input (Bernoulli spikes times a gain) is scaled so that the ``torch`` row fires
-on about 6 % of neuron-steps; a row firing outside 2–20 % is refused. Before any timing, the
-losses and gradients of the recurrent rows are compared in float64 on one small
-configuration; a row that disagrees with ``torch`` is not timed. JSON and a plot go to
+x [T, B, 700] -> ``nn.Linear(700, H)`` -> H LIF neurons (τ = 10) fed back through W [H, H]
+-> ``nn.Linear(H, 20)`` -> mean over t; cross-entropy, backward, SGD. Rows (:data:`ROWS`,
+all from the same weights; what each is and how it is timed: ``docs/performance_recurrent.md``)
+are timed eager and CUDA-graphed next to a copy of the input (the floor), at an input gain
+where the ``torch`` row fires on 6 % of neuron-steps (a row outside 2–20 % is refused), after
+a float64 check of each row's loss and gradients against ``torch``'s. JSON and a plot go to
 ``--out``; the markdown table is printed last.
 
     python3 benchmarks/recurrent.py                          # on a GPU: the four configs
@@ -140,10 +127,8 @@ class Net(nn.Module):
         self.rec = recurrent_layer(row, size)
         torch.manual_seed(seed)  # the same input and readout weights in every row
         self.inp, self.out = nn.Linear(INPUTS, size), nn.Linear(size, CLASSES)
-        weight = getattr(self.rec, "weight", None)  # RecurrentNeuronLayer's, or the loop's W
-        weight = (
-            weight if weight is not None else getattr(getattr(self.rec, "w", None), "weight", None)
-        )
+        # RecurrentNeuronLayer's W, or the loop's
+        weight = getattr(getattr(self.rec, "w", self.rec), "weight", None)
         if weight is not None:
             with torch.no_grad():
                 weight.copy_(w_rec)

@@ -1,18 +1,10 @@
 #!/usr/bin/env python3
-"""The benchmarks' pages from their JSON results: ``docs/performance.md`` (the kernel
-benchmark, ``bench_neurons.py``), ``docs/performance_zoo.md`` (``--zoo``: every zoo model
-against its own floor, with the Nsight Compute bounds of ``profile_ncu.py``) and the end-to-end
-section (:func:`e2e_markdown`, :func:`e2e_plot`: ``bench_e2e.py --report``)::
-
-    python3 benchmarks/report.py a.json b.json -o docs/performance.md --plot merged.png
-    R=benchmarks/results/NVIDIA-H100-2026-11-24
-    python3 benchmarks/report.py --zoo $R-zoo-rcp-t16.json $R-zoo-rcp.json --ncu $R-ncu \\
-        --before $R-zoo-before-needs-wt.json -o docs/performance_zoo.md
-
-Several kernel files are merged in order (a later file's record for the same model, T, N,
-dtype, mode and peer replaces an earlier one), so a matrix measured in several runs becomes
-one report. Derived figures (floor fractions, speed-ups, memory in [T, N] tensors) are
-recomputed from the raw times, each with the copy bandwidth of its own run (``floor.py``).
+"""The benchmarks' pages from their JSON results (prose in ``templates/``):
+``docs/performance.md`` (``bench_neurons.py``'s files, merged in order: a later record for
+the same configuration and peer wins), ``docs/performance_zoo.md`` (``--zoo``, with the
+bounds of ``profile_ncu.py``) and the end-to-end section (``bench_e2e.py --report``). Derived
+figures are recomputed from the raw times, each with its own run's copy bandwidth. The
+commands: ``benchmarks/NOTES.md`` and the pages themselves.
 """
 
 from __future__ import annotations
@@ -53,25 +45,6 @@ eager and under `torch.compile` (whole loop unrolled, N dynamic)""",
 (`sn.simulate(..., backend='torch')`: the model's equations printed to torch ops, a loop over t,
 a straight-through surrogate), eager and `simulate_reference` under `torch.compile` (N dynamic)""",
 }
-
-FIRST_CALL_TEXT = """\
-First forward + backward in a fresh process, fp32, T = {t}, N = {n} (the kernels' compile \
-time does not depend on the size). *Fresh cache*: empty `SYMNEURON_CACHE`, `CUPY_CACHE_DIR`, \
-`TRITON_CACHE_DIR`; *warm disk cache*: a second fresh process reusing them. symneuron's \
-figure per model excludes the one-time runtime start listed below the table (a user's very \
-first call pays it once); the SpikingJelly figures include everything after CUDA \
-initialisation.
-
-"""
-
-DERIVATION_TEXT = """\
-Each model in a fresh process: `ctor()` (validation), `neuron.spec()` (SymPy derivation and \
-CSE), `neuron.source('cuda', 'float32')` (printing; every kernel variant, where a first call \
-renders only the two it runs). *SymPy first use*: SymPy's one-off costs in a process (lazy \
-imports on first use), measured on a throwaway neuron before the model and not counted in its \
-total (runs without this column counted them in the first model's ctor).
-
-"""
 
 
 def _rank(model: str) -> tuple[int, str]:
@@ -143,9 +116,8 @@ def annotate(results: dict[str, Any]) -> dict[str, Any]:
             rec["achieved_Bps"] = rec["floor_bytes"] / gpu if gpu else None
         if rec.get("retained_bytes") is not None:
             rec["retained_tn"] = rec["retained_bytes"] / (elements * item)
-            rec["retained_excess_B_per_neuron"] = (rec["retained_bytes"] - elements * item) / rec[
-                "N"
-            ]
+            excess = rec["retained_bytes"] - elements * item
+            rec["retained_excess_B_per_neuron"] = excess / rec["N"]
     for peers in by_cfg.values():
         sn = peers.get("symneuron")
         if sn is not None and _ok(sn):
@@ -287,11 +259,8 @@ def memory_table(results: dict[str, Any]) -> str:
 
     def cells(cfg: tuple[Any, ...], idx: dict[tuple[Any, ...], Rec]) -> list[str] | None:
         recs = [idx.get((*cfg, p)) for p in peers]
-        return (
-            None
-            if all((r or {}).get("retained_tn") is None for r in recs)
-            else list(map(cell, recs))
-        )
+        measured = any((r or {}).get("retained_tn") is not None for r in recs)
+        return list(map(cell, recs)) if measured else None
 
     rows = _rows(results, "training", cells)
     if not rows:
@@ -317,11 +286,9 @@ def first_call_section(results: dict[str, Any]) -> str:
             note = ("error: " + err.splitlines()[0][:80]) if err else ""
             times = [cold.get("first_s"), warm.get("first_s"), warm.get("second_s")]
             rows.append([PEER_LABEL[impl], model, *map(_ms, times), note])
-        for phase in ("cold", "warm"):
-            if _get(phases, phase, "error"):
-                rows.append(
-                    [PEER_LABEL[impl], f"({phase})", "", "", "", str(phases[phase]["error"])[:120]]
-                )
+        for phase in (p for p in ("cold", "warm") if _get(phases, p, "error")):
+            error = str(phases[phase]["error"])[:120]
+            rows.append([PEER_LABEL[impl], f"({phase})", "", "", "", error])
     sym = fc.get("symneuron") or {}
     extra = [
         f"{phase}: CuPy/NVRTC start {_ms(ph['runtime_init_s'])} ms, "
@@ -332,7 +299,8 @@ def first_call_section(results: dict[str, Any]) -> str:
     t = _get(sym, "cold", "T") or _get(fc, "sj014", "cold", "T")
     n = _get(sym, "cold", "N") or _get(fc, "sj014", "cold", "N")
     header = ["implementation", "model", "fresh cache ms", "warm disk cache ms", "2nd call ms"]
-    text = FIRST_CALL_TEXT.format(t=t, n=n) + md_table([*header, "note"], rows, "llrrrl")
+    text = (TEMPLATES / "first_call.md").read_text().format(t=t, n=n)
+    text += md_table([*header, "note"], rows, "llrrrl")
     return text + ("\n\nsymneuron one-time costs: " + "; ".join(extra) + "." if extra else "")
 
 
@@ -348,7 +316,8 @@ def derivation_section(results: dict[str, Any]) -> str:
         else:
             rows.append([model, *(_ms(r.get(k)) for k in (*keys, "import_s"))])
     header = ["model", "ctor ms", "spec() ms", "source() ms", "total ms", "SymPy first use ms"]
-    return DERIVATION_TEXT + md_table([*header, "import symneuron ms"], rows, "lrrrrrr")
+    text = (TEMPLATES / "derivation.md").read_text()
+    return text + md_table([*header, "import symneuron ms"], rows, "lrrrrrr")
 
 
 def problems_section(results: dict[str, Any]) -> str:
@@ -595,17 +564,6 @@ def plot(results: dict[str, Any], path: str | Path) -> Path:
 # ------------------------------------------------------------- docs/performance_zoo.md
 
 ZOO_TARGET, ZOO_DTYPES, ZOO_STEPS = 0.85, ("fp32", "bf16"), (16, 64)
-ZOO_BEFORE = """
-## Against the earlier result
-
-GPU time per training call, T = 64, N = 2^20, the `--before` result → this one. On \
-2026-11-24 two kernel changes came between them: a W̃ the backward never reads is no longer \
-saved (Izhikevich, Izhikevich2003, CuLIF, AdEx, AdEx2005, iaf_psc_exp), and a division by a \
-parameter became a product with its reciprocal (`docs/architecture.md`). Differences within \
-±3 % are run-to-run noise.
-
-| model | fp32 | bf16 |
-| --- | --- | --- |"""
 
 
 def zoo_load(*paths: Path) -> dict[tuple[str, str, int], dict[str, Any]]:
@@ -644,40 +602,34 @@ def zoo_report(results: list[Path], ncu_dir: Path | None, before: Path | None) -
         torch=meta.get("versions", {}).get("torch", "?"), date=meta.get("date", ""),
         copy=copy.get("bandwidth_Bps", copy.get("Bps", 0.0)) / 1e9, target=ZOO_TARGET,
         mem=profile_ncu.MEMORY_PCT, issue=profile_ncu.ISSUE_PCT)]  # fmt: skip
-    models = list(dict.fromkeys(m for m, _, _ in recs))
-    head = ["model", "k", *(f"{d} T={t}" for d in ZOO_DTYPES for t in ZOO_STEPS)]
-    out += [
-        "| " + " | ".join([*head, *(f"bound {d}" for d in ZOO_DTYPES)]) + " |",
-        "|" + " --- |" * (len(head) + 2),
-    ]
-    fracs = []
+    models, rows, fracs = list(dict.fromkeys(m for m, _, _ in recs)), [], []
     for model in models:
         cells = [model, str(floor.extra_states(model))]
         for rec in (recs.get((model, d, t)) for d in ZOO_DTYPES for t in ZOO_STEPS):
             frac = None if rec is None else rec["floor_frac_gpu"]
-            cells.append(
-                "—" if frac is None else f"{frac:.2f}" + (" ✓" if frac >= ZOO_TARGET else "")
-            )
             fracs += [] if frac is None else [frac]
-        out.append(
-            "| " + " | ".join(cells + [bound.get((model, d), "—") for d in ZOO_DTYPES]) + " |"
-        )
+            mark = "" if frac is None or frac < ZOO_TARGET else " ✓"
+            cells.append("—" if frac is None else f"{frac:.2f}{mark}")
+        rows.append(cells + [bound.get((model, d), "—") for d in ZOO_DTYPES])
+    head = ["model", "k", *(f"{d} T={t}" for d in ZOO_DTYPES for t in ZOO_STEPS)]
     met = sum(f >= ZOO_TARGET for f in fracs)
-    out += ["", f"{met} of {len(fracs)} configurations meet the target."]
+    out += [md_table([*head, *(f"bound {d}" for d in ZOO_DTYPES)], rows), "",
+            f"{met} of {len(fracs)} configurations meet the target."]  # fmt: skip
     if before is not None:
         old, rows = zoo_load(before), []
         for model in models:
-            cells = [model]
-            for a, b in ((old.get((model, d, 64)), recs.get((model, d, 64))) for d in ZOO_DTYPES):
-                change = None if a is None or b is None else b["gpu_s"] / a["gpu_s"] - 1
-                pct = "" if change is None else "±0%" if abs(change) < 0.005 else f"{change:+.0%}"
-                cells.append(
-                    "—"
-                    if change is None
-                    else f"{a['gpu_s'] * 1e6:.0f} → {b['gpu_s'] * 1e6:.0f} µs ({pct})"
-                )  # type: ignore[index]
-            rows.append("| " + " | ".join(cells) + " |")
-        out += [ZOO_BEFORE, *rows]
+            rows.append([model])
+            for d in ZOO_DTYPES:
+                a, b = old.get((model, d, 64)), recs.get((model, d, 64))
+                if a is None or b is None:
+                    rows[-1].append("—")
+                    continue
+                change = b["gpu_s"] / a["gpu_s"] - 1
+                pct = "±0%" if abs(change) < 0.005 else f"{change:+.0%}"
+                rows[-1].append(f"{a['gpu_s'] * 1e6:.0f} → {b['gpu_s'] * 1e6:.0f} µs ({pct})")
+        before_md = (TEMPLATES / "zoo_before.md").read_text()
+        out += ["", before_md, md_table(["model", *ZOO_DTYPES], rows)]
+
     return "\n".join(out) + "\n"
 
 

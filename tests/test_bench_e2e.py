@@ -114,6 +114,6 @@ def test_annotate_marks_a_mismatching_loss() -> None:
             ("sj-torch", "LIF", 4.0, 2.1),
         ]
     ]
-    bench.annotate(recs, dry_run=False)  # type: ignore[attr-defined]
+    bench.annotate(recs)  # type: ignore[attr-defined]
     assert recs[1]["added_ms"] == 0.5 and recs[2]["added_wall_ms"] == 6.0
     assert recs[2]["loss_check"].startswith("check ✗")
