@@ -105,6 +105,11 @@ class Dialect:
         """Free what :meth:`lane_arrays` and :meth:`row_shared` took (C's heap)."""
         return []
 
+    def prefetch(self, declared: list[str], loads: list[str]) -> list[str]:
+        """A step's ``loads`` issued by each neuron's own thread at the top of the time
+        loop, into registers ``declared`` there, or nothing (C: the step loads them)."""
+        return []
+
     def row_cache(self, storage: str, source: str, base: str) -> list[str]:
         """Rows of the [F, F] matrix ``source`` held on chip for the whole sequence, as
         many as the launch gave room for after the first ``base`` bytes of the row's
@@ -291,6 +296,9 @@ class CUDADialect(Dialect):
         self, arrays: list[tuple[str, str]], body: list[str], helpers: bool = False
     ) -> list[str]:
         return [f"if ({'c0 < F' if helpers else 'active'}) {{", *indent(body), "}"]
+
+    def prefetch(self, declared: list[str], loads: list[str]) -> list[str]:
+        return [*declared, "if (active) {", *indent(loads), "}"]
 
     def row_cache(self, storage: str, source: str, base: str) -> list[str]:
         """The rows that fit the launch's dynamic shared memory (read from the

@@ -144,10 +144,12 @@ class RecurrentPrinter(StepPrinter):
     def _row(
         self, arrays: list[tuple[str, str]], init: list[str], step: list[str], last: list[str],
         reverse: bool = False, votes: bool = False, helpers: list[str] | None = None,
+        prefetch: list[str] | None = None,
     ) -> list[str]:  # fmt: skip
         """A row's kernel: its arrays, each thread's set-up, the time loop (``helpers``,
-        a phase every thread of a neuron runs, and a barrier; then a step of the neurons'
-        own threads, and the barrier), each thread's final stores, and the release.
+        a phase every thread of a neuron runs, after the step's ``prefetch``ed loads, and
+        a barrier; then a step of the neurons' own threads, and the barrier), each
+        thread's final stores, and the release.
         With ``helpers`` the rows of ``weight`` that fit on chip are loaded first
         (:meth:`~symneuron.codegen.dialects.Dialect.row_cache`)."""
         d = self.dialect
@@ -174,6 +176,7 @@ class RecurrentPrinter(StepPrinter):
             *([d.barrier()] if d.barrier() else []),
             head,
             *["    " + line for line in self._buffers()],
+            *["    " + line for line in prefetch or []],
             *(
                 ["    " + line for line in d.threads(arrays, helpers, helpers=True)]
                 if helpers
@@ -213,10 +216,13 @@ class RecurrentPrinter(StepPrinter):
         total = [f"{self.dt.compute} rec[K];", *d.lane_loop(["rec[j] = 0;"])]
         total += ["for (int p = 0; p < n_parts; ++p) {"]
         total += ["    " + line for line in d.lane_loop(["rec[j] += parts[p * F + c0 + j];"])]
+        # CUDA: the step's loads are issued before the transposed product, whose time
+        # hides their latency; C loads them in the step
+        declared, loads = self._loads(io)
+        index = "const long long k = (long long)t * N + i0;"
+        prefetch = d.prefetch([index, *declared], loads)
         step = [
-            "const long long k = (long long)t * N + i0;",
-            *self._loads(io),
-            f"{vec} gs_v = *(const {vec}*)(grad_spike + k);",
+            *([] if prefetch else [index, *declared, *loads]),
             *total,
             "}",
             *self._add_to("gs_v"),
@@ -237,18 +243,19 @@ class RecurrentPrinter(StepPrinter):
         init += ["sn_shared[(T & 1) * F + c0 + j] = 0;"]  # what "step T" passes back: 0
         return self._row(
             arrays, d.lane_loop(self.lane_init() + init), step, d.lane_loop(final),
-            reverse=True, helpers=partial,
+            reverse=True, helpers=partial, prefetch=prefetch,
         )  # fmt: skip
 
-    def _loads(self, io: StepIO) -> list[str]:
-        """This step's vectors: H and W̃ of steps t and t−1 (no register carries them
-        from step to step: a C thread runs the row's neurons in turn), X_eff, and the
-        gradients of V (and W) from the loss."""
-        out = [self.read_vector(s) for s in (*self.streams("h"), *self.streams("wt"))]
-        for s in io.reads:
-            if s.register in ("hp_v",) or s.register.startswith("wtp"):
-                out += [f"{self.vec} {s.register};", f"if (t > 0) {s.register} = "
-                        f"*(const {self.vec}*)({self.array(s)} + k - N);"]  # fmt: skip
-            elif s.array not in ("grad_spike", "h_seq", "wt_seq"):
-                out.append(self.read_vector(s))
-        return out
+    def _loads(self, io: StepIO) -> tuple[list[str], list[str]]:
+        """This step's vectors, declared and loaded: H and W̃ of steps t and t−1 (no
+        register carries them from step to step: a C thread runs the row's neurons in
+        turn), X_eff, and the gradients of the spikes, V (and W) from the loss."""
+        vec = self.vec
+        now = [*self.streams("h"), *self.streams("wt"), *self.streams("grad_spike")]
+        now += [s for s in io.reads if s.array not in ("grad_spike", "h_seq", "wt_seq")]
+        before = [s for s in io.reads if s.register == "hp_v" or s.register.startswith("wtp")]
+        loads = [f"{s.register} = *(const {vec}*)({self.array(s)} + k);" for s in now]
+        loads += [
+            f"if (t > 0) {s.register} = *(const {vec}*)({self.array(s)} + k - N);" for s in before
+        ]
+        return [f"{vec} {s.register};" for s in (*now, *before)], loads
