@@ -124,7 +124,7 @@ def _(key: str, backend: str, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, 
     given = dict(zip(OP_ARGS["forward"][2:], args, strict=False))  # (rng may be left out)
     x_seq = given["x_seq"]
     layout = lookup(key, backend).forward_layout(x_seq, given["store_h"], given["v_mode"])
-    return _placeholders(FORWARD.allocate(x_seq, *layout), x_seq)
+    return _placeholders(layout.outputs(x_seq), x_seq)
 
 
 @torch.library.custom_op("symneuron::backward", mutates_args=(), schema=_schema(BACKWARD))
@@ -139,7 +139,7 @@ def _(key: str, backend: str, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, 
     given = dict(zip(OP_ARGS["backward"][2:], args, strict=False))
     h_seq = given["h_seq"]
     layout = lookup(key, backend).backward_layout(h_seq, given["v_init"], given["w_init"])
-    return _placeholders(BACKWARD.allocate(h_seq, *layout), h_seq)
+    return _placeholders(layout.outputs(h_seq), h_seq)
 
 
 def _save(
@@ -274,25 +274,25 @@ class EagerBinding(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_spike: Any, grad_v: Any, grad_w: Any = None) -> tuple[Any, ...]:
         found = _gradients(ctx, grad_spike, grad_v, grad_w, False)
-        needs = ctx.needs_input_grad[len(EagerBinding.INPUTS) :]
-        grads = [
-            g.view(gshape) if g is not None and need else None
-            for g, gshape, need in zip(found["params"], ctx.grad_shapes, needs, strict=True)
-        ]
-        return (*[found.get(name) for name in EagerBinding.INPUTS], *grads)
+        grads, needs, start = found["params"], ctx.needs_input_grad, len(EagerBinding.INPUTS)
+        for i, gshape in enumerate(ctx.grad_shapes):
+            if grads[i] is not None:  # (a loop over the learnable ones only: host time)
+                grads[i] = grads[i].view(gshape) if needs[start + i] else None
+        return (*map(found.get, EagerBinding.INPUTS), *grads)
 
 
 def run(job: Run) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Run a prepared job on its backend's kernels: (spike_seq [T, N], v_seq [T or 1, N],
     w_out [k, T or 1, N] or None), through the binding the call needs."""
     x_seq, shape, n = job.x_seq, job.shape, job.x_seq.shape[1]
-    if job.store_h and not torch.compiler.is_compiling():
+    compiling = torch.compiler.is_compiling()
+    if job.store_h and not compiling:
         prog = program(job.neuron, job.backend)
         out = EagerBinding.apply(prog, x_seq, job.v_init, job.w_init, job.v_mode, shape,
                                  job.rng, *job.params)  # fmt: skip
         return out[0], out[1], out[2] if len(out) > 2 else None
     dtype, device = compute_dtype(job.backend, x_seq.dtype), x_seq.device
-    if torch.compiler.is_compiling():  # the custom op, which compilation traces through
+    if compiling:  # the custom op, which compilation traces through
         params = [kernel_param(p, dtype, device, shape, n) for p in job.params]
         key = job.neuron.key()  # a plain string: the op finds the live neuron by it
         args = (x_seq, job.v_init, job.w_init, params, job.store_h, job.v_mode)

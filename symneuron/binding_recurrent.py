@@ -118,8 +118,8 @@ def rforward_op(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
 def _(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
     given = dict(zip(R_ARGS["rforward"][2:], args, strict=False))
     x_seq, prog = given["x_seq"], lookup(key, backend)
-    layout = kernels.forward_layout(prog, x_seq, given["store_h"], given["v_mode"])
-    return _placeholders(RFORWARD.allocate(x_seq, *layout), x_seq)
+    layout = prog.forward_layout(x_seq, given["store_h"], given["v_mode"], True)
+    return _placeholders(layout.outputs(x_seq), x_seq)
 
 
 @torch.library.custom_op("symneuron::rbackward", mutates_args=(), schema=_schema(RBACKWARD))
@@ -135,8 +135,8 @@ def rbackward_op(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]
 def _(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
     given = dict(zip(R_ARGS["rbackward"][2:], args, strict=False))
     h_seq = given["h_seq"]
-    layout = lookup(key, backend).backward_layout(h_seq, given["v_init"], given["w_init"])
-    return _placeholders(RBACKWARD.allocate(h_seq, *layout), h_seq)
+    layout = lookup(key, backend).backward_layout(h_seq, given["v_init"], given["w_init"], True)
+    return _placeholders(layout.outputs(h_seq), h_seq)
 
 
 def _setup_context(
@@ -144,8 +144,8 @@ def _setup_context(
 ) -> None:
     given = dict(zip(R_ARGS["rforward"], inputs, strict=False))
     prog = lookup(given["key"], given["backend"])
-    layout = kernels.forward_layout(prog, given["x_seq"], given["store_h"], given["v_mode"])
-    out = _absent_as_none(RFORWARD, output, layout[1])
+    layout = prog.forward_layout(given["x_seq"], given["store_h"], given["v_mode"], True)
+    out = _absent_as_none(RFORWARD, output, layout.present)
     raw = RFORWARD.returns(*output)
     ctx.mark_non_differentiable(raw.h_seq, raw.wt_seq, raw.xeff_seq)
     kept = {"x_seq": out.xeff_seq, "v_init": given["v_init"], "w_init": given["w_init"],

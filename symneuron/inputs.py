@@ -124,6 +124,8 @@ def _given(neuron: Definition, params: Mapping[Any, Any] | None) -> Mapping[str,
 def param_values(
     neuron: Definition, params: Mapping[Any, Any] | None, x_seq: torch.Tensor, shape: torch.Size
 ) -> dict[str, float | torch.Tensor]:
+    """Every param of ``neuron`` by name, in the neuron's order: the given value
+    (checked) or the default (an unknown name is an error)."""
     values: dict[str, float | torch.Tensor] = dict(neuron.params.items())
     for name, value in _given(neuron, params).items():
         if isinstance(value, torch.Tensor):

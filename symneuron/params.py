@@ -46,6 +46,8 @@ def _scalar(value: float, dtype: torch.dtype, device: torch.device) -> torch.Ten
         return torch.full((), value, dtype=dtype, device=device)
     key = (value, dtype, device)
     tensor = _SCALARS.get(key)
+    if tensor is not None and not tensor.is_cuda:  # (no capture to pin for: host time)
+        return tensor
     capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
     if tensor is None:
         if capturing:  # no allocation of our own inside a capture: the graph's pool

@@ -23,9 +23,8 @@ from __future__ import annotations
 import math
 import re
 from collections import namedtuple
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any, NamedTuple
 
 import torch
@@ -137,25 +136,19 @@ class Pass:
     defaults: dict[str, Any] = field(init=False)
     outputs: tuple[Arg, ...] = field(init=False)
     returns: type = field(init=False)
-    #: per output, what :meth:`allocate` reads (the rule of :meth:`Arg.exists`): the
-    #: shape as a getter of its dims, None for a [T, N] storage output (like ``like``)
-    recipe: tuple[tuple[bool, str | None, Any, bool], ...] = field(init=False)
+    #: existence of each output -> its :meth:`allocator` (made on first use)
+    _allocators: dict[tuple[bool, ...], Any] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         inputs = tuple(a for a in self.args if not a.derived and not a.output)
         outputs = tuple(a for a in self.args if a.output)
-        recipe = tuple(
-            (a.states, a.when, None if a.shape == ("T", "N") and a.role == "storage" else
-             itemgetter(*a.shape),  # one dim gives an int, which new_empty takes too
-             a.role == "accum")
-            for a in outputs
-        )  # fmt: skip
         derived = {
             "inputs": inputs,
             "defaults": {a.name: a.default for a in inputs if a.default is not None},
             "outputs": outputs,
             "returns": namedtuple(f"{self.name.capitalize()}Outputs", [a.name for a in outputs]),
-            "recipe": recipe,
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
@@ -170,16 +163,39 @@ class Pass:
         """The outputs (:attr:`returns`) as new tensors like ``like`` (the pass's [T, N]
         input), ``accum`` the dtype of accumulator rows; None where an output does not
         exist (:meth:`Arg.exists`)."""
-        return self.returns(
-            *[
-                None
-                if (states and not present["states"]) or (when and not present[when])
-                else torch.empty_like(like)  # [T, N] like ``like`` (the cheapest allocation)
-                if shape is None
-                else like.new_empty(shape(dims), dtype=accum if accumulates else None)
-                for states, when, shape, accumulates in self.recipe
-            ]
-        )
+        return self.allocator(present)(like, dims, accum)
+
+    def allocator(self, present: dict[str, bool]) -> Callable[[Any, dict[str, int], Any], Any]:
+        """:meth:`allocate` for the calls whose conditions are ``present``, as a function
+        of ``(like, dims, accum)``: one generated expression that allocates the outputs
+        which exist (a loop over the outputs cost as much host time as the allocations).
+        Made once per set of existing outputs; the kernels' callers keep it."""
+        exists = tuple(a.exists(present) for a in self.outputs)
+        found = self._allocators.get(exists)
+        if found is None:
+            found = self._allocators[exists] = _allocator(self.outputs, exists, self.returns)
+        return found
+
+
+def _allocation(arg: Arg) -> str:
+    """The expression that allocates output ``arg`` (``like`` the pass's [T, N] input)."""
+    if arg.shape == ("T", "N") and arg.role == "storage":
+        return "empty_like(like)"  # the cheapest allocation
+    shape = "".join(f"dims[{d!r}], " for d in arg.shape)
+    return f"like.new_empty(({shape}){', dtype=accum' if arg.role == 'accum' else ''})"
+
+
+def _allocator(outputs: tuple[Arg, ...], exists: tuple[bool, ...], returns: type) -> Any:
+    """A function ``(like, dims, accum) -> returns(...)`` that allocates the outputs
+    that exist (None for the others), generated as :func:`collections.namedtuple`
+    generates its class."""
+    items = [_allocation(a) if there else "None" for a, there in zip(outputs, exists, strict=True)]
+    source = f"def allocate(like, dims, accum):\n    return new(returns, ({', '.join(items)},))\n"
+    namespace: dict[str, Any] = {
+        "new": tuple.__new__, "returns": returns, "empty_like": torch.empty_like
+    }  # fmt: skip
+    exec(source, namespace)  # noqa: S102 (text built above from the signature's names)
+    return namespace["allocate"]
 
 
 def _tensor(name: str, **kw: Any) -> Arg:

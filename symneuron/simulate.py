@@ -127,7 +127,7 @@ def simulate(
     job, check = prepare(neuron, x_seq, v_init, params, backend=backend, store_v_seq=store_v_seq,
                          states=states, check_finite=check_finite, seed=seed)  # fmt: skip
     result = _shaped(job, *run(job)) if isinstance(job, Run) else job()
-    return _finish(result, x_seq, store_v_seq, check)
+    return _finish(result, x_seq, store_v_seq) if check else result
 
 
 def prepare(
@@ -187,8 +187,9 @@ def prepare(
                        w_init=w_dict, rng=rng), check  # fmt: skip
     if v0 is None and isinstance(neuron.v_start, sp.Expr):
         v0 = default_v_init(neuron, x_seq, shape, values)
+    v_mode = "seq" if keep else "last"
     return _kernel_run(  # (rng at construction: Dynamo of torch 2.8 can't trace _replace)
-        neuron, backend, x_seq, v0, w0, values, "seq" if keep else "last", rng
+        neuron, backend, x_seq, shape, v0, w0, values, v_mode, rng
     ), check
 
 
@@ -227,6 +228,7 @@ def _kernel_run(
     neuron: Definition,
     backend: str,
     x_seq: torch.Tensor,
+    shape: torch.Size,
     v0: torch.Tensor | None,
     w0: torch.Tensor | None,
     values: dict[str, float | torch.Tensor],
@@ -234,10 +236,10 @@ def _kernel_run(
     rng: torch.Tensor | None = None,
 ) -> Run:
     """The kernels' run: inputs flattened to [T, N] (already [T, N]: no reshape or view,
-    each costs host time), H stored when autograd will need it."""
-    shape = x_seq.shape[1:]
+    each costs host time), H stored when autograd will need it; ``shape`` the neuron
+    shape (``x_seq.shape[1:]``), ``values`` every param's in the neuron's order."""
     t_len, n = x_seq.shape[0], math.prod(shape)
-    param_list = tuple(values[name] for name in neuron.params)
+    param_list = tuple(values.values())
     store_h = torch.is_grad_enabled() and (
         x_seq.requires_grad
         or (v0 is not None and v0.requires_grad)
@@ -255,19 +257,20 @@ def _shaped(
     job: Run, spike: torch.Tensor, v_out: torch.Tensor, w_out: torch.Tensor | None
 ) -> tuple[Any, ...]:
     """The kernels' [T, N] outputs in the input's shape; the states as a dict by name."""
-    shape, rows = job.shape, v_out.shape[0]
+    shape = job.shape
     flat = len(shape) == 1
+    if flat and w_out is None:
+        return spike, v_out
+    rows = v_out.shape[0]
     out = (spike, v_out) if flat else (spike.view(spike.shape[0], *shape), v_out.view(rows, *shape))
     if w_out is None:
         return out
     return (*out, {w: w_out[i].view(rows, *shape) for i, w in enumerate(job.neuron.states)})
 
 
-def _finish(result: Any, x_seq: torch.Tensor, store_v_seq: bool, check: bool) -> Any:
-    """With ``check``: raise at the first non-finite state, then keep the last step only
-    unless ``store_v_seq`` (the run kept every step for the check)."""
-    if not check:
-        return result
+def _finish(result: Any, x_seq: torch.Tensor, store_v_seq: bool) -> Any:
+    """Raise at the first non-finite state, then keep the last step only unless
+    ``store_v_seq`` (the run kept every step for the check)."""
     named_seqs = [("V", result[1]), *(result[2].items() if len(result) > 2 else ())]
     raise_if_not_finite(named_seqs, x_seq)
     if store_v_seq:

@@ -22,7 +22,7 @@ from .. import derivation, dtypes
 from ..codegen import render_source
 from ..definition import Definition, find
 from ..memo import BoundedTable
-from ..signature import BACKWARD, FORWARD, PASSES, Arg, Geometry, Pass, Variant, param_cnames
+from ..signature import BACKWARD, FORWARD, PASSES, RBACKWARD, RFORWARD, Arg, Geometry, Pass, Variant, param_cnames
 from . import Kinds, cache, cpu, cuda, settings
 
 __all__ = ["Backend", "BACKENDS", "Program", "program", "lookup"]
@@ -50,54 +50,71 @@ Launch = Callable[[Kinds, list[int], Geometry | None], None]
 
 
 class Layout(NamedTuple):
-    """A pass's outputs for one call: dims by name, which exist, the accumulator dtype."""
+    """A pass's outputs for one call: dims by name, which exist, the accumulator dtype,
+    and the pass's allocator for them (:meth:`~symneuron.signature.Pass.allocator`)."""
 
     dims: dict[str, int]
     present: dict[str, bool]
     accum: torch.dtype | None
+    allocate: Callable[[Any, dict[str, int], Any], Any]
+
+    def outputs(self, like: torch.Tensor) -> Any:
+        """The pass's outputs (its named tuple) allocated like ``like``."""
+        return self.allocate(like, self.dims, self.accum)
 
 
 def _is_flag(text: str) -> bool:
     return text in ("0", "1")
 
 
-def _pointers(value: Any) -> list[int]:
-    """Each parameter's address, or each row's of an [rows, N] tensor (none for None)."""
+def _rows(value: torch.Tensor | None) -> list[int]:
+    """Each row's address of an [rows, N] tensor (none for None)."""
     if value is None:
         return []
-    if isinstance(value, torch.Tensor):
-        row = value.shape[1] * value.element_size()
-        return [value.data_ptr() + j * row for j in range(value.shape[0])]
-    return [p.data_ptr() for p in value]
+    row = value.shape[1] * value.element_size()
+    return [value.data_ptr() + j * row for j in range(value.shape[0])]
 
 
-def _packer(args: tuple[Arg, ...]) -> Callable[[dict[str, Any]], list[int]]:
-    """Packs a pass's values, given by name, in its arguments' order (pointers as
-    addresses, None as NULL, one entry per parameter for the expanded arguments).
+def _address(arg: Arg) -> str:
+    """The packed value of pointer ``arg`` (a local of the packer): its address, or NULL
+    for None; for an expanded argument, each parameter's address (an input) or each
+    row's of the [rows, N] output."""
+    name = arg.name
+    if arg.each:
+        return f"*_rows({name})" if arg.output else f"*map(_data_ptr, {name})"
+    return f"(0 if {name} is None else {name}.data_ptr())"
 
-    The packer is one generated list expression (as :func:`collections.namedtuple`
-    generates its class): a launch packs a dozen values, and a loop over the arguments
-    cost more host time than the launch itself."""
+
+def _packer(pass_: Pass, states: bool, draws: bool) -> Callable[[Any, dict[str, Any]], list[int]]:
+    """Packs a pass's values in its arguments' order: ``out`` the outputs (the pass's
+    named tuple), ``values`` the others by name (those with a default may be left out);
+    pointers as addresses, None as NULL, one entry per parameter for the expanded
+    arguments.
+
+    The packer is generated (as :func:`collections.namedtuple` generates its class): a
+    launch packs a dozen values, and a loop over the arguments cost more host time than
+    the launch itself."""
+    lines = [f"    {''.join(f'{a.name}, ' for a in pass_.outputs)}= _out"]
     items = []
-    for a in args:
-        value = f"values[{a.name!r}]"
-        if a.each and a.pointer:
-            items.append(f"*_pointers({value})")
-        elif a.each:
-            items.append(f"*{value}")
-        elif a.pointer:
-            items.append(f"_address({value})")
-        else:
-            items.append(value)
-    source = f"def pack(values):\n    return [{', '.join(items)}]\n"
-    namespace: dict[str, Any] = {"_pointers": _pointers, "_address": _address}
+    for a in pass_.of(states, draws):
+        if not a.output:
+            read = f"[{a.name!r}]" if a.default is None else f".get({a.name!r}, {a.default!r})"
+            lines.append(f"    {a.name} = _values{read}")
+        items.append(_address(a) if a.pointer else f"*{a.name}" if a.each else a.name)
+    body = "\n".join(lines)
+    source = f"def pack(_out, _values):\n{body}\n    return [{', '.join(items)}]\n"
+    namespace: dict[str, Any] = {"_rows": _rows, "_data_ptr": torch.Tensor.data_ptr}
     exec(source, namespace)  # noqa: S102 (text built above from the signature's names)
     return namespace["pack"]
 
 
-def _address(value: torch.Tensor | None) -> int:
-    """A pointer argument: a tensor's address, or NULL for None."""
-    return 0 if value is None else value.data_ptr()
+def _aligned(tensors: list[Any]) -> bool:
+    """Whether every tensor is 16-byte aligned (a broadcast, all strides 0, and a single
+    value are read as one value, not as vectors)."""
+    for t in tensors:
+        if t is not None and t.numel() > 1 and any(t.stride()) and t.data_ptr() % 16:
+            return False
+    return True
 
 
 def _kinds(args: tuple[Arg, ...], counts: dict[str, int]) -> str:
@@ -128,21 +145,27 @@ class Program:
         self.learnable_rows = tuple(
             (j, params.index(name)) for j, name in enumerate(neuron.learnable)
         )
-        states, draws = bool(self.k), neuron.draws
-        self._pack = {p.name: _packer(p.of(states, draws)) for p in PASSES.values()}
-        counts = {"param": self.n_params, "learnable": self.n_learnable}
-        self._kinds = {p.name: _kinds(p.of(states, draws), counts) for p in PASSES.values()}
-        #: the tensors of each pass (for the lane count and the launcher's dtype, device)
-        self._tensors = {
-            p.name: tuple(a.name for a in p.of(states) if a.pointer and a.each is None)
-            for p in PASSES.values()
-        }
+        self._passes = {p.name: self._pass(p) for p in PASSES.values()}
         self._launchers: dict[tuple[Any, ...], tuple[Variant, Launch]] = {}
         self._flags: dict[str, bool] = {}
-        #: which outputs exist, by the call's flags (read-only dicts, made once)
-        self._present: dict[Any, dict[str, bool]] = {}
+        #: which outputs exist, by the call's flags (read-only dicts, made once), and the
+        #: allocators for them of the feedforward pass and of the recurrent one
+        self._present: dict[Any, tuple[dict[str, bool], Any, Any]] = {}
         #: storage dtype -> the dtype of the learnable-parameter gradient rows
         self._accum: dict[torch.dtype, torch.dtype] = {}
+
+    def _pass(self, pass_: Pass) -> tuple[str, Callable[..., list[int]], tuple[str, ...], Any]:
+        """What each launch of ``pass_`` reads: its values' kinds, its packer, the names
+        of its tensor inputs (the first gives the launcher's dtype and device) and which
+        outputs are single tensors (both for the alignment check)."""
+        states, draws = bool(self.k), self.neuron.draws
+        args = pass_.of(states, draws)
+        counts = {"param": self.n_params, "learnable": self.n_learnable}
+        tensors = tuple(
+            a.name for a in args if a.pointer and not a.each and a.const and not a.noise
+        )  # (the generator's state is read as two scalars)
+        single = tuple(not a.each for a in pass_.outputs)
+        return _kinds(args, counts), _packer(pass_, states, draws), tensors, single
 
     @property
     def cnames(self) -> tuple[str, ...]:
@@ -183,39 +206,48 @@ class Program:
         module = self.impl.runtime.load(source, device)
         return self.impl.runtime.launcher(module, name, device)
 
-    def _lanes(self, tensors: Sequence[torch.Tensor | None], n: int) -> int:
+    def _lanes(self, dtype: torch.dtype, n: int) -> int:
         """Neurons per thread (CUDA) or per loop iteration (C): the dtype's vector width,
-        on CUDA only when the neuron count is a multiple of it, the launch has enough
-        threads and the tensors are 16-byte aligned, else 1."""
-        lanes = dtypes.lookup(self.backend, tensors[0].dtype).lanes  # type: ignore[union-attr]
+        on CUDA only when the neuron count is a multiple of it and the launch has enough
+        threads (and the tensors are aligned: :func:`_aligned`), else 1."""
+        lanes = dtypes.lookup(self.backend, dtype).lanes
         if settings.max_lanes is not None and settings.max_lanes < lanes:
             lanes = 1  # a source exports only 1 and the dtype's width
         if lanes == 1 or not self.impl.simt:  # a C kernel takes any N (its tail one by one)
             return lanes
         if n % lanes or n < lanes * settings.min_vector_threads:
             return 1
-        for t in tensors:  # a broadcast (all strides 0) is read as one value, not vectors
-            if t is not None and t.numel() > 1 and any(t.stride()) and t.data_ptr() % 16:
-                return 1
         return lanes
 
     def _launch(
-        self, pass_: Pass, options: tuple[Any, ...], values: dict[str, Any], n: int
+        self, pass_: Pass, options: tuple[Any, ...], out: Any, values: dict[str, Any], n: int
     ) -> None:
         """Launch the variant of ``pass_`` with ``options`` over ``n`` neurons, its
-        arguments packed by name from ``values``."""
-        tensors = [values[name] for name in self._tensors[pass_.name]]
-        first = tensors[0]
-        lanes = self._lanes(tensors, n)
+        arguments packed by name from the outputs ``out`` and the other ``values``."""
+        kinds, pack, names, single = self._passes[pass_.name]
+        first = values[names[0]]
+        lanes = self._lanes(first.dtype, n)
+        if lanes > 1 and self.impl.simt:  # the wide variant's vector loads need alignment
+            tensors = [values.get(name) for name in names]
+            tensors += [t for t, one in zip(out, single, strict=True) if one]
+            lanes = lanes if _aligned(tensors) else 1
+        variant, launch = self.launcher(pass_, options, first, lanes)
+        geometry = variant.geometry(n, settings.cuda_block) if self.impl.simt else None
+        launch(kinds, pack(out, values), geometry)
+
+    def launcher(
+        self, pass_: Pass, options: tuple[Any, ...], first: torch.Tensor, lanes: int
+    ) -> tuple[Variant, Launch]:
+        """The variant of ``pass_`` with ``options`` and ``lanes`` and its launch for the
+        dtype and device of ``first`` (the pass's first tensor input): rendered, compiled
+        and looked up on first use, then kept per program."""
         lkey = (first.dtype, first.device, pass_.name, options, lanes)  # a tuple: host time
         found = self._launchers.get(lkey)
         if found is None:
             variant = Variant(pass_.name, options, lanes)
             launch = self._launcher(variant.exported(self.name), first)
             found = self._launchers[lkey] = (variant, launch)
-        variant, launch = found
-        geometry = variant.geometry(n, settings.cuda_block) if self.impl.simt else None
-        launch(self._kinds[pass_.name], self._pack[pass_.name](values), geometry)
+        return found
 
     def _check_params(self, params: Sequence[torch.Tensor]) -> list[int]:
         """The params' strides (0 for a 0-dim tensor), after checking their count."""
@@ -224,33 +256,45 @@ class Program:
         return [p.stride(0) if p.dim() else 0 for p in params]
 
     # -- the two passes -----------------------------------------------------
-    def forward_layout(self, x_seq: torch.Tensor, store_h: bool, v_mode: str) -> Layout:
-        """The forward's output dims and which outputs exist (also for fake tensors)."""
+    def forward_layout(
+        self, x_seq: torch.Tensor, store_h: bool, v_mode: str, recurrent: bool = False
+    ) -> Layout:
+        """The forward's output dims and which outputs exist (also for fake tensors);
+        ``recurrent``: :data:`~symneuron.signature.RFORWARD`'s, which stores X_eff too
+        when the backward reads X."""
         t_len, n = x_seq.shape
         rows = t_len if v_mode == "seq" else 1
         dims = {"T": t_len, "N": n, "rows": rows, "k": self.k}
-        present = self._present.get(store_h)
-        if present is None:  # (one dict per flag, made once: host time)
+        found = self._present.get(store_h)
+        if found is None:  # (one dict per flag, made once: host time)
             present = {"states": self.k > 0, "store_h": store_h}
             present["store_wt"] = store_h and self.needs_wt
-            self._present[store_h] = present
-        return Layout(dims, present, None)
+            present["store_x"] = store_h and self.needs_x
+            allocators = (FORWARD.allocator(present), RFORWARD.allocator(present))
+            found = self._present[store_h] = (present, *allocators)
+        return Layout(dims, found[0], None, found[2 if recurrent else 1])
 
     def backward_layout(
-        self, h_seq: torch.Tensor, v_init: torch.Tensor | None, w_init: torch.Tensor | None
+        self,
+        h_seq: torch.Tensor,
+        v_init: torch.Tensor | None,
+        w_init: torch.Tensor | None,
+        recurrent: bool = False,
     ) -> Layout:
-        """The backward's output dims, which outputs exist and the accumulator dtype."""
+        """The backward's output dims, which outputs exist and the accumulator dtype
+        (``recurrent``: allocated as :data:`~symneuron.signature.RBACKWARD`'s)."""
         dims = {"T": h_seq.shape[0], "N": h_seq.shape[1], "k": self.k, "P": self.n_learnable}
         flags = (v_init is not None, w_init is not None)
-        present = self._present.get(flags)
-        if present is None:
+        found = self._present.get(flags)
+        if found is None:
             present = {"states": self.k > 0, "v_init": flags[0], "w_init": flags[1]}
             present["learnable"] = self.n_learnable > 0
-            self._present[flags] = present
+            allocators = (BACKWARD.allocator(present), RBACKWARD.allocator(present))
+            found = self._present[flags] = (present, *allocators)
         accum = self._accum.get(h_seq.dtype)
         if accum is None:
             accum = self._accum[h_seq.dtype] = dtypes.lookup(self.backend, h_seq.dtype).torch_accum
-        return Layout(dims, present, accum)
+        return Layout(dims, found[0], accum, found[2 if recurrent else 1])
 
     def forward(
         self,
@@ -270,15 +314,14 @@ class Program:
         0-dim tensors in the compute dtype; ``v_init=None`` / ``w_init=None`` start from
         v_reset / each state's init without a tensor."""
         t_len, n = x_seq.shape
-        out = FORWARD.allocate(x_seq, *self.forward_layout(x_seq, store_h, v_mode))
+        out = self.forward_layout(x_seq, store_h, v_mode).outputs(x_seq)
         if n == 0:
             return out
-        values = dict(
-            zip(out._fields, out, strict=True), x_seq=x_seq, v_init=v_init, w_init=w_init,
-            params=params, param_strides=self._check_params(params), T=t_len, N=n,
-            **FORWARD.defaults, **extra,
-        )  # fmt: skip
-        self._launch(FORWARD, (store_h, v_mode), values, n)
+        values = {
+            "x_seq": x_seq, "v_init": v_init, "w_init": w_init, "params": params,
+            "param_strides": self._check_params(params), "T": t_len, "N": n, **extra,
+        }  # fmt: skip
+        self._launch(FORWARD, (store_h, v_mode), out, values, n)
         return out
 
     def backward(
@@ -302,18 +345,17 @@ class Program:
         given in ``grad_v_mode`` "seq" or "last", None in "none"; a ``grad_spike`` with
         all strides 0 is read as one scalar."""
         t_len, n = h_seq.shape
-        out = BACKWARD.allocate(h_seq, *self.backward_layout(h_seq, v_init, w_init))
+        out = self.backward_layout(h_seq, v_init, w_init).outputs(h_seq)
         if n == 0:
             return out
         scalar = grad_spike.numel() > 1 and not any(grad_spike.stride())
-        values = dict(
-            zip(out._fields, out, strict=True), grad_spike=grad_spike, grad_v_seq=grad_v_seq,
-            grad_w_seq=grad_w_seq, h_seq=h_seq, wt_seq=wt_seq, x_seq=x_seq, v_init=v_init,
-            w_init=w_init, params=params, **BACKWARD.defaults,
-            param_strides=self._check_params(params), grad_spike_scalar=int(scalar),
-            T=t_len, N=n, **extra,
-        )  # fmt: skip
-        self._launch(BACKWARD, (grad_v_mode,), values, n)
+        values = {
+            "grad_spike": grad_spike, "grad_v_seq": grad_v_seq, "grad_w_seq": grad_w_seq,
+            "h_seq": h_seq, "wt_seq": wt_seq, "x_seq": x_seq, "v_init": v_init,
+            "w_init": w_init, "params": params, "param_strides": self._check_params(params),
+            "grad_spike_scalar": int(scalar), "T": t_len, "N": n, **extra,
+        }  # fmt: skip
+        self._launch(BACKWARD, (grad_v_mode,), out, values, n)
         return out
 
 

@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 import torch
 
 from .. import dtypes
-from ..signature import RBACKWARD, RFORWARD, Geometry, Pass, Variant
+from ..signature import RBACKWARD, RFORWARD, Geometry, Pass
 
-__all__ = ["MAX_THREADS", "max_features", "forward_layout", "forward", "backward"]
+__all__ = ["MAX_THREADS", "max_features", "forward", "backward"]
 
 #: threads of one block (CUDA's limit)
 MAX_THREADS = 1024
@@ -67,18 +67,21 @@ def _lanes(prog: Any, features: int, dtype: torch.dtype) -> int:
 
 
 def _launch(
-    prog: Any, pass_: Pass, options: tuple[Any, ...], values: dict[str, Any], features: int
+    prog: Any,
+    pass_: Pass,
+    options: tuple[Any, ...],
+    out: Any,
+    values: dict[str, Any],
+    features: int,
 ) -> None:
-    first = values[prog._tensors[pass_.name][0]]
+    """Launch the variant of ``pass_`` with ``options``: one block per row of
+    ``features`` neurons, its arguments packed from the outputs ``out`` and ``values``."""
+    kinds, pack, names, _ = prog._passes[pass_.name]
+    first = values[names[0]]
     lanes = _lanes(prog, features, first.dtype)
-    lkey = (first.dtype, first.device, pass_.name, options, lanes)
-    found = prog._launchers.get(lkey)
-    if found is None:
-        variant = Variant(pass_.name, options, lanes)
-        launch = prog._launcher(variant.exported(prog.name), first)
-        found = prog._launchers[lkey] = (variant, launch)
+    launch = prog.launcher(pass_, options, first, lanes)[1]
     geometry = _geometry(prog, pass_, first, features, lanes) if prog.impl.simt else None
-    found[1](prog._kinds[pass_.name], prog._pack[pass_.name](values), geometry)
+    launch(kinds, pack(out, values), geometry)
 
 
 def _geometry(prog: Any, pass_: Pass, first: torch.Tensor, features: int, lanes: int) -> Geometry:
@@ -121,15 +124,6 @@ def _aligned(tensor: _Maybe) -> _Maybe:
     return tensor if tensor is None or tensor.data_ptr() % 16 == 0 else tensor.clone()
 
 
-def forward_layout(
-    prog: Any, x_seq: torch.Tensor, store_h: bool, v_mode: str
-) -> tuple[dict[str, int], dict[str, bool], None]:
-    """The recurrent forward's output dims and which outputs exist (fakes too): the
-    feedforward's, and X_eff when the backward reads X."""
-    layout = prog.forward_layout(x_seq, store_h, v_mode)
-    return layout.dims, dict(layout.present, store_x=store_h and prog.needs_x), None
-
-
 def forward(
     prog: Any,
     x_seq: torch.Tensor,
@@ -147,15 +141,15 @@ def forward(
     t_len, n = x_seq.shape
     features = weight_t.shape[0]
     x_seq = _aligned(x_seq)
-    out = RFORWARD.allocate(x_seq, *forward_layout(prog, x_seq, store_h, v_mode))
+    out = prog.forward_layout(x_seq, store_h, v_mode, True).outputs(x_seq)
     if n == 0 or t_len == 0:
         return out
-    values = dict(
-        zip(out._fields, out, strict=True), x_seq=x_seq, weight_t=weight_t, s_init=s_init,
-        v_init=v_init, w_init=w_init, params=params, param_strides=prog._check_params(params),
-        T=t_len, N=n, F=features,
-    )  # fmt: skip
-    _launch(prog, RFORWARD, (store_h, v_mode), values, features)
+    values = {
+        "x_seq": x_seq, "weight_t": weight_t, "s_init": s_init, "v_init": v_init,
+        "w_init": w_init, "params": params, "param_strides": prog._check_params(params),
+        "T": t_len, "N": n, "F": features,
+    }  # fmt: skip
+    _launch(prog, RFORWARD, (store_h, v_mode), out, values, features)
     return out
 
 
@@ -170,18 +164,17 @@ def backward(prog: Any, weight: torch.Tensor) -> Any:
         grad_v_mode: str,
     ) -> Any:  # fmt: skip
         t_len, n = h_seq.shape
-        out = RBACKWARD.allocate(h_seq, *prog.backward_layout(h_seq, v_init, w_init))
+        out = prog.backward_layout(h_seq, v_init, w_init, True).outputs(h_seq)
         if n == 0:
             return out
-        values = dict(
-            zip(out._fields, out, strict=True), grad_spike=_aligned(grad_spike.contiguous()),
-            grad_v_seq=_aligned(grad_v_seq), grad_w_seq=_aligned(grad_w_seq), h_seq=h_seq,
-            wt_seq=wt_seq,
-            x_seq=x_seq, v_init=v_init, w_init=w_init, params=params, weight=weight,
-            param_strides=prog._check_params(params), grad_spike_scalar=0, T=t_len, N=n,
-            F=weight.shape[0],
-        )  # fmt: skip
-        _launch(prog, RBACKWARD, (grad_v_mode,), values, weight.shape[0])
+        values = {
+            "grad_spike": _aligned(grad_spike.contiguous()), "grad_v_seq": _aligned(grad_v_seq),
+            "grad_w_seq": _aligned(grad_w_seq), "h_seq": h_seq, "wt_seq": wt_seq,
+            "x_seq": x_seq, "v_init": v_init, "w_init": w_init, "params": params,
+            "weight": weight, "param_strides": prog._check_params(params),
+            "grad_spike_scalar": 0, "T": t_len, "N": n, "F": weight.shape[0],
+        }  # fmt: skip
+        _launch(prog, RBACKWARD, (grad_v_mode,), out, values, weight.shape[0])
         return out
 
     return run
