@@ -187,10 +187,10 @@ def _gradients(
         grad_spike = grad_spike.contiguous()
     mode = "none" if grad_v is None and grad_w is None else ctx.v_mode
     if mode != "none":
-        rows = h_seq.shape[0] if mode == "seq" else 1
-        grad_v = h_seq.new_zeros((rows, h_seq.shape[1])) if grad_v is None else grad_v
-        grad_w = h_seq.new_zeros((prog.k, rows, h_seq.shape[1])) if grad_w is None else grad_w
-        grad_v, grad_w = grad_v.contiguous(), grad_w.contiguous()
+        rows, n = (h_seq.shape[0] if mode == "seq" else 1), h_seq.shape[1]
+        grad_v = (h_seq.new_zeros(rows, n) if grad_v is None else grad_v).contiguous()
+        if prog.k:  # (without extra states the kernels take no dL/dW: none is made)
+            grad_w = (h_seq.new_zeros(prog.k, rows, n) if grad_w is None else grad_w).contiguous()
     args = (grad_spike, grad_v, grad_w, h_seq, wt_seq, x_seq, v_init, w_init, params, mode)
     rng = getattr(ctx, "rng", None)
     if launch is not None:  # the recurrent kernels (which draw nothing)
@@ -199,7 +199,7 @@ def _gradients(
         present = prog.backward_layout(h_seq, v_init, w_init).present
         out = _absent_as_none(BACKWARD, backward_op(prog.key, prog.backend, *args, rng), present)
     else:
-        out = prog.backward(*args, **({} if rng is None else {"rng": rng}))
+        out = prog.backward(*args, rng=rng)
     grads: list[torch.Tensor | None] = [None] * ctx.n_params
     for j, index in prog.learnable_rows:
         grads[index] = out.grad_params[j].to(params[index].dtype)
@@ -284,14 +284,14 @@ class EagerBinding(torch.autograd.Function):
 def run(job: Run) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Run a prepared job on its backend's kernels: (spike_seq [T, N], v_seq [T or 1, N],
     w_out [k, T or 1, N] or None), through the binding the call needs."""
-    x_seq, shape, n = job.x_seq, job.shape, job.x_seq.shape[1]
+    x_seq, shape = job.x_seq, job.shape
     compiling = torch.compiler.is_compiling()
     if job.store_h and not compiling:
         prog = program(job.neuron, job.backend)
         out = EagerBinding.apply(prog, x_seq, job.v_init, job.w_init, job.v_mode, shape,
                                  job.rng, *job.params)  # fmt: skip
         return out[0], out[1], out[2] if len(out) > 2 else None
-    dtype, device = compute_dtype(job.backend, x_seq.dtype), x_seq.device
+    n, dtype, device = x_seq.shape[1], compute_dtype(job.backend, x_seq.dtype), x_seq.device
     if compiling:  # the custom op, which compilation traces through
         params = [kernel_param(p, dtype, device, shape, n) for p in job.params]
         key = job.neuron.key()  # a plain string: the op finds the live neuron by it

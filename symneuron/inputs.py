@@ -127,6 +127,8 @@ def param_values(
     """Every param of ``neuron`` by name, in the neuron's order: the given value
     (checked) or the default (an unknown name is an error)."""
     values: dict[str, float | torch.Tensor] = dict(neuron.params.items())
+    if params is None:
+        return values
     for name, value in _given(neuron, params).items():
         if isinstance(value, torch.Tensor):
             _check_tensor(name, value, x_seq, shape, "param")
@@ -153,7 +155,7 @@ def w_init_of(
 ) -> torch.Tensor | None:
     """Initial extra states as one [k, *shape] tensor; None when none is given (the
     kernels then start from each State.init) unless ``full``."""
-    given = named(states, "state", neuron.states)
+    given = {} if states is None else named(states, "state", neuron.states)
     if len(neuron.states) == 0 or (not given and not full):
         return None
     rows = []

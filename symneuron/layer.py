@@ -12,8 +12,9 @@ which overwrite their outputs at the next replay, never own it.
 from __future__ import annotations
 
 import copy
+import functools
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any, cast
 
@@ -48,14 +49,19 @@ _REENTRANT_FIX = (
 )
 
 
-def _saved_tensors_hook() -> str:
-    """The qualified name of the innermost saved-tensors pack hook, or ''."""
+def _top_hooks() -> Callable[[], Any]:
+    """torch's getter of the innermost saved-tensors hooks, called as this torch takes it."""
     top = torch._C._autograd._top_saved_tensors_default_hooks
     try:
-        hooks = top(False)
+        top(False)
     except TypeError:  # a torch whose function takes no argument
-        hooks = top()  # type: ignore[call-arg]
-    return getattr(hooks[0], "__qualname__", "") if hooks else ""
+        return top  # type: ignore[return-value]
+    return functools.partial(top, False)
+
+
+#: returns the innermost saved-tensors hooks (pack, unpack), or None (looked up once:
+#: host time)
+_TOP_HOOKS = _top_hooks()
 
 
 def _checkpoint_phase() -> str | None:
@@ -66,7 +72,9 @@ def _checkpoint_phase() -> str | None:
     if torch._C._current_graph_task_id() != -1:
         return "recompute"  # a forward inside a backward pass: only checkpoint reruns one
     if torch.is_grad_enabled():
-        return "first" if _saved_tensors_hook().startswith("_checkpoint_hook") else None
+        hooks = _TOP_HOOKS()
+        pack = getattr(hooks[0], "__qualname__", "") if hooks else ""
+        return "first" if pack.startswith("_checkpoint_hook") else None
     if torch.is_inference_mode_enabled() or _REENTRANT_CODE is None:
         return None
     frame: FrameType | None = sys._getframe(2)
@@ -239,11 +247,13 @@ class NeuronLayer(nn.Module):
             out[name] = getattr(self, name) if value is _MISSING else value  # type: ignore[assignment]
         return out
 
-    def _keep(self, v: torch.Tensor | None, v_seq: torch.Tensor | None, states: Any) -> None:
+    def _keep(
+        self, v: torch.Tensor | None, v_seq: torch.Tensor | None, states: Any, compiling: bool
+    ) -> None:
         """Set the memory: plain attributes, set without nn.Module.__setattr__'s search of
         its tables (host time) outside compilation; compiled, copies of the state out of
         the graph's outputs (CUDA graphs overwrite those at their next replay)."""
-        if torch.compiler.is_compiling():
+        if compiling:
             if v is not None:  # v_seq too: a graph output read at the next call fails
                 seq = [] if v_seq is None else [v_seq]
                 v, *kept = _keep_state([v, *seq, *states.values()])
@@ -256,14 +266,13 @@ class NeuronLayer(nn.Module):
 
     def reset(self) -> None:
         """Forget the membrane state and any extra states (call between sequences)."""
-        self._keep(None, None, {})
-        if not torch.compiler.is_compiling():
-            self.__dict__.update(_replays=[], _rng_replays=[], _ungraded=None)
+        if torch.compiler.is_compiling():
+            self._keep(None, None, {}, True)
+        else:  # (_keep's plain attributes, and the checkpoint records, at once: host time)
+            self.__dict__.update(v=None, v_seq=None, states={}, _replays=[], _ungraded=None)
 
     def _steps(self, x: torch.Tensor) -> torch.Tensor:
-        """The input as a sequence [T, *shape] (one step in single-step mode)."""
-        if self.step_mode == "m":
-            return x
+        """One step's input as a sequence [1, *shape] (single-step mode)."""
         if isinstance(x, torch.Tensor) and x.dim() == 0:
             raise ValueError(
                 "A single-step layer (step_mode='s') takes one step's input [*shape] "
@@ -271,46 +280,46 @@ class NeuronLayer(nn.Module):
             )
         return x.unsqueeze(0)
 
-    def _advance(self, steps: int) -> torch.Tensor | None:
+    def _advance(self, x_seq: torch.Tensor, compiling: bool) -> torch.Tensor | None:
         """The generator state of this call (a copy: its backward reads it later), and the
-        kept one advanced by ``steps`` (None for a neuron that draws nothing)."""
+        kept one advanced by the call's steps (None for a neuron that draws nothing)."""
         if not self.neuron.draws:
             return None
+        steps = x_seq.shape[0] if isinstance(x_seq, torch.Tensor) and x_seq.dim() else 0
         state = cast(torch.Tensor, self.rng_state)
         # a copy a compiled graph cannot recompute from the state it then advances
-        rng = _snapshot(state) if torch.compiler.is_compiling() else state.clone()
+        rng = _snapshot(state) if compiling else state.clone()
         with torch.no_grad():
             state[1] += steps  # in place: a captured CUDA graph advances it at each replay
         return rng
 
-    def _start(self, steps: int) -> tuple[Any, dict[str, torch.Tensor], str | None, Any]:
-        """The state this call starts from (for a checkpoint's recomputation, the state
+    def _start(self, x_seq: torch.Tensor) -> tuple[Any, dict[str, torch.Tensor], str | None, Any]:
+        """The state an eager call starts from (for a checkpoint's recomputation, the state
         its first run started from), how checkpoint runs it (:func:`_checkpoint_phase`)
         and its generator state (:meth:`_advance`; a recomputation reuses the first's)."""
-        if torch.compiler.is_compiling():
-            return self.v, self.states, None, self._advance(steps)
         phase = _checkpoint_phase()
-        replays = self.__dict__.setdefault("_replays", [])
         if phase == "recompute":
+            replays = self.__dict__.setdefault("_replays", [])
             if replays:  # reruns come last first, as the backward pass meets them
-                return *replays.pop(), phase, self.__dict__["_rng_replays"].pop()
+                v, states, rng = replays.pop()
+                return v, states, phase, rng
             phase = None  # a forward inside a backward pass of the user's own
-        if self.v is not None and self.v is self.__dict__.get("_ungraded"):
+        v, states = self.v, self.states
+        if v is not None and v is self.__dict__.get("_ungraded"):
             if phase == "reentrant" or torch.is_grad_enabled():
                 raise RuntimeError(
                     "This layer's state comes from a call under torch.utils.checkpoint("
                     f"use_reentrant=True) and carries no gradient to it. {_REENTRANT_FIX}"
                 )
-        if phase == "reentrant" and self.v is not None and self.v.requires_grad:
+        if phase is None:  # not checkpointed (the common case)
+            return v, states, None, self._advance(x_seq, False)
+        if phase == "reentrant" and v is not None and v.requires_grad:
             raise RuntimeError(f"This layer's state carries a gradient. {_REENTRANT_FIX}")
-        rng = self._advance(steps)
-        if phase is not None:
-            replays.append((self.v, self.states))
-            del replays[:-_REPLAYS]
-            rngs = self.__dict__.setdefault("_rng_replays", [])
-            rngs.append(rng)
-            del rngs[:-_REPLAYS]
-        return self.v, self.states, phase, rng
+        rng = self._advance(x_seq, False)
+        replays = self.__dict__.setdefault("_replays", [])
+        replays.append((v, states, rng))
+        del replays[:-_REPLAYS]
+        return v, states, phase, rng
 
     def _run(
         self, x_seq: torch.Tensor, v: torch.Tensor | None, states: dict[str, torch.Tensor],
@@ -341,9 +350,12 @@ class NeuronLayer(nn.Module):
             raise
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x_seq = self._steps(x)
-        steps = x_seq.shape[0] if isinstance(x_seq, torch.Tensor) and x_seq.dim() else 0
-        v, states, phase, rng = self._start(steps)
+        x_seq = x if self.step_mode == "m" else self._steps(x)
+        compiling = torch.compiler.is_compiling()  # (asked once: host time)
+        if compiling:
+            v, states, phase, rng = self.v, self.states, None, self._advance(x_seq, True)
+        else:
+            v, states, phase, rng = self._start(x_seq)
         if isinstance(v, torch.Tensor) and isinstance(x_seq, torch.Tensor):
             if v.shape != x_seq.shape[1:] and x_seq.dim() >= 2:
                 raise ValueError(
@@ -357,11 +369,11 @@ class NeuronLayer(nn.Module):
         if phase == "recompute":  # the memory stays as the first run left it
             return spikes[0] if self.step_mode == "s" else spikes
         if x_seq.shape[0] == 0:  # no step: the memory stays as it was
-            self._keep(self.v, v_seq if store else None, self.states)
+            self._keep(self.v, v_seq if store else None, self.states, compiling)
             return spikes
         if len(self.neuron.states):  # (len: Dynamo misreads an empty mappingproxy as true)
             states = {name: seq[-1] for name, seq in result[2].items()}
-        self._keep(v_seq[-1], v_seq if store else None, states)
+        self._keep(v_seq[-1], v_seq if store else None, states, compiling)
         if phase == "reentrant":
             self.__dict__["_ungraded"] = self.v
         return spikes[0] if self.step_mode == "s" else spikes
@@ -373,7 +385,7 @@ class NeuronLayer(nn.Module):
         state["v"] = _detached(self.v)
         state["v_seq"] = _detached(self.v_seq)
         state["states"] = {name: value.detach() for name, value in self.states.items()}
-        state.update(_replays=[], _rng_replays=[], _ungraded=None)  # records stay with it
+        state.update(_replays=[], _ungraded=None)  # records stay with it
         new = type(self).__new__(type(self))
         memo[id(self)] = new
         new.__setstate__(copy.deepcopy(state, memo))

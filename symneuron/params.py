@@ -41,9 +41,8 @@ def compute_dtype(backend: str, dtype: torch.dtype) -> torch.dtype:
 
 
 def _scalar(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A 0-dim tensor holding ``value``; cached outside compilation, pinned under capture."""
-    if torch.compiler.is_compiling():
-        return torch.full((), value, dtype=dtype, device=device)
+    """A 0-dim tensor holding ``value``: cached, pinned under capture (called outside
+    compilation: :func:`kernel_param` makes its own)."""
     key = (value, dtype, device)
     tensor = _SCALARS.get(key)
     if tensor is not None and not tensor.is_cuda:  # (no capture to pin for: host time)
@@ -70,7 +69,10 @@ def kernel_param(
 ) -> torch.Tensor:
     """A param (float, or tensor broadcastable to ``shape``) as an [n] tensor in
     ``dtype`` (stride 0 when scalar), ``n`` the number of neurons in ``shape``:
-    :func:`launch_param`'s value, a single one expanded to [n]."""
+    :func:`launch_param`'s value, a single one expanded to [n]; also under
+    ``torch.compile``, where a float becomes a new tensor of the graph."""
+    if torch.compiler.is_compiling() and not isinstance(value, torch.Tensor):
+        return torch.full((), value, dtype=dtype, device=device).expand(n)
     out = launch_param(value, dtype, device, shape, n)
     return out.expand(n) if out.dim() == 0 else out
 
@@ -84,7 +86,8 @@ def launch_param(
 ) -> torch.Tensor:
     """A param as the kernels read it: a 0-dim tensor for one value (stride 0, no view
     made when it already is one in ``dtype``), else as :func:`kernel_param`. The
-    launches take only each param's address and stride."""
+    launches take only each param's address and stride. Outside compilation only (a
+    float's tensor is a cached one)."""
     if not isinstance(value, torch.Tensor):
         return _scalar(value, dtype, device)
     if value.dtype != dtype:

@@ -175,7 +175,7 @@ class RecurrentNeuronLayer(nn.Module):
         states = {}
         if w_out is not None:
             states = {name: w_out[i, -1].view(shape) for i, name in enumerate(cell.neuron.states)}
-        cell._keep(v_out[-1].view(shape), None, states)
+        cell._keep(v_out[-1].view(shape), None, states, torch.compiler.is_compiling())
         self.s = spikes[-1]
         return spikes
 

@@ -178,11 +178,13 @@ class Pass:
 
 
 def _allocation(arg: Arg) -> str:
-    """The expression that allocates output ``arg`` (``like`` the pass's [T, N] input)."""
+    """The expression that allocates output ``arg`` (``like`` the pass's [T, N] input):
+    ``empty_like(like)`` for a [T, N] storage output, else ``new_empty`` with the sizes
+    as separate ints (torch parses those faster than a tuple)."""
     if arg.shape == ("T", "N") and arg.role == "storage":
-        return "empty_like(like)"  # the cheapest allocation
-    shape = "".join(f"dims[{d!r}], " for d in arg.shape)
-    return f"like.new_empty(({shape}){', dtype=accum' if arg.role == 'accum' else ''})"
+        return "empty_like(like)"
+    sizes = ", ".join(f"dims[{d!r}]" for d in arg.shape)
+    return f"like.new_empty({sizes}{', dtype=accum' if arg.role == 'accum' else ''})"
 
 
 def _allocator(outputs: tuple[Arg, ...], exists: tuple[bool, ...], returns: type) -> Any:

@@ -152,17 +152,14 @@ def prepare(
     if check_finite is not True and check_finite is not False:
         check_finite = flag(check_finite, "check_finite")
     x_seq = check_x(x_seq)
-    if (
-        backend != "torch"
-        and not torch.compiler.is_compiling()
-        and torch._C._are_functorch_transforms_active()
-    ):
+    compiling = torch.compiler.is_compiling()  # (asked once: host time)
+    if backend != "torch" and not compiling and torch._C._are_functorch_transforms_active():
         raise RuntimeError(
             "symneuron: the fused kernels do not support functorch transforms (vmap, grad, "
             "jacrev, jvp, ...): their autograd Function has no vmap or forward-mode rule. "
             "Pass backend='torch' (the reference, plain torch ops) inside the transform."
         )
-    if check_finite and torch.compiler.is_compiling():
+    if check_finite and compiling:
         raise RuntimeError(
             "symneuron: check_finite=True reads the results on the host, which "
             "torch.compile(fullgraph=True) cannot trace; check outside the compiled "
@@ -174,7 +171,8 @@ def prepare(
     if check_finite:  # (reads tensor values back: only when the check is asked for)
         _raise_if_nonfinite_params(values)
     backend = _kernel_backend(backend, x_seq)
-    _warn_constants(neuron, x_seq.dtype, backend)
+    if not compiling:
+        _warn_constants(neuron, x_seq.dtype, backend)
     check = check_finite and x_seq.shape[0] > 0
     keep = store_v_seq or check  # the check finds the first step: V of every step
     reference = backend == "torch" or x_seq.shape[0] == 0  # no kernel runs no steps
@@ -288,9 +286,10 @@ _CONSTANTS_CHECKED: BoundedTable[tuple[str, torch.dtype, str], bool] = BoundedTa
 
 def _warn_constants(neuron: Definition, dtype: torch.dtype, backend: str) -> None:
     """Warn (once per neuron, dtype and backend) when a constant of the equations or a
-    default param is beyond the range of the dtype the run computes in."""
+    default param is beyond the range of the dtype the run computes in (called outside
+    compilation)."""
     key = (neuron.key(), dtype, backend)
-    if torch.compiler.is_compiling() or key in _CONSTANTS_CHECKED:
+    if key in _CONSTANTS_CHECKED:
         return
     _CONSTANTS_CHECKED.put(key, True)
     compute = dtype if backend == "torch" else dtypes.lookup(backend, dtype).torch_compute

@@ -63,6 +63,10 @@ class Layout(NamedTuple):
         return self.allocate(like, self.dims, self.accum)
 
 
+#: a named tuple made without the Python frame of its ``__new__`` (host time)
+_new = tuple.__new__
+
+
 def _is_flag(text: str) -> bool:
     return text in ("0", "1")
 
@@ -272,7 +276,7 @@ class Program:
             present["store_x"] = store_h and self.needs_x
             allocators = (FORWARD.allocator(present), RFORWARD.allocator(present))
             found = self._present[store_h] = (present, *allocators)
-        return Layout(dims, found[0], None, found[2 if recurrent else 1])
+        return _new(Layout, (dims, found[0], None, found[2 if recurrent else 1]))
 
     def backward_layout(
         self,
@@ -294,7 +298,7 @@ class Program:
         accum = self._accum.get(h_seq.dtype)
         if accum is None:
             accum = self._accum[h_seq.dtype] = dtypes.lookup(self.backend, h_seq.dtype).torch_accum
-        return Layout(dims, found[0], accum, found[2 if recurrent else 1])
+        return _new(Layout, (dims, found[0], accum, found[2 if recurrent else 1]))
 
     def forward(
         self,
