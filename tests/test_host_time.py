@@ -6,16 +6,30 @@
 * ``NeuronLayer.param_values`` returns the registered tensors themselves (also after one
   is replaced), and the layer's memory stays plain attributes.
 * A dict of param names and one of symbols give the same run; unknown names still fail.
+* A pass's generated allocator and packer follow its named arguments (every pass, the
+  recurrent ones too; neurons with and without extra states and random draws): each
+  output exists exactly where :meth:`~symneuron.signature.Arg.exists` says, with the
+  shape and dtype its ``shape`` and ``role`` name; the packed values are those of a
+  plain loop over the arguments.
+* On a SIMT backend the wide variant runs only on 16-byte-aligned tensors (a stride-0
+  broadcast is read as one value): checked on the CPU, its backend marked SIMT.
 """
 
 from __future__ import annotations
+
+import itertools
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
 import symneuron as sn
+from symneuron import dtypes
 from symneuron.binding import EagerBinding, program
+from symneuron.params import launch_param
+from symneuron.runtime import kernels, settings
+from symneuron.signature import PASSES, Pass
 from tests.conftest import assert_fires_sometimes, generator, rel_err, seed_of
 
 SHAPE = (3, 4)
@@ -108,3 +122,117 @@ def test_wrong_number_of_kernel_params_is_an_error() -> None:
     x = torch.rand(2, 4, requires_grad=True)
     with pytest.raises(ValueError, match="takes 1 params, got 0"):
         EagerBinding.apply(program(neuron, "cpu"), x, None, None, "last", (4,), None)
+
+
+def _conditions(pass_: Pass) -> list[dict[str, bool]]:
+    """Every combination of the conditions a pass's arguments name."""
+    names = sorted({"states"} | {a.when for a in pass_.args if a.when})
+    flags = itertools.product((False, True), repeat=len(names))
+    return [dict(zip(names, values, strict=True)) for values in flags]
+
+
+@pytest.mark.parametrize("pass_", PASSES.values(), ids=lambda p: p.name)
+def test_allocator_follows_the_named_outputs(pass_: Pass) -> None:
+    like = torch.zeros(5, 7, dtype=torch.float64)
+    dims = {"T": 5, "N": 7, "rows": 1, "k": 2, "P": 3}
+    for present in _conditions(pass_):
+        allocate = pass_.allocator(present)
+        assert pass_.allocator(present) is allocate  # made once per set of outputs
+        out = allocate(like, dims, torch.float32)
+        assert type(out) is pass_.returns
+        for arg, got in zip(pass_.outputs, out, strict=True):
+            if not arg.exists(present):
+                assert got is None, (arg.name, present)
+                continue
+            want_dtype = torch.float32 if arg.role == "accum" else like.dtype
+            assert got.shape == tuple(dims[d] for d in arg.shape), (arg.name, present)
+            assert got.dtype == want_dtype and got.is_contiguous()
+        again = pass_.allocate(like, dims, present, torch.float32)
+        assert [None if t is None else t.shape for t in again] == [
+            None if t is None else t.shape for t in out
+        ]
+
+
+def _expected_pack(
+    pass_: Pass, states: bool, draws: bool, out: Any, values: dict[str, Any]
+) -> list[int]:
+    """The packed values by a plain loop over the named arguments (the oracle)."""
+    given = dict(zip(pass_.returns._fields, out, strict=True)) | values
+    packed: list[int] = []
+    for arg in pass_.of(states, draws):
+        value = given.get(arg.name, arg.default)
+        if arg.each and arg.output:  # one address per row of an [rows, N] output
+            row = value.shape[1] * value.element_size()
+            packed += [value.data_ptr() + j * row for j in range(value.shape[0])]
+        elif arg.each:
+            packed += [p.data_ptr() for p in value] if arg.pointer else list(value)
+        elif arg.pointer:
+            packed.append(0 if value is None else value.data_ptr())
+        else:
+            packed.append(value)
+    return packed
+
+
+@pytest.mark.parametrize("model", ["LIF", "Izhikevich", "NoisyLIF"])
+@pytest.mark.parametrize("pass_", PASSES.values(), ids=lambda p: p.name)
+def test_packer_packs_in_the_arguments_order(pass_: Pass, model: str) -> None:
+    neuron = getattr(sn.models, model)()
+    states, draws, n_params = len(neuron.states) > 0, neuron.draws, len(neuron.params)
+    gen = generator(seed_of("packer", pass_.name, model))
+    values: dict[str, Any] = {
+        "params": [torch.rand(7, generator=gen) for _ in range(n_params)],
+        "param_strides": [1] * n_params, "T": 5, "N": 7, "F": 7, "grad_spike_scalar": 1,
+    }  # fmt: skip
+    tensors = [a.name for a in pass_.inputs if a.pointer and not a.each]
+    for i, name in enumerate(tensors):  # every other one after the first None: NULL
+        values[name] = None if i % 2 else torch.rand(5, 7, generator=gen)
+    out = pass_.returns(  # the second output absent, the others [2, 7] (2 rows)
+        *[None if i == 1 else torch.rand(2, 7, generator=gen) for i in range(len(pass_.outputs))]
+    )
+    got = kernels._packer(pass_, states, draws)(out, values)
+    assert got == _expected_pack(pass_, states, draws, out, values)
+    counts = {"param": n_params, "learnable": 2}
+    assert len(got) == len(kernels._kinds(pass_.of(states, draws), counts))
+
+
+def _misaligned(n: int) -> torch.Tensor:
+    """A contiguous [4, n] float32 tensor 4 bytes past a 16-byte boundary."""
+    out = torch.zeros(4 * n + 1)[1:].view(4, n)
+    assert out.data_ptr() % 16
+    return out
+
+
+def test_wide_variant_only_on_aligned_tensors_of_a_simt_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    prog = kernels.Program(sn.models.LIF(), "cpu")  # its own launchers, marked SIMT
+    monkeypatch.setattr(prog, "impl", prog.impl._replace(simt=True))
+    monkeypatch.setattr(settings, "min_vector_threads", 1)
+    wide = dtypes.lookup("cpu", torch.float32).lanes
+    n = 2 * wide
+    aligned = torch.randn(4, n, generator=generator(seed_of("simt-lanes"))) * 2
+    misaligned = _misaligned(n).copy_(aligned)
+    params = [launch_param(2.0, torch.float32, torch.device("cpu"), (n,), n)]
+
+    def launched(call: Any) -> tuple[Any, set[int]]:
+        """What ``call`` returns, and the lane counts of the kernels it launched."""
+        prog._launchers.clear()
+        return call(), {key[4] for key in prog._launchers}
+
+    runs = {
+        name: launched(lambda x=x: prog.forward(x, None, None, params, True, "seq"))
+        for name, x in [("aligned", aligned), ("misaligned", misaligned)]
+    }
+    assert runs["aligned"][1] == {wide} and runs["misaligned"][1] == {1}
+    assert_fires_sometimes(runs["aligned"][0].spike_seq)
+    for a, b in zip(runs["aligned"][0], runs["misaligned"][0], strict=True):
+        assert (a is None and b is None) or torch.equal(a, b)  # the same values either way
+    h_seq, x_kept = runs["aligned"][0].h_seq, (aligned if prog.needs_x else None)
+    broadcast = torch.ones(()).expand(4, n)  # all strides 0: read as one value
+    for grad, want in [(broadcast, wide), (_misaligned(n).fill_(1.0), 1)]:
+        _, used = launched(
+            lambda g=grad: prog.backward(
+                g, None, None, h_seq, None, x_kept, None, None, params, "none"
+            )  # fmt: skip
+        )
+        assert used == {want}
