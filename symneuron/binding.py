@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import torch
+from torch._C._functorch import unwrap_if_dead
 
 from .definition import Definition
 from .params import compute_dtype, grad_shape, kernel_param, launch_param
@@ -264,8 +265,7 @@ class EagerBinding(torch.autograd.Function):
         dtype, device = compute_dtype(prog.backend, x_seq.dtype), x_seq.device
         params = [launch_param(value, dtype, device, shape, n) for value in values]
         out = prog.forward(x_seq, v_init, w_init, params, True, v_mode, rng=rng)
-        inputs = {"x_seq": x_seq, "v_init": v_init, "w_init": w_init, "params": params}
-        inputs["rng"] = rng
+        inputs = {"x_seq": x_seq, "v_init": v_init, "w_init": w_init, "params": params, "rng": rng}
         _save(ctx, prog, v_mode, inputs, out)
         ctx.grad_shapes = [grad_shape(value, shape, n) for value in values]
         spike, v_seq = out.spike_seq, out.v_seq
@@ -274,11 +274,25 @@ class EagerBinding(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_spike: Any, grad_v: Any, grad_w: Any = None) -> tuple[Any, ...]:
         found = _gradients(ctx, grad_spike, grad_v, grad_w, False)
-        grads, needs, start = found["params"], ctx.needs_input_grad, len(EagerBinding.INPUTS)
+        grads = found["params"]
         for i, gshape in enumerate(ctx.grad_shapes):
-            if grads[i] is not None:  # (a loop over the learnable ones only: host time)
-                grads[i] = grads[i].view(gshape) if needs[start + i] else None
+            if grads[i] is not None:  # a learnable param's (ctx.needs_input_grad: host time)
+                needed = ctx.needs_input_grad[len(EagerBinding.INPUTS) + i]
+                grads[i] = grads[i].view(gshape) if needed else None
         return (*map(found.get, EagerBinding.INPUTS), *grads)
+
+
+#: ``EagerBinding.apply`` without ``Function.apply``'s Python layer (2.4 µs a call), which
+#: binds ``setup_context``'s defaults (EagerBinding has no setup_context), routes functorch
+#: transforms (:func:`symneuron.simulate.prepare` refuses them) and unwraps each argument
+#: that is a dead functorch wrapper (:func:`_live`, on the values that can be tensors)
+_APPLY = super(torch.autograd.Function, EagerBinding).apply
+
+
+def _live(values: tuple[Any, ...]) -> list[Any]:
+    """``values`` with each tensor left by an exited functorch transform (a dead wrapper,
+    which has no storage) unwrapped, as torch's own ops and ``Function.apply`` do."""
+    return [unwrap_if_dead(v) if isinstance(v, torch.Tensor) else v for v in values]
 
 
 def run(job: Run) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -288,8 +302,8 @@ def run(job: Run) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     compiling = torch.compiler.is_compiling()
     if job.store_h and not compiling:
         prog = program(job.neuron, job.backend)
-        out = EagerBinding.apply(prog, x_seq, job.v_init, job.w_init, job.v_mode, shape,
-                                 job.rng, *job.params)  # fmt: skip
+        live = _live((x_seq, job.v_init, job.w_init, job.rng, *job.params))
+        out = _APPLY(prog, *live[:3], job.v_mode, shape, *live[3:])
         return out[0], out[1], out[2] if len(out) > 2 else None
     n, dtype, device = x_seq.shape[1], compute_dtype(job.backend, x_seq.dtype), x_seq.device
     if compiling:  # the custom op, which compilation traces through

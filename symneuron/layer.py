@@ -59,8 +59,7 @@ def _top_hooks() -> Callable[[], Any]:
     return functools.partial(top, False)
 
 
-#: returns the innermost saved-tensors hooks (pack, unpack), or None (looked up once:
-#: host time)
+#: returns the innermost saved-tensors hooks (pack, unpack), or None (host time: made once)
 _TOP_HOOKS = _top_hooks()
 
 
@@ -209,8 +208,9 @@ class NeuronLayer(nn.Module):
         self.v_seq: torch.Tensor | None = None
         #: The extra states' values after the last call (name -> [*shape]), if any.
         self.states: dict[str, torch.Tensor] = {}
-        #: (V, states) each checkpointed call started from, until its recomputation
-        self._replays: list[tuple[torch.Tensor | None, dict[str, torch.Tensor]]] = []
+        #: (V, states, "recompute", generator state) of each checkpointed call, until its
+        #: recomputation (which returns it from :meth:`_start`)
+        self._replays: list[tuple[Any, dict[str, torch.Tensor], str, Any]] = []
         #: V as kept by a gradient-free checkpointed run (use_reentrant=True), until replaced
         self._ungraded: torch.Tensor | None = None
 
@@ -237,7 +237,10 @@ class NeuronLayer(nn.Module):
 
     def param_values(self) -> dict[str, torch.Tensor]:
         """Current parameter tensors by name (parameters and buffers)."""
-        if torch.compiler.is_compiling():
+        return self._param_values(torch.compiler.is_compiling())
+
+    def _param_values(self, compiling: bool) -> dict[str, torch.Tensor]:
+        if compiling:
             return {name: getattr(self, name) for name in self._param_names}
         # the tables nn.Module.__getattr__ would search, read directly (host time)
         params, buffers = self._parameters, self._buffers
@@ -287,8 +290,7 @@ class NeuronLayer(nn.Module):
             return None
         steps = x_seq.shape[0] if isinstance(x_seq, torch.Tensor) and x_seq.dim() else 0
         state = cast(torch.Tensor, self.rng_state)
-        # a copy a compiled graph cannot recompute from the state it then advances
-        rng = _snapshot(state) if compiling else state.clone()
+        rng = _snapshot(state) if compiling else state.clone()  # (_snapshot: why an op)
         with torch.no_grad():
             state[1] += steps  # in place: a captured CUDA graph advances it at each replay
         return rng
@@ -301,8 +303,7 @@ class NeuronLayer(nn.Module):
         if phase == "recompute":
             replays = self.__dict__.setdefault("_replays", [])
             if replays:  # reruns come last first, as the backward pass meets them
-                v, states, rng = replays.pop()
-                return v, states, phase, rng
+                return replays.pop()
             phase = None  # a forward inside a backward pass of the user's own
         v, states = self.v, self.states
         if v is not None and v is self.__dict__.get("_ungraded"):
@@ -317,13 +318,13 @@ class NeuronLayer(nn.Module):
             raise RuntimeError(f"This layer's state carries a gradient. {_REENTRANT_FIX}")
         rng = self._advance(x_seq, False)
         replays = self.__dict__.setdefault("_replays", [])
-        replays.append((v, states, rng))
+        replays.append((v, states, "recompute", rng))  # what its recomputation returns
         del replays[:-_REPLAYS]
         return v, states, phase, rng
 
     def _run(
         self, x_seq: torch.Tensor, v: torch.Tensor | None, states: dict[str, torch.Tensor],
-        rng: torch.Tensor | None = None,
+        compiling: bool, rng: torch.Tensor | None = None,
     ) -> Any:  # fmt: skip
         """:func:`simulate` from ``v`` and ``states``, with the hint to reset on a state
         left by a call under torch.inference_mode."""
@@ -332,7 +333,7 @@ class NeuronLayer(nn.Module):
                 self.neuron,
                 x_seq,
                 v,
-                self.param_values(),
+                self._param_values(compiling),
                 backend=self.backend,
                 store_v_seq=self.store_v_seq and self.step_mode == "m",
                 states=states or None,
@@ -363,7 +364,7 @@ class NeuronLayer(nn.Module):
                     f"but the input's shape per step is {tuple(x_seq.shape[1:])}: call "
                     "layer.reset() before each new sequence (on every NeuronLayer of the model)."
                 )
-        result = self._run(x_seq, v, states, rng)
+        result = self._run(x_seq, v, states, compiling, rng)
         spikes, v_seq = result[0], result[1]
         store = self.store_v_seq and self.step_mode == "m"
         if phase == "recompute":  # the memory stays as the first run left it

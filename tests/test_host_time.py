@@ -13,6 +13,8 @@
   plain loop over the arguments.
 * On a SIMT backend the wide variant runs only on 16-byte-aligned tensors (a stride-0
   broadcast is read as one value): checked on the CPU, its backend marked SIMT.
+* The training binding, applied below ``Function.apply``'s Python layer, still takes a
+  tensor left by an exited ``torch.func`` transform (a dead wrapper) as its value.
 """
 
 from __future__ import annotations
@@ -236,3 +238,23 @@ def test_wide_variant_only_on_aligned_tensors_of_a_simt_backend(
             )  # fmt: skip
         )
         assert used == {want}
+
+
+def test_a_dead_functorch_wrapper_runs_as_the_tensor_it_wraps() -> None:
+    leaked: list[torch.Tensor] = []
+
+    def loss(x: torch.Tensor) -> torch.Tensor:
+        leaked.append(x)  # escapes the transform: a wrapper without storage once it exits
+        return (x * 2).sum()
+
+    x = torch.randn(4, 16, generator=generator(seed_of("dead-wrapper"))) * 2
+    torch.func.grad(loss)(x)
+    dead = leaked[0]
+    assert dead.requires_grad  # so the call takes the training binding
+    with pytest.raises(RuntimeError, match="storage"):
+        dead.data_ptr()
+    got = sn.simulate(sn.models.LIF(), dead, backend="cpu")
+    want = sn.simulate(sn.models.LIF(), x, backend="cpu")
+    assert_fires_sometimes(want[0])
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)

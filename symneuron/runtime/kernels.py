@@ -22,7 +22,7 @@ from .. import derivation, dtypes
 from ..codegen import render_source
 from ..definition import Definition, find
 from ..memo import BoundedTable
-from ..signature import BACKWARD, FORWARD, PASSES, RBACKWARD, RFORWARD, Arg, Geometry, Pass, Variant, param_cnames
+from ..signature import BACKWARD, FORWARD, PASSES, Arg, Geometry, Pass, Variant, param_cnames
 from . import Kinds, cache, cpu, cuda, settings
 
 __all__ = ["Backend", "BACKENDS", "Program", "program", "lookup"]
@@ -274,7 +274,7 @@ class Program:
             present = {"states": self.k > 0, "store_h": store_h}
             present["store_wt"] = store_h and self.needs_wt
             present["store_x"] = store_h and self.needs_x
-            allocators = (FORWARD.allocator(present), RFORWARD.allocator(present))
+            allocators = (FORWARD.allocator(present), PASSES["rforward"].allocator(present))
             found = self._present[store_h] = (present, *allocators)
         return _new(Layout, (dims, found[0], None, found[2 if recurrent else 1]))
 
@@ -293,7 +293,7 @@ class Program:
         if found is None:
             present = {"states": self.k > 0, "v_init": flags[0], "w_init": flags[1]}
             present["learnable"] = self.n_learnable > 0
-            allocators = (BACKWARD.allocator(present), RBACKWARD.allocator(present))
+            allocators = (BACKWARD.allocator(present), PASSES["rbackward"].allocator(present))
             found = self._present[flags] = (present, *allocators)
         accum = self._accum.get(h_seq.dtype)
         if accum is None:
