@@ -170,9 +170,7 @@ def prepare(
     values = param_values(neuron, params, x_seq, shape)
     if check_finite:  # (reads tensor values back: only when the check is asked for)
         _raise_if_nonfinite_params(values)
-    backend = _kernel_backend(backend, x_seq)
-    if not compiling:
-        _warn_constants(neuron, x_seq.dtype, backend)
+    backend = _chosen_backend(neuron, backend, x_seq, compiling)
     check = check_finite and x_seq.shape[0] > 0
     keep = store_v_seq or check  # the check finds the first step: V of every step
     reference = backend == "torch" or x_seq.shape[0] == 0  # no kernel runs no steps
@@ -198,6 +196,31 @@ def _raise_if_nonfinite_params(values: dict[str, float | torch.Tensor]) -> None:
                 f"param {name!r} holds NaN or ±inf values; give finite values (as a "
                 "NeuronLayer requires of its parameters)"
             )
+
+
+#: (neuron key, backend as named, device type, dtype) -> the backend that runs, kept once
+#: its checks passed and its constants were checked; a backend named by the caller only
+#: ("auto" chooses by what is installed, asked each call)
+_CHOSEN: BoundedTable[tuple[str, str, str, torch.dtype], str] = BoundedTable(
+    4096, "simulate.chosen"
+)
+
+
+def _chosen_backend(neuron: Definition, backend: str, x_seq: torch.Tensor, compiling: bool) -> str:
+    """:func:`_kernel_backend`, and :func:`_warn_constants` outside compilation; for a
+    named backend one look-up of :data:`_CHOSEN` once that was done (host time)."""
+    if compiling or backend == "auto":
+        chosen = _kernel_backend(backend, x_seq)
+        if not compiling:
+            _warn_constants(neuron, x_seq.dtype, chosen)
+        return chosen
+    key = (neuron.key(), backend, x_seq.device.type, x_seq.dtype)
+    found = _CHOSEN.get(key)
+    if found is None:
+        found = _kernel_backend(backend, x_seq)
+        _warn_constants(neuron, x_seq.dtype, found)
+        _CHOSEN.put(key, found)
+    return found
 
 
 def _kernel_backend(backend: str, x_seq: torch.Tensor) -> str:

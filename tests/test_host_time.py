@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import itertools
+import warnings
 from typing import Any
 
 import pytest
@@ -258,3 +259,17 @@ def test_a_dead_functorch_wrapper_runs_as_the_tensor_it_wraps() -> None:
     assert_fires_sometimes(want[0])
     for a, b in zip(got, want, strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_named_backend_is_checked_again_for_another_dtype_or_device() -> None:
+    neuron = sn.models.LIF(tau=1e39)  # beyond float32: a warning when it computes in it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # float64 holds 1e39: no warning
+        sn.simulate(neuron, torch.rand(3, 5, dtype=torch.float64), backend="cpu")
+    with pytest.warns(RuntimeWarning, match=r"tau=1e\+39.*beyond the range of float32"):
+        with pytest.raises(RuntimeError, match="overflow"):  # (then torch refuses 1e39)
+            sn.simulate(neuron, torch.rand(3, 5), backend="cpu")
+    with pytest.raises(TypeError, match="backend='cpu' supports"):
+        sn.simulate(neuron, torch.rand(3, 5).half(), backend="cpu")
+    with pytest.raises(ValueError, match="backend='cpu' needs CPU tensors"):
+        sn.simulate(neuron, torch.empty(3, 5, device="meta"), backend="cpu")

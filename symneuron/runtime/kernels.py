@@ -155,8 +155,10 @@ class Program:
         #: which outputs exist, by the call's flags (read-only dicts, made once), and the
         #: allocators for them of the feedforward pass and of the recurrent one
         self._present: dict[Any, tuple[dict[str, bool], Any, Any]] = {}
-        #: storage dtype -> the dtype of the learnable-parameter gradient rows
+        #: storage dtype -> the dtype of the learnable-parameter gradient rows, and the
+        #: dtype's vector width (lanes)
         self._accum: dict[torch.dtype, torch.dtype] = {}
+        self._widths: dict[torch.dtype, int] = {}
 
     def _pass(self, pass_: Pass) -> tuple[str, Callable[..., list[int]], tuple[str, ...], Any]:
         """What each launch of ``pass_`` reads: its values' kinds, its packer, the names
@@ -214,7 +216,9 @@ class Program:
         """Neurons per thread (CUDA) or per loop iteration (C): the dtype's vector width,
         on CUDA only when the neuron count is a multiple of it and the launch has enough
         threads (and the tensors are aligned: :func:`_aligned`), else 1."""
-        lanes = dtypes.lookup(self.backend, dtype).lanes
+        lanes = self._widths.get(dtype)
+        if lanes is None:  # (kept per program: host time)
+            lanes = self._widths[dtype] = dtypes.lookup(self.backend, dtype).lanes
         if settings.max_lanes is not None and settings.max_lanes < lanes:
             lanes = 1  # a source exports only 1 and the dtype's width
         if lanes == 1 or not self.impl.simt:  # a C kernel takes any N (its tail one by one)
