@@ -18,6 +18,7 @@ import json
 import math
 import os
 import platform
+import re
 import signal
 import statistics
 import subprocess
@@ -684,6 +685,17 @@ def write_json(path: Path, obj: Any) -> Path:
     tmp.write_text(json.dumps(obj, indent=1, default=str))
     tmp.replace(path)
     return path
+
+
+def result_path(
+    directory: Path, gpu: str, prefix: str = "", suffix: str = "", unique: bool = False
+) -> Path:
+    """``directory/<prefix><gpu><suffix>.json``, each run of characters other than letters
+    and digits in the GPU's name one ``-``; ``unique``: ``-HHMMSS`` added if the file exists."""
+    stem = prefix + re.sub(r"[^A-Za-z0-9]+", "-", gpu).strip("-") + suffix
+    if unique and (directory / f"{stem}.json").exists():
+        stem += time.strftime("-%H%M%S", time.gmtime())
+    return directory / f"{stem}.json"
 
 
 def md_table(header: list[str], rows: list[list[str]], align: str | None = None) -> str:
