@@ -1,13 +1,7 @@
 #!/usr/bin/env python3
-"""One SGD training step of a recurrent spiking network, built six ways, eager and graphed.
-
-x [T, B, 700] -> ``nn.Linear(700, H)`` -> H LIF neurons (τ = 10) fed back through W [H, H]
--> ``nn.Linear(H, 20)`` -> mean over t; cross-entropy, backward, SGD. Rows (:data:`ROWS`,
-all from the same weights; what each is and how it is timed: ``docs/performance_recurrent.md``)
-are timed eager and CUDA-graphed next to a copy of the input (the floor), at an input gain
-where the ``torch`` row fires on 6 % of neuron-steps (a row outside 2–20 % is refused), after
-a float64 check of each row's loss and gradients against ``torch``'s. JSON and a plot go to
-``--out``; the markdown table is printed last.
+"""One SGD training step of a recurrent spiking network, built six ways (:data:`ROWS`),
+eager and graphed, after a float64 check of each row's loss and gradients against
+``torch``'s; the network, the rows and the timing: ``docs/performance_recurrent.md``.
 
     python3 benchmarks/recurrent.py                          # on a GPU: the four configs
     python3 benchmarks/recurrent.py --device cpu --quick     # CPU smoke test, tiny sizes

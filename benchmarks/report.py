@@ -9,7 +9,6 @@ commands: ``benchmarks/NOTES.md`` and the pages themselves.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import core  # noqa: E402
 import floor  # noqa: E402  (benchmarks/floor.py: the one floor model)
 from bench_neurons import ALL_MODELS  # noqa: E402
 from core import Rec, grouped_bars, md_table, pyplot, save_figure  # noqa: E402
@@ -667,15 +667,7 @@ def _e2e_note(rec: dict[str, Any]) -> str:
 
 def e2e_table(records: Iterable[dict[str, Any]]) -> str:
     """The results as one markdown table, floor rows first in each (network, precision)."""
-
-    def ms(value: Any) -> str:
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return "—"
-        return f"{value:+.2f}" if value < 0 else f"{value:.2f}"
-
-    def added(value: Any) -> str:
-        return "—" if value is None else f"{value:+.2f}"
-
+    ms, added = _f, lambda value: _f(value, "+.2f")
     rows = [[E2E_NETWORKS.get(r["network"], r["network"]), r["precision"],
              "—" if r["library"] in E2E_FLOORS else r["model"],
              E2E_LIBRARIES.get(r["library"], r["library"]), ms(r.get("step_ms")),
@@ -741,7 +733,7 @@ def e2e_plot(results: dict[str, Any], path: str | Path) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = core.parser(__doc__)
     p.add_argument("results", nargs="+", type=Path, help="result JSON files (merged in order)")
     p.add_argument("-o", "--output", type=Path, help="markdown (default docs/performance.md; "
                    "--zoo: print)")  # fmt: skip
