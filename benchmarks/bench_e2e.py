@@ -54,10 +54,10 @@ MODES = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = core.parser(__doc__)
+    p = core.parser(__doc__, "--wheels")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="short GPU run (about 2 minutes)")
-    mode.add_argument("--dry-run", action="store_true", help="CPU smoke test, tiny sizes")
+    mode.add_argument("--dry-run", **core.FLAGS["--dry-run"])
     mode.add_argument("--report", default=None, help="no run: the outputs of this JSON")
     p.add_argument("--out", default=None, help="JSON results (default: print only)")
     p.add_argument("--md", default=None, help="write the markdown section here too")
@@ -72,8 +72,6 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{flag}", type=int, default=None)
     p.add_argument("--time-budget-s", type=float, default=None,
                    help="start no configuration after this many seconds")  # fmt: skip
-
-    p.add_argument("--wheels", default=str(core.REPO / ".whl"), help="SpikingJelly/loguru wheels")
     return p
 
 

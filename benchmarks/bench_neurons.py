@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import sys
 import tempfile
 import time
@@ -73,9 +72,7 @@ SETTINGS = dict(min_reps=5, max_reps=200, warmup=2, rotate_mb=256.0, max_bufs=8,
 
 # fmt: off
 def build_parser() -> argparse.ArgumentParser:
-    p = core.parser(__doc__)
-    p.add_argument("--dry-run", action="store_true", help="CPU smoke test: tiny sizes, C/torch "
-                   "backends, perf_counter timing")
+    p = core.parser(__doc__, "--dry-run")
     g = p.add_argument_group("matrix")
     g.add_argument("--models", type=_models, default=None,
                    help=",".join(ALL_MODELS) + f", or zoo: all (default {','.join(SINGLE_MODELS)})")
@@ -88,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--quick", action="store_true", help=f"{QUICK} (explicit filters win)")
     g = p.add_argument_group("paths")
     g.add_argument("--out-dir", default=None, help="default benchmarks/results (dry run: temp)")
-    g.add_argument("--wheels", default=str(core.REPO / ".whl"), help="SpikingJelly/loguru wheels")
+    g.add_argument("--wheels", **core.FLAGS["--wheels"])
     g.add_argument("--tag", default="", help="appended to the result file name")
     g = p.add_argument_group("run")
     g.add_argument("--target-ms", type=float, default=50.0, help="time per measurement")
@@ -194,14 +191,9 @@ class Bench(core.Parent):
         import report
 
         if self.path is None:
-            gpu = self.results["meta"].get("gpu") or "unknown"
-            name = re.sub(r"[^A-Za-z0-9]+", "-", ("dryrun-" if self.args.dry_run else "") + gpu)
-            stem = f"{name.strip('-')}-{core.now_iso()[:10]}" + (
-                self.args.tag and "-" + self.args.tag
-            )
-            self.path = self.out_dir / f"{stem}.json"
-            if self.path.exists():
-                self.path = self.out_dir / f"{stem}-{time.strftime('%H%M%S', time.gmtime())}.json"
+            gpu, dry = self.results["meta"].get("gpu") or "unknown", self.args.dry_run
+            suffix = f"-{core.now_iso()[:10]}" + (self.args.tag and "-" + self.args.tag)
+            self.path = core.result_path(self.out_dir, gpu, "dryrun-" * dry, suffix, unique=True)
         report.annotate(self.results)
         core.write_json(self.path, self.results)
 

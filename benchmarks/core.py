@@ -18,6 +18,7 @@ import json
 import math
 import os
 import platform
+import re
 import signal
 import statistics
 import subprocess
@@ -75,10 +76,24 @@ def csv_list(kind: Callable[[str], Any] = str, allowed: Any = None, aliases: Any
     return parse
 
 
-def parser(doc: str | None) -> argparse.ArgumentParser:
-    """A parser whose description is the first paragraph of ``doc`` (a module docstring)."""
+#: flags several programs take: name -> ``add_argument``'s keywords
+FLAGS: dict[str, dict[str, Any]] = {
+    "--dry-run": dict(action="store_true", help="CPU smoke test, tiny sizes"),
+    "--T": dict(type=int, default=64),
+    "--N": dict(type=parse_n, default=2**20, help="e.g. 2^20 (or 20)"),
+    "--dtypes": dict(type=csv_list(str, DTYPES, DTYPE_ALIASES), default=["fp32", "bf16"]),
+    "--wheels": dict(default=str(REPO / ".whl"), help="SpikingJelly/loguru wheels"),
+}
+
+
+def parser(doc: str | None, *flags: str) -> argparse.ArgumentParser:
+    """A parser described by the first paragraph of ``doc`` (a module docstring), taking
+    ``flags`` (names in :data:`FLAGS`)."""
     fmt = argparse.RawDescriptionHelpFormatter
-    return argparse.ArgumentParser(description=(doc or "").split("\n\n")[0], formatter_class=fmt)
+    p = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0], formatter_class=fmt)
+    for flag in flags:
+        p.add_argument(flag, **FLAGS[flag])
+    return p
 
 
 def torch_dtype(name: str) -> Any:
@@ -672,6 +687,17 @@ def write_json(path: Path, obj: Any) -> Path:
     return path
 
 
+def result_path(
+    directory: Path, gpu: str, prefix: str = "", suffix: str = "", unique: bool = False
+) -> Path:
+    """``directory/<prefix><gpu><suffix>.json``, each run of characters other than letters
+    and digits in the GPU's name one ``-``; ``unique``: ``-HHMMSS`` added if the file exists."""
+    stem = prefix + re.sub(r"[^A-Za-z0-9]+", "-", gpu).strip("-") + suffix
+    if unique and (directory / f"{stem}.json").exists():
+        stem += time.strftime("-%H%M%S", time.gmtime())
+    return directory / f"{stem}.json"
+
+
 def md_table(header: list[str], rows: list[list[str]], align: str | None = None) -> str:
     """A markdown table; ``align`` holds one letter per column, ``r`` right-aligned."""
     sep = ["---:" if a == "r" else "---" for a in (align or "l" * len(header))]
@@ -687,6 +713,30 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def grouped_bars(
+    ax: Any, groups: int, series: list[tuple[list[Any], dict[str, Any]]], missing: str = ""
+) -> None:
+    """Bars of each series side by side at groups 0, 1, ...: ``(heights, ax.bar keywords)``;
+    a height None is no bar (``missing`` written there instead, if given)."""
+    width = 0.8 / max(1, len(series))
+    for i, (heights, style) in enumerate(series):
+        shift = (i - (len(series) - 1) / 2) * width
+        for j, height in enumerate(heights):
+            if height is None and missing:
+                ax.text(j + shift, 0, missing, rotation=90, ha="center", va="bottom", fontsize=6)
+        values = [math.nan if h is None else h for h in heights]
+        ax.bar([j + shift for j in range(groups)], values, width, **style)
+
+
+def save_figure(fig: Any, path: str | Path, title: str, dpi: int, **layout: Any) -> Path:
+    """``fig`` with its title, laid out, written to ``path`` and closed."""
+    fig.suptitle(title)
+    fig.tight_layout(**layout)
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+    return Path(path)
 
 
 def pow2(n: int) -> str:

@@ -50,13 +50,9 @@ def time_call(neuron: sn.Neuron, x: torch.Tensor, timer: core.Timer, reps: int) 
 
 
 def main() -> None:
-    p = core.parser(__doc__)
-    p.add_argument("--T", type=int, default=64)
-    p.add_argument("--N", type=core.parse_n, default=2**20)
-    p.add_argument("--dtypes", type=core.csv_list(str, core.DTYPES), default=["fp32", "bf16"])
+    p = core.parser(__doc__, "--T", "--N", "--dtypes", "--dry-run")
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--learn-sigma", action="store_true")
-    p.add_argument("--dry-run", action="store_true")
     args = p.parse_args()
     device = torch.device("cpu" if args.dry_run else "cuda")
     n, t_len, dtypes = (4096, 8, ["fp32"]) if args.dry_run else (args.N, args.T, args.dtypes)

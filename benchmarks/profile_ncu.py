@@ -187,11 +187,8 @@ def table(results: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    p = core.parser(__doc__)
+    p = core.parser(__doc__, "--dtypes", "--T", "--N")
     p.add_argument("--models", default="zoo", help="comma-separated, or zoo (all 20)")
-    p.add_argument("--dtypes", type=core.csv_list(str, core.DTYPES), default=["fp32", "bf16"])
-    p.add_argument("--T", type=int, default=64)
-    p.add_argument("--N", type=core.parse_n, default=2**20)
     p.add_argument("--settings", default="", help="symneuron.runtime.settings, e.g. cuda_block=128")
     p.add_argument("--out-dir", default=os.environ.get("OUT", "."))
     p.add_argument("--chunk", type=int, default=5, help="models per ncu process")

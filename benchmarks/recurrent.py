@@ -1,13 +1,7 @@
 #!/usr/bin/env python3
-"""One SGD training step of a recurrent spiking network, built six ways, eager and graphed.
-
-x [T, B, 700] -> ``nn.Linear(700, H)`` -> H LIF neurons (τ = 10) fed back through W [H, H]
--> ``nn.Linear(H, 20)`` -> mean over t; cross-entropy, backward, SGD. Rows (:data:`ROWS`,
-all from the same weights; what each is and how it is timed: ``docs/performance_recurrent.md``)
-are timed eager and CUDA-graphed next to a copy of the input (the floor), at an input gain
-where the ``torch`` row fires on 6 % of neuron-steps (a row outside 2–20 % is refused), after
-a float64 check of each row's loss and gradients against ``torch``'s. JSON and a plot go to
-``--out``; the markdown table is printed last.
+"""One SGD training step of a recurrent spiking network, built six ways (:data:`ROWS`),
+eager and graphed, after a float64 check of each row's loss and gradients against
+``torch``'s; the network, the rows and the timing: ``docs/performance_recurrent.md``.
 
     python3 benchmarks/recurrent.py                          # on a GPU: the four configs
     python3 benchmarks/recurrent.py --device cpu --quick     # CPU smoke test, tiny sizes
@@ -16,7 +10,6 @@ a float64 check of each row's loss and gradients against ``torch``'s. JSON and a
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import sys
 from collections.abc import Callable
@@ -62,42 +55,39 @@ def torch_step(x: torch.Tensor, s: torch.Tensor, v: torch.Tensor,
     return s, h * (1 - s)
 
 
-class TorchLoop(nn.Module):
-    """:func:`torch_step` over t (V[−1] = 0, s[−1] = 0), optionally under torch.compile."""
-
-    def __init__(self, size: int, compiled: bool) -> None:
-        super().__init__()
-        self.w = nn.Linear(size, size, bias=False)
-        self.step = torch.compile(torch_step) if compiled else torch_step
-
-    def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
-        out, s = [], torch.zeros_like(x_seq[0])
-        v = s
-        for x in x_seq:
-            s, v = self.step(x, s, v, self.w.weight)
-            out.append(s)
-        return torch.stack(out)
-
-    def reset(self) -> None:
-        pass
-
-
 class Loop(nn.Module):
     """s[t] = cell(x[t] + W s[t−1]), s[−1] = 0: a single-step ``cell`` in a Python loop."""
 
-    def __init__(self, size: int, cell: nn.Module) -> None:
+    def __init__(self, size: int, cell: nn.Module | None) -> None:
         super().__init__()
         self.w, self.cell = nn.Linear(size, size, bias=False), cell
 
     def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
         out, s = [], torch.zeros_like(x_seq[0])
+        self.v = s
         for x in x_seq:
-            s = self.cell(x + self.w(s))
+            s = self.step(x, s)
             out.append(s)
         return torch.stack(out)
 
+    def step(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return self.cell(x + self.w(s))  # type: ignore[misc]
+
     def reset(self) -> None:
-        self.cell.reset()
+        if self.cell is not None:
+            self.cell.reset()  # type: ignore[operator]
+
+
+class TorchLoop(Loop):
+    """:func:`torch_step` over t (V[−1] = 0), optionally under torch.compile."""
+
+    def __init__(self, size: int, compiled: bool) -> None:
+        super().__init__(size, None)
+        self.fn = torch.compile(torch_step) if compiled else torch_step
+
+    def step(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        s, self.v = self.fn(x, s, self.v, self.w.weight)
+        return s
 
 
 def recurrent_layer(row: str, size: int) -> nn.Module:
@@ -280,24 +270,21 @@ def table(records: list[core.Rec]) -> str:
 
 def plot(records: list[core.Rec], path: Path, title: str) -> None:
     """Milliseconds per step of each row (eager, graphed hatched), one panel per config."""
-    plt = core.pyplot()
-    configs = list(dict.fromkeys((r["B"], r["H"], r["T"]) for r in records))
+    plt, configs = core.pyplot(), list(dict.fromkeys((r["B"], r["H"], r["T"]) for r in records))
     fig, axes = plt.subplots(1, len(configs), figsize=(4.5 * len(configs), 4), squeeze=False)
     for ax, config in zip(axes[0], configs, strict=True):
         mine = [r for r in records if (r["B"], r["H"], r["T"]) == config and r["status"] == "ok"]
-        names = list(dict.fromkeys(r["row"] for r in mine))
-        for r in mine:
-            i, graphed = names.index(r["row"]), r["mode"] == "graphed"
-            ax.bar(i + (0.2 if graphed else -0.2), r["step_ms"], 0.4, color=f"C{i}",
-                   hatch="//" if graphed else None)  # fmt: skip
+        ms = {(r["row"], r["mode"]): r["step_ms"] for r in mine}
+        names = list(dict.fromkeys(row for row, _ in ms))
+        colors = [f"C{i}" for i in range(len(names))]
+        series = [([ms.get((n, "eager")) for n in names], dict(color=colors))]
+        series.append(([ms.get((n, "graphed")) for n in names], dict(color=colors, hatch="//")))
+        core.grouped_bars(ax, len(names), series)
         ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=7)
         ax.set_yscale("log")
         ax.set_ylabel("ms per training step (hatched: CUDA graph)")
         ax.set_title("B = {}, H = {}, T = {}".format(*config), fontsize=9)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    core.save_figure(fig, path, title, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -313,10 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: use --device cpu --quick")
     info = core.device_info(torch.device(args.device))
-    out = (
-        args.out
-        or core.HERE / "results" / f"recurrent_{re.sub(r'[^A-Za-z0-9]+', '-', info['gpu'])}.json"
-    )
+    out = args.out or core.result_path(core.HERE / "results", info["gpu"], "recurrent_")
     rows = [r for r in args.rows if r != "spikingjelly" or _has_spikingjelly()]
     for name in ("recompile_limit", "cache_size_limit"):  # torch.compile: a graph per config
         if hasattr(torch._dynamo.config, name):

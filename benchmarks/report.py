@@ -9,7 +9,6 @@ commands: ``benchmarks/NOTES.md`` and the pages themselves.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -21,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import core  # noqa: E402
 import floor  # noqa: E402  (benchmarks/floor.py: the one floor model)
 from bench_neurons import ALL_MODELS  # noqa: E402
-from core import Rec, md_table, pyplot  # noqa: E402
+from core import Rec, grouped_bars, md_table, pyplot, save_figure  # noqa: E402
 from core import pow2 as _n  # noqa: E402
 
 PEERS = ["symneuron", "sj014", "sj200", "torch", "compile"]
@@ -500,15 +500,14 @@ def _speedup_panel(ax: Any, recs: list[Rec], big: int, models: list[str]) -> Non
 
     peers = [p for p in PEERS[1:] if any(r["peer"] == p for r in recs)]
     sn = [r for r in _sn({"records": recs}, mode="training", dtype="fp32", N=big) if r.get("vs")]
-    width, drawn = 0.8 / max(1, len(peers)), False
-    for i, peer in enumerate(peers):
+    series = []
+    for peer in peers:
         heights = []
         for m in models:
             vals = [r["vs"][peer]["wall"] for r in sn if r["model"] == m and peer in r["vs"]]
-            heights.append(math.exp(statistics.mean(map(math.log, vals))) if vals else math.nan)
-        drawn = drawn or any(math.isfinite(h) for h in heights)
-        offsets = [j + (i - (len(peers) - 1) / 2) * width for j in range(len(models))]
-        ax.bar(offsets, heights, width, color=COLORS[peer], label=PEER_LABEL[peer])
+            heights.append(math.exp(statistics.mean(map(math.log, vals))) if vals else None)
+        series.append((heights, dict(color=COLORS[peer], label=PEER_LABEL[peer])))
+    grouped_bars(ax, len(models), series)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda val, _pos: f"{val:g}×"))
@@ -516,7 +515,7 @@ def _speedup_panel(ax: Any, recs: list[Rec], big: int, models: list[str]) -> Non
     ax.set_xticks(range(len(models)), models)
     ax.set_ylabel("symneuron wall speed-up (geomean over T)")
     ax.set_title(f"training, fp32, N = {_n(big)}: peer wall / symneuron wall")
-    _finish(ax, drawn)
+    _finish(ax, any(h is not None for heights, _ in series for h in heights))
 
 
 def plot(results: dict[str, Any], path: str | Path) -> Path:
@@ -554,11 +553,8 @@ def plot(results: dict[str, Any], path: str | Path) -> Path:
     meta = results.get("meta") or {}
     dry = " (CPU DRY RUN)" if meta.get("dry_run") else ""
     date = str(meta.get("date", ""))[:10]
-    fig.suptitle(f"symneuron benchmark — {meta.get('gpu', '?')}, {date}{dry}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    title = f"symneuron benchmark — {meta.get('gpu', '?')}, {date}{dry}"
+    return save_figure(fig, path, title, dpi=110)
 
 
 # ------------------------------------------------------------- docs/performance_zoo.md
@@ -671,15 +667,7 @@ def _e2e_note(rec: dict[str, Any]) -> str:
 
 def e2e_table(records: Iterable[dict[str, Any]]) -> str:
     """The results as one markdown table, floor rows first in each (network, precision)."""
-
-    def ms(value: Any) -> str:
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return "—"
-        return f"{value:+.2f}" if value < 0 else f"{value:.2f}"
-
-    def added(value: Any) -> str:
-        return "—" if value is None else f"{value:+.2f}"
-
+    ms, added = _f, lambda value: _f(value, "+.2f")
     rows = [[E2E_NETWORKS.get(r["network"], r["network"]), r["precision"],
              "—" if r["library"] in E2E_FLOORS else r["model"],
              E2E_LIBRARIES.get(r["library"], r["library"]), ms(r.get("step_ms")),
@@ -720,37 +708,32 @@ def e2e_plot(results: dict[str, Any], path: str | Path) -> str | None:
         if not panels:
             return "no plot: no records"
         libs = [lib for lib in E2E_LIBRARIES if any(r["library"] == lib for r in recs)]
+        colors = {lib: f"C{list(E2E_LIBRARIES).index(lib)}" for lib in libs}
         fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.0), squeeze=False)
-        width = 0.8 / max(1, len(libs))
         for ax, (net, prec) in zip(axes[0], panels, strict=True):
             mine = [r for r in recs if r["network"] == net and r["precision"] == prec]
-            models = sorted({r["model"] for r in mine})
-            for i, lib in enumerate(libs):
-                for j, model in enumerate(models):
-                    rec = next((r for r in mine if r["library"] == lib and r["model"] == model), {})
-                    x, value = j + (i - (len(libs) - 1) / 2) * width, rec.get("added_ms")
-                    if value is None:
-                        ax.text(x, 0, "n/a", rotation=90, ha="center", va="bottom", fontsize=6)
-                        continue
-                    ax.bar(x, value, width, color=f"C{list(E2E_LIBRARIES).index(lib)}",
-                           label=E2E_LIBRARIES[lib] if j == 0 else None)  # fmt: skip
+            added = {(r["library"], r["model"]): r.get("added_ms") for r in mine}
+            models = sorted({model for _, model in added})
+            series = [
+                ([added.get((lib, m)) for m in models], dict(color=color, label=E2E_LIBRARIES[lib]))
+                for lib, color in colors.items()
+            ]
+            grouped_bars(ax, len(models), series, missing="n/a")
             ax.set_xticks(range(len(models)), models)
             ax.axhline(0, color="black", linewidth=0.5)
             ax.set_title(f"{E2E_NETWORKS.get(net, net)}, {prec}", fontsize=9)
             ax.set_ylabel("time added over the floor (ms / step)")
         handles, labels = axes[0][0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="lower center", ncol=min(5, len(labels)), fontsize=8)
-        fig.suptitle(f"Training step: time added by the neurons ({results['meta'].get('gpu')})")
-        fig.tight_layout(rect=(0, 0.08, 1, 0.95))
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
+        title = f"Training step: time added by the neurons ({results['meta'].get('gpu')})"
+        save_figure(fig, path, title, dpi=120, rect=(0, 0.08, 1, 0.95))
         return None
     except Exception as exc:  # noqa: BLE001
         return f"no plot: {type(exc).__name__}: {exc}"
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = core.parser(__doc__)
     p.add_argument("results", nargs="+", type=Path, help="result JSON files (merged in order)")
     p.add_argument("-o", "--output", type=Path, help="markdown (default docs/performance.md; "
                    "--zoo: print)")  # fmt: skip
