@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -37,16 +38,28 @@ def neurons(learn_sigma: bool) -> tuple[sn.Neuron, sn.Neuron]:
     return lif, noisy
 
 
-def time_call(neuron: sn.Neuron, x: torch.Tensor, timer: core.Timer, reps: int) -> float:
-    """Median milliseconds of one forward + backward (CUDA events, or wall on the CPU)."""
+def time_pair(
+    neurons: tuple[sn.Neuron, sn.Neuron], x: torch.Tensor, timer: core.Timer, reps: int
+) -> list[float]:
+    """Median milliseconds of one forward + backward of each neuron (CUDA events, or wall
+    on the CPU), the two calls alternating so that both see the same clocks."""
     backend, grad = ("cuda" if timer.cuda else "cpu"), torch.ones_like(x)
 
-    def call(_: int) -> None:
-        xs = x.detach().requires_grad_(True)
-        sn.simulate(neuron, xs, backend=backend, seed=1, store_v_seq=False)[0].backward(grad)
+    def caller(neuron: sn.Neuron) -> Callable[[int], None]:
+        def call(_: int) -> None:
+            xs = x.detach().requires_grad_(True)
+            sn.simulate(neuron, xs, backend=backend, seed=1, store_v_seq=False)[0].backward(grad)
 
-    timer.wall(call, 3)  # warm-up: compilation, caches
-    return 1e3 * statistics.median(timer.events(call, reps))
+        return call
+
+    calls = [caller(neuron) for neuron in neurons]
+    times: list[list[float]] = [[], []]
+    for call in calls:
+        timer.wall(call, 3)  # warm-up: compilation, caches
+    for _ in range(reps):
+        for call, out in zip(calls, times, strict=True):
+            out += timer.events(call, 1) if timer.cuda else timer.wall(call, 1)
+    return [1e3 * statistics.median(t) for t in times]
 
 
 def main() -> None:
@@ -56,11 +69,11 @@ def main() -> None:
     args = p.parse_args()
     device = torch.device("cpu" if args.dry_run else "cuda")
     n, t_len, dtypes = (4096, 8, ["fp32"]) if args.dry_run else (args.N, args.T, args.dtypes)
-    lif, noisy, timer = *neurons(args.learn_sigma), core.Timer(device)
+    pair, timer = neurons(args.learn_sigma), core.Timer(device)
     print(f"T = {t_len}, N = {n}, backend {device.type}, learn sigma {args.learn_sigma}")
     for name in dtypes:
         x = torch.rand(t_len, n, device=device).to(core.torch_dtype(name))
-        base, drawn = time_call(lif, x, timer, args.reps), time_call(noisy, x, timer, args.reps)
+        base, drawn = time_pair(pair, x, timer, args.reps)
         print(f"{name}: LIF {base:.3f} ms, noisy LIF {drawn:.3f} ms, ratio {drawn / base:.3f}")
 
 

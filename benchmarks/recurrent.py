@@ -55,39 +55,42 @@ def torch_step(x: torch.Tensor, s: torch.Tensor, v: torch.Tensor,
     return s, h * (1 - s)
 
 
+class TorchLoop(nn.Module):
+    """:func:`torch_step` over t (V[−1] = 0, s[−1] = 0), optionally under torch.compile."""
+
+    def __init__(self, size: int, compiled: bool) -> None:
+        super().__init__()
+        self.w = nn.Linear(size, size, bias=False)
+        self.step = torch.compile(torch_step) if compiled else torch_step
+
+    def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
+        out, s = [], torch.zeros_like(x_seq[0])
+        v = s
+        for x in x_seq:
+            s, v = self.step(x, s, v, self.w.weight)
+            out.append(s)
+        return torch.stack(out)
+
+    def reset(self) -> None:
+        pass
+
+
 class Loop(nn.Module):
     """s[t] = cell(x[t] + W s[t−1]), s[−1] = 0: a single-step ``cell`` in a Python loop."""
 
-    def __init__(self, size: int, cell: nn.Module | None) -> None:
+    def __init__(self, size: int, cell: nn.Module) -> None:
         super().__init__()
         self.w, self.cell = nn.Linear(size, size, bias=False), cell
 
     def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
         out, s = [], torch.zeros_like(x_seq[0])
-        self.v = s
         for x in x_seq:
-            s = self.step(x, s)
+            s = self.cell(x + self.w(s))
             out.append(s)
         return torch.stack(out)
 
-    def step(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        return self.cell(x + self.w(s))  # type: ignore[misc]
-
     def reset(self) -> None:
-        if self.cell is not None:
-            self.cell.reset()  # type: ignore[operator]
-
-
-class TorchLoop(Loop):
-    """:func:`torch_step` over t (V[−1] = 0), optionally under torch.compile."""
-
-    def __init__(self, size: int, compiled: bool) -> None:
-        super().__init__(size, None)
-        self.fn = torch.compile(torch_step) if compiled else torch_step
-
-    def step(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        s, self.v = self.fn(x, s, self.v, self.w.weight)
-        return s
+        self.cell.reset()
 
 
 def recurrent_layer(row: str, size: int) -> nn.Module:
