@@ -115,14 +115,16 @@ def _log(o: Ops, u: Any, k: dict[str, list[float]]) -> Any:
     return o.add(o.mul(e, o.const(ln2_hi)), o.add(o.mul(e, o.const(ln2_lo)), log_m))
 
 
-def _turn(o: Ops, w: Any, k: dict[str, list[float]]) -> tuple[Any, Any]:
+def _turn(o: Ops, w: Any, k: dict[str, list[float]], horner: Any = None) -> tuple[Any, Any]:
     """(cos 2πv, sin 2πv) for the uniform v of word w: 4v = n·2^-22 = j + f exactly, with
-    j the nearest integer (never a tie: n is odd), then rotated by j quarter turns."""
+    j the nearest integer (never a tie: n is odd), then rotated by j quarter turns; the
+    polynomials of f are ``k``'s, evaluated by ``horner`` (default :func:`_horner`)."""
+    horner = horner or _horner
     n = _odd24(o, w)
     j = o.shr(o.iadd(n, 1 << 21), 22)
     f = o.sub(o.mul(o.real(n), o.const(2.0**-22)), o.real(j))
     g = o.mul(f, f)
-    sin_f, cos_f = o.mul(f, _horner(o, g, k["sin"])), _horner(o, g, k["cos"])
+    sin_f, cos_f = o.mul(f, horner(o, g, k["sin"])), horner(o, g, k["cos"])
     odd, half, flip_cos = o.bit(j, 1), o.bit(j, 2), o.bit(o.iadd(j, 1), 2)
     a, b = o.where(odd, sin_f, cos_f), o.where(odd, cos_f, sin_f)
     return o.where(flip_cos, o.neg(a), a), o.where(half, o.neg(b), b)
@@ -165,14 +167,8 @@ def box_muller_fast(o: Ops, wu: Any, wv: Any) -> tuple[Any, Any]:
     ``rcp`` and ``sqrt`` of ``o``), and minimax polynomials of fewer terms (:data:`_FAST`).
     The quarter-turn reduction is the exact one of :func:`box_muller`."""
     r = _radius_fast(o, wu)
-    n = _odd24(o, wv)
-    j = o.shr(o.iadd(n, 1 << 21), 22)
-    f = o.sub(o.mul(o.real(n), o.const(2.0**-22)), o.real(j))
-    g = o.mul(f, f)
-    sin_f, cos_f = o.mul(f, _fma_horner(o, g, _FAST["sin"])), _fma_horner(o, g, _FAST["cos"])
-    odd, half, flip_cos = o.bit(j, 1), o.bit(j, 2), o.bit(o.iadd(j, 1), 2)
-    a, b = o.where(odd, sin_f, cos_f), o.where(odd, cos_f, sin_f)
-    return o.mul(o.where(flip_cos, o.neg(r), r), a), o.mul(o.where(half, o.neg(r), r), b)
+    cos, sin = _turn(o, wv, _FAST, _fma_horner)  # a sign flip is exact: r·(−a) = (−r)·a
+    return o.mul(r, cos), o.mul(r, sin)
 
 
 def rounded(x: float, precision: str) -> float:
