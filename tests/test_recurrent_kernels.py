@@ -274,3 +274,30 @@ def test_check_recurrent_fails_on_a_wrong_kernel(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(binding_recurrent.RecurrentBinding, "backward", staticmethod(doubled))
     report = sn.check(sn.models.LIF(), backend="cpu", recurrent=True, seed=3)
     assert [r.name for r in report.failures()] == ["recurrent grad weight vs reference loop"]
+
+
+def test_backward_shared_memory_caches_rows_without_a_second_wave(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The backward's shared bytes (H100 limits: 227 KB a block, 228 KB an SM, 132 SMs,
+    2048 threads an SM): every row of R when they fit, else the opt-in limit when each SM
+    runs one block, else what leaves room for the blocks an SM must hold in one wave."""
+    from symneuron.runtime import cuda
+
+    monkeypatch.setattr(cuda, "shared_limits", lambda device: (232448, 233472, 132, 2048))
+    prog = type("Prog", (), {"backend": "cuda"})()
+
+    def geometry(rows: int, features: int) -> tuple[int, int]:
+        first = torch.empty(2, rows * features)
+        g = rkernels._geometry(prog, rkernels.RBACKWARD, first, features, 1)
+        return g.block, g.shared
+
+    # 64 rows of 256: 4 parts of 64 rows; (2 + 4)·256 floats first, then 55 rows a part
+    block, shared = geometry(64, 256)
+    assert (block, shared) == (1024, 232448)
+    assert (shared - 6 * 256 * 4) // (4 * 256 * 4) == 55
+    # 256 rows of 1024 (one part, 1024 threads): two blocks an SM, both in one wave
+    block, shared = geometry(256, 1024)
+    assert block == 1024 and 2 * (shared + 1024) <= 233472 and shared > 3 * 1024 * 4
+    # 8 neurons: the whole of R (4 parts of 2 rows) after the 16-aligned 192 bytes
+    assert geometry(4, 8) == (128, 192 + 8 * 8 * 4)
