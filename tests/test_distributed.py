@@ -250,6 +250,7 @@ def ddp_and_fsdp(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     return launch("ddp", tmp_path_factory.mktemp("dist"))
 
 
+@pytest.mark.slow  # their fixture launches two ranks: ~12 s
 @pytest.mark.parametrize("backend", ["cpu", "torch"])
 def test_ddp_matches_single_process(ddp_and_fsdp: list[dict], backend: str) -> None:
     ref = oracle(backend)
@@ -257,6 +258,7 @@ def test_ddp_matches_single_process(ddp_and_fsdp: list[dict], backend: str) -> N
     assert_matches_single_process([rank[f"ddp-{backend}"] for rank in ddp_and_fsdp], ref)
 
 
+@pytest.mark.slow  # their fixture launches two ranks: ~12 s
 def test_ddp_recurrent_layer_matches_single_process(ddp_and_fsdp: list[dict]) -> None:
     """A RecurrentNeuronLayer's fused cpu kernels under DDP: gradients (its weight's
     included), parameters, V and spikes as the single-process run on the full batch."""
@@ -267,6 +269,7 @@ def test_ddp_recurrent_layer_matches_single_process(ddp_and_fsdp: list[dict]) ->
     assert_matches_single_process([rank["ddp-recurrent-cpu"] for rank in ddp_and_fsdp], ref)
 
 
+@pytest.mark.slow  # their fixture launches two ranks: ~12 s
 def test_fsdp2_matches_single_process(ddp_and_fsdp: list[dict]) -> None:
     ranks = [rank["fsdp-cpu"] for rank in ddp_and_fsdp]
     if isinstance(ranks[0], str):
@@ -276,6 +279,7 @@ def test_fsdp2_matches_single_process(ddp_and_fsdp: list[dict]) -> None:
     assert_matches_single_process(ranks, ref)
 
 
+@pytest.mark.slow  # their fixture launches two ranks: ~12 s
 def test_compiled_ddp_matches_single_process(ddp_and_fsdp: list[dict]) -> None:
     """torch.compile of the DDP model (DDPOptimizer, aot_eager: graphs through the kernels'
     custom ops without inductor's C++ build)."""

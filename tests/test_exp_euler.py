@@ -127,6 +127,7 @@ def test_exp_euler_is_exact_through_a_zero_coefficient_cuda(
     _assert_exact("cuda", dtype, coefficient, device="cuda")
 
 
+@pytest.mark.slow  # NVRTC, several sources: ~6 s
 def test_cuda_sources_of_the_exact_step_compile_with_nvrtc() -> None:
     """expm1 and the guarded series in every CUDA dtype (no GPU needed)."""
     nvrtc = pytest.importorskip("symneuron.runtime.nvrtc")
