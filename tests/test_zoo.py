@@ -214,12 +214,21 @@ def test_vtrap_and_its_derivative_are_accurate_near_the_singularity(
             assert abs(got - float(ref)) <= tol * abs(float(ref)), (r, got, ref)
 
 
-def test_pospischil_starts_at_its_resting_potential() -> None:
-    """V[0] = −71.91 mV, where dV/dt = 0 with the gates at steady state: with no input,
-    nothing moves for 1 s (it started at E_L = −70.3 mV and relaxed 1.6 mV)."""
-    neuron = sn.models.Pospischil2008()
-    out = sn.simulate(neuron, torch.zeros(40_000, 1, dtype=torch.float64), backend="cpu")
-    assert abs(neuron.v_start + 71.91) < 5e-3
+@pytest.mark.parametrize(
+    ("name", "rest", "steps"),
+    [("Pospischil2008", -71.91, 40_000), ("WangBuzsaki", -64.02, 20_000),
+     ("MorrisLecar", -60.86, 10_000)],
+)  # fmt: skip
+def test_conductance_models_start_at_their_resting_potential(
+    name: str, rest: float, steps: int
+) -> None:
+    """V[0] is where dV/dt = 0 with the gates at steady state: with no input, nothing
+    moves for 1 s (Pospischil2008 started at E_L = −70.3 mV and relaxed 1.6 mV;
+    WangBuzsaki at −65 mV, MorrisLecar at −60 mV)."""
+    neuron = sn.models.ZOO[name]()
+    out = sn.simulate(neuron, torch.zeros(steps, 1, dtype=torch.float64), backend="cpu",
+                      store_v_seq=True)  # fmt: skip
+    assert abs(neuron.v_start - rest) < 5e-3
     assert float((out[1] - neuron.v_start).abs().max()) < 1e-9
     for name, seq in out[2].items():
         assert float((seq - neuron.states[name].init).abs().max()) < 1e-12, name

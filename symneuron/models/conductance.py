@@ -60,7 +60,8 @@ def WangBuzsaki(
     β_n = 0.125 e^{−(V+44)/80}; C = 1, g_Na = 35, g_K = 9, g_L = 0.1, E_Na = 55,
     E_K = −90, E_L = −65, φ = 5. Three coupled equations (V, h, n); m_∞(V) makes V's
     nonlinear in V, so ``exp_euler`` does not apply: RK4 at 0.05 ms by default. V starts
-    at −65 mV; it fires repetitively from I ≈ 0.2 µA/cm².
+    at the resting potential, −64.02 mV, where dV/dt = 0 at I = 0 with h and n at their
+    steady states (which they start at); it fires repetitively from I ≈ 0.2 µA/cm².
     """
     h, n = sp.symbols("h n", real=True)
     ena, ek, el = sp.symbols("E_Na E_K E_L", real=True)
@@ -74,8 +75,10 @@ def WangBuzsaki(
     m_inf = alpha_m / (alpha_m + beta_m)
     currents = gna * m_inf**3 * h * (ena - V) + gk * n**4 * (ek - V) + gl * (el - V)
     params = {c_: 1.0, gna: 35.0, gk: 9.0, gl: 0.1, ena: 55.0, ek: -90.0, el: -65.0, phi: 5.0}
-    kw = {"v_threshold": v_threshold, "v_init": -65.0, **kw}
-    states = _gates(rates, -65.0, params, phi)
+    odes = {z: a * (1 - z) - b * z for z, (a, b) in rates.items()}
+    v0 = _resting_potential((currents + X) / c_, odes, params, -70.0, -60.0)
+    kw = {"v_threshold": v_threshold, "v_init": v0, **kw}
+    states = _gates(rates, v0, params, phi)
     return _crossing("WangBuzsaki", (currents + X) / c_, params, states, kw, dt=dt, method=method)
 
 
@@ -95,8 +98,9 @@ def MorrisLecar(
     paper's N, named as by Rinzel and Ermentrout: Brian2 reserves N); C = 20, g_L = 2,
     V_L = −60, g_Ca = 4.4, V_Ca = 120, g_K = 8, V_K = −84, V_1 = −1.2, V_2 = 18, V_3 = 2,
     V_4 = 30, φ = 0.04. M_∞(V) makes V's equation nonlinear in V, so ``exp_euler``
-    does not apply: RK4 at 0.1 ms by default. V starts at −60 mV; it fires repetitively
-    for I ≳ 100 µA/cm².
+    does not apply: RK4 at 0.1 ms by default. V starts at the resting potential,
+    −60.85 mV, where dV/dt = 0 at I = 0 with w at its steady state (which it starts at);
+    it fires repetitively for I ≳ 100 µA/cm².
     """
     n = sp.Symbol("w", real=True)
     vl, vca, vk, v1, v3 = sp.symbols("V_L V_Ca V_K V_1 V_3", real=True)
@@ -107,9 +111,10 @@ def MorrisLecar(
     dv = (-gl * (V - vl) - gca * m_inf * (V - vca) - gk * n * (V - vk) + X) / c_
     values = {c_: 20.0, gl: 2.0, vl: -60.0, gca: 4.4, vca: 120.0, gk: 8.0, vk: -84.0}
     values.update({v1: -1.2, v2: 18.0, v3: 2.0, v4: 30.0, phi: 0.04})
-    n0 = float(n_inf.subs({V: -60.0, v3: 2.0, v4: 30.0}))
+    v0 = _resting_potential(dv, {n: n_inf - n}, values, -70.0, -50.0)
+    n0 = float(n_inf.subs({V: v0, v3: 2.0, v4: 30.0}))
     state = ODEState(phi * sp.cosh((V - v3) / (2 * v4)) * (n_inf - n), init=n0)
-    kw = {"v_threshold": v_threshold, "v_init": -60.0, **kw}
+    kw = {"v_threshold": v_threshold, "v_init": v0, **kw}
     return _crossing("MorrisLecar", dv, values, {n: state}, kw, dt=dt, method=method)
 
 
