@@ -69,8 +69,14 @@ def _numbers_as_floats(expr: sp.Expr) -> sp.Expr:
 
 
 def torch_function(args: Sequence[sp.Symbol], expr: sp.Expr) -> Callable[..., torch.Tensor]:
-    """``expr`` as a Python function of torch tensors (SymPy's lambdify)."""
-    expr = _numbers_as_floats(sp.sympify(expr))
+    """``expr`` as a Python function of torch tensors (SymPy's lambdify, once per
+    arguments and expression: a reference run builds one per equation)."""
+    return _lambdified(tuple(args), sp.sympify(expr))
+
+
+@lru_cache(maxsize=1024)
+def _lambdified(args: tuple[sp.Symbol, ...], expr: sp.Expr) -> Callable[..., torch.Tensor]:
+    expr = _numbers_as_floats(expr)
     return sp.lambdify(list(args), expr, modules=[{"torch": torch}], printer=_Printer)
 
 

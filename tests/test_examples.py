@@ -58,6 +58,7 @@ def load_demo() -> ModuleType:
     return load_example("demo")
 
 
+@pytest.mark.slow  # trains the demo for an epoch: ~8 s
 def test_demo_learns_the_digits_in_one_epoch_and_saves_its_figures(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

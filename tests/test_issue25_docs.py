@@ -34,6 +34,7 @@ def test_readme_testing_snippet_runs_after_import_symneuron_as_sn() -> None:
     assert proc.returncode == 0 and proc.stdout.strip() == "ran", proc.stderr[-3000:]
 
 
+@pytest.mark.slow  # a fresh interpreter imports symneuron: ~6 s
 def test_testing_is_an_attribute_of_the_package() -> None:
     proc = _python("import symneuron as sn; print(sn.testing.assert_neuron_ok.__name__)")
     assert proc.stdout.strip() == "assert_neuron_ok", proc.stderr[-3000:]
