@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """The cost of in-kernel noise (issue 24, item 5): a noisy LIF's training call (forward
-and backward, the backward regenerating the draws) against the noiseless LIF's.
+and backward; the backward regenerates the draws when sigma is learnable) against the
+noiseless LIF's.
 
 The noisy LIF is the zoo's LIF with ``+ sigma*sn.noise`` added to its charge (one
 standard normal per neuron and step, learnable sigma off, so the backward needs no
 draw; ``--learn-sigma`` makes it read them). Both run the same shapes (T = 64,
 N = 2^20 by default) in fp32 and bf16; each time is the median over ``--reps`` calls of
-CUDA-event time for ``simulate`` + ``backward`` (targets: noisy/noiseless <= 1.05 in
-fp32, <= 1.15 in bf16). ``--dry-run`` runs tiny sizes on the CPU kernels::
+GPU time (CUDA events, the host's launches queued ahead so that no host gap counts) for
+``simulate`` + ``backward`` (targets: noisy/noiseless <= 1.05 in fp32, <= 1.15 in
+bf16); the call time between synchronisations, host included, is printed beside it.
+``--dry-run`` runs tiny sizes on the CPU kernels::
 
     python3 benchmarks/noise_overhead.py
     python3 benchmarks/noise_overhead.py --T 64 --N 2^20 --dtypes fp32,bf16 --reps 50
@@ -40,9 +43,11 @@ def neurons(learn_sigma: bool) -> tuple[sn.Neuron, sn.Neuron]:
 
 def time_pair(
     neurons: tuple[sn.Neuron, sn.Neuron], x: torch.Tensor, timer: core.Timer, reps: int
-) -> list[float]:
-    """Median milliseconds of one forward + backward of each neuron (CUDA events, or wall
-    on the CPU), the two calls alternating so that both see the same clocks."""
+) -> list[tuple[float, float]]:
+    """(GPU ms, call ms) of one forward + backward of each neuron: GPU time by CUDA events
+    with the host's launches queued ahead (:meth:`core.Timer.device`: the kernels' time,
+    no host gaps), call time between two synchronisations (host time included). Batches
+    of the two neurons alternate so that both see the same clocks; medians."""
     backend, grad = ("cuda" if timer.cuda else "cpu"), torch.ones_like(x)
 
     def caller(neuron: sn.Neuron) -> Callable[[int], None]:
@@ -53,18 +58,23 @@ def time_pair(
         return call
 
     calls = [caller(neuron) for neuron in neurons]
-    times: list[list[float]] = [[], []]
+    device: list[list[float]] = [[], []]
+    wall: list[list[float]] = [[], []]
     for call in calls:
         timer.wall(call, 3)  # warm-up: compilation, caches
-    for _ in range(reps):
-        for call, out in zip(calls, times, strict=True):
-            out += timer.events(call, 1) if timer.cuda else timer.wall(call, 1)
-    return [1e3 * statistics.median(t) for t in times]
+    for _ in range(max(1, reps // 10)):
+        for call, gpu, host in zip(calls, device, wall, strict=True):
+            host += timer.wall(call, 2)
+            gpu += timer.device(call, 10, statistics.median(host))
+    return [
+        (1e3 * statistics.median(g), 1e3 * statistics.median(w))
+        for g, w in zip(device, wall, strict=True)
+    ]
 
 
 def main() -> None:
     p = core.parser(__doc__, "--T", "--N", "--dtypes", "--dry-run")
-    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--reps", type=int, default=60)
     p.add_argument("--learn-sigma", action="store_true")
     args = p.parse_args()
     device = torch.device("cpu" if args.dry_run else "cuda")
@@ -73,8 +83,11 @@ def main() -> None:
     print(f"T = {t_len}, N = {n}, backend {device.type}, learn sigma {args.learn_sigma}")
     for name in dtypes:
         x = torch.rand(t_len, n, device=device).to(core.torch_dtype(name))
-        base, drawn = time_pair(pair, x, timer, args.reps)
-        print(f"{name}: LIF {base:.3f} ms, noisy LIF {drawn:.3f} ms, ratio {drawn / base:.3f}")
+        (base, base_call), (drawn, drawn_call) = time_pair(pair, x, timer, args.reps)
+        print(
+            f"{name}: GPU time LIF {base:.3f} ms, noisy LIF {drawn:.3f} ms, ratio "
+            f"{drawn / base:.3f}; call (host included) {base_call:.3f} / {drawn_call:.3f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from .inputs import check_x, default_v_init, param_values, v_init_of, w_init_of
 from .memo import BoundedTable
 from .reference import simulate_reference
 from .runtime import cpu, cuda
-from .stochastic import generator_state
+from .stochastic import call_state
 from .validate import constants_beyond, flag, raise_if_not_finite
 
 __all__ = ["simulate", "prepare", "resolve_backend", "BACKENDS"]
@@ -175,7 +175,7 @@ def prepare(
     keep = store_v_seq or check  # the check finds the first step: V of every step
     reference = backend == "torch" or x_seq.shape[0] == 0  # no kernel runs no steps
     w0 = w_init_of(neuron, states, x_seq, shape, full=reference)
-    rng = generator_state(seed, x_seq.device) if neuron.draws else None
+    rng = call_state(seed, x_seq.device) if neuron.draws else None
     if reference:
         v0 = default_v_init(neuron, x_seq, shape, values) if v0 is None else v0
         w_dict = None if w0 is None else dict(zip(neuron.states, w0, strict=True))

@@ -23,11 +23,12 @@ from typing import Any
 import sympy as sp
 import torch
 
+from .memo import BoundedTable
 from .symbols import NOISE_STREAMS, H, noise_symbol
 
 __all__ = [
     "NOISES", "SEED_LIMIT", "stream_of", "noise_streams", "check_linear_noise",
-    "check_probability", "check_seed", "generator_state",
+    "call_state", "check_probability", "check_seed", "generator_state",
 ]  # fmt: skip
 
 #: seeds and offsets are integers in [0, 2^63)
@@ -130,5 +131,29 @@ def generator_state(seed: Any, device: torch.device) -> torch.Tensor:
         drawn = torch.randint(0, SEED_LIMIT - 1, (1,), dtype=torch.int64)
         rank = _rank()  # DDP ranks seeded alike draw independent streams
         drawn = drawn ^ (rank * _RANK_STRIDE) % SEED_LIMIT if rank else drawn
-        return torch.cat([drawn, drawn.new_zeros(1)]).to(device)
-    return torch.tensor([check_seed(seed), 0], dtype=torch.int64, device=device)
+        state = torch.cat([drawn, drawn.new_zeros(1)])
+    else:
+        state = torch.tensor([check_seed(seed), 0], dtype=torch.int64)
+    # non-blocking: the pageable source is staged at once; a blocking copy would also wait
+    # for the GPU to finish the work queued before it
+    return state.to(device, non_blocking=True)
+
+
+#: (seed, device) -> the state [seed, 0] of calls that only read it (:func:`call_state`)
+_CALL_STATES: BoundedTable[tuple[int, torch.device], torch.Tensor] = BoundedTable(
+    32, "stochastic.call_states"
+)
+
+
+def call_state(seed: Any, device: torch.device) -> torch.Tensor:
+    """:func:`generator_state` for one ``simulate`` call, whose kernels only read it: the
+    state of an int seed is made once per device and kept, so a repeated call copies
+    nothing to the device (host time: a copy is about 10 us of a noisy call's launch,
+    and it cannot be captured in a CUDA graph). Not for a state that is advanced in
+    place (a layer's buffer)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or torch.compiler.is_compiling():
+        return generator_state(seed, device)
+    state = _CALL_STATES.get((seed, device))
+    if state is None:
+        state = _CALL_STATES.put((seed, device), generator_state(seed, device))
+    return state

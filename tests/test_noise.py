@@ -126,6 +126,24 @@ def test_seed_none_follows_torch_manual_seed() -> None:
     assert torch.equal(a, c) and not torch.equal(a, b)
 
 
+def test_an_int_seed_is_made_on_the_device_once_and_a_layer_never_shares_it() -> None:
+    """simulate keeps the state of an int seed per device (no host-to-device copy per
+    call); a layer's state, advanced in place, is its own, so a layer seeded alike
+    leaves simulate's draws unchanged."""
+    from symneuron import stochastic
+
+    cpu = torch.device("cpu")
+    first = stochastic.call_state(41, cpu)
+    assert stochastic.call_state(41, cpu) is first and first.tolist() == [41, 0]
+    assert stochastic.call_state(42, cpu).tolist() == [42, 0]
+    x = torch.full((8, 32), 0.6, dtype=torch.float64)
+    before = sn.simulate(noisy_lif(), x, backend="cpu", seed=41)[1]
+    layer = sn.NeuronLayer(noisy_lif(), backend="cpu", seed=41)
+    layer(x), layer(x)  # advances the layer's state to [41, 16]
+    assert layer.rng_state.tolist() == [41, 16] and first.tolist() == [41, 0]
+    assert torch.equal(sn.simulate(noisy_lif(), x, backend="cpu", seed=41)[1], before)
+
+
 def test_simulate_under_torch_compile_draws_as_eager() -> None:
     """fullgraph: an int seed gives the eager path; seed=None a fresh one per call, drawn
     from torch's generator inside the graph (torch.manual_seed reproduces it)."""
