@@ -4,16 +4,19 @@ and backward; the backward regenerates the draws when sigma is learnable) agains
 noiseless LIF's.
 
 The noisy LIF is the zoo's LIF with ``+ sigma*sn.noise`` added to its charge (one
-standard normal per neuron and step, learnable sigma off, so the backward needs no
-draw; ``--learn-sigma`` makes it read them). Both run the same shapes (T = 64,
-N = 2^20 by default) in fp32 and bf16; each time is the median over ``--reps`` calls of
-GPU time (CUDA events, the host's launches queued ahead so that no host gap counts) for
-``simulate`` + ``backward`` (targets: noisy/noiseless <= 1.05 in fp32, <= 1.15 in
-bf16); the call time between synchronisations, host included, is printed beside it.
+standard normal per neuron and step), once with sigma fixed (the backward needs no
+draw) and once learnable (the backward draws again for sigma's gradient). Both run the
+same shapes (T = 64, N = 2^20 by default) in fp32 and bf16; each time is the median
+over ``--reps`` calls of GPU time (CUDA events, the host's launches queued ahead so
+that no host gap counts) for ``simulate`` + ``backward`` (targets: noisy/noiseless
+<= 1.05 in fp32, <= 1.15 in bf16); the call time between synchronisations, host
+included, is printed beside it.
 ``--dry-run`` runs tiny sizes on the CPU kernels::
 
     python3 benchmarks/noise_overhead.py
-    python3 benchmarks/noise_overhead.py --T 64 --N 2^20 --dtypes fp32,bf16 --reps 50
+    python3 benchmarks/noise_overhead.py --T 64 --N 2^20 --dtypes fp32,bf16 --reps 60
+
+It writes ``results/noise_<gpu>.json`` and a bar plot beside it (``--out`` to choose).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import core  # noqa: E402
@@ -72,22 +76,60 @@ def time_pair(
     ]
 
 
+#: the issue's targets, noisy over noiseless GPU time
+TARGETS = {"fp32": 1.05, "bf16": 1.15}
+
+
+def plot(records: list[dict[str, Any]], path: Path, title: str) -> None:
+    """Bars of noisy/noiseless GPU time per dtype, sigma fixed and learnable, with the
+    targets as short lines."""
+    plt = core.pyplot()
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    names = list(dict.fromkeys(r["dtype"] for r in records))
+    series = [
+        ([next((r["ratio"] for r in records if r["dtype"] == d and r["sigma"] == sigma), None)
+          for d in names], {"label": f"sigma {sigma}"})
+        for sigma in ("fixed", "learnable")
+    ]  # fmt: skip
+    core.grouped_bars(ax, len(names), series)
+    for i, d in enumerate(names):
+        ax.hlines(TARGETS.get(d, 1.0), i - 0.45, i + 0.45, colors="k", linestyles="--")
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylim(0.9, max(1.4, *(r["ratio"] + 0.05 for r in records)))
+    ax.set_ylabel("noisy / noiseless GPU time")
+    ax.legend(fontsize=7)
+    core.save_figure(fig, path, title, dpi=110)
+
+
 def main() -> None:
     p = core.parser(__doc__, "--T", "--N", "--dtypes", "--dry-run")
     p.add_argument("--reps", type=int, default=60)
-    p.add_argument("--learn-sigma", action="store_true")
+    p.add_argument("--out", type=Path, default=None, help="default results/noise_<gpu>.json")
     args = p.parse_args()
     device = torch.device("cpu" if args.dry_run else "cuda")
     n, t_len, dtypes = (4096, 8, ["fp32"]) if args.dry_run else (args.N, args.T, args.dtypes)
-    pair, timer = neurons(args.learn_sigma), core.Timer(device)
-    print(f"T = {t_len}, N = {n}, backend {device.type}, learn sigma {args.learn_sigma}")
-    for name in dtypes:
-        x = torch.rand(t_len, n, device=device).to(core.torch_dtype(name))
-        (base, base_call), (drawn, drawn_call) = time_pair(pair, x, timer, args.reps)
-        print(
-            f"{name}: GPU time LIF {base:.3f} ms, noisy LIF {drawn:.3f} ms, ratio "
-            f"{drawn / base:.3f}; call (host included) {base_call:.3f} / {drawn_call:.3f} ms"
-        )
+    timer, info, records = core.Timer(device), core.device_info(device), []
+    print(f"T = {t_len}, N = {n}, backend {device.type}, {info['gpu']}")
+    for sigma in ("fixed", "learnable"):
+        pair = neurons(sigma == "learnable")
+        for name in dtypes:
+            x = torch.rand(t_len, n, device=device).to(core.torch_dtype(name))
+            (base, base_call), (drawn, drawn_call) = time_pair(pair, x, timer, args.reps)
+            records.append(dict(dtype=name, sigma=sigma, T=t_len, N=n, lif_ms=base,
+                                noisy_ms=drawn, ratio=drawn / base, lif_call_ms=base_call,
+                                noisy_call_ms=drawn_call, target=TARGETS.get(name)))  # fmt: skip
+            print(
+                f"{name} sigma {sigma}: GPU time LIF {base:.3f} ms, noisy LIF {drawn:.3f} ms, "
+                f"ratio {drawn / base:.3f}; call (host included) {base_call:.3f} / "
+                f"{drawn_call:.3f} ms", flush=True,
+            )  # fmt: skip
+    if args.dry_run and args.out is None:
+        return
+    out = args.out or core.result_path(core.HERE / "results", info["gpu"], "noise_")
+    meta = dict(date=core.now_iso(), argv=sys.argv[1:], **info, versions=core.versions())
+    core.write_json(out, dict(meta=meta, records=records))
+    plot(records, out.with_suffix(".png"), f"In-kernel noise cost — {info['gpu']}")
+    print(f"# wrote {out} and {out.with_suffix('.png')}", file=sys.stderr)
 
 
 if __name__ == "__main__":
