@@ -28,7 +28,9 @@ __all__ = ["RecurrentBinding", "run", "rforward_op", "rbackward_op"]
 class RecurrentBinding(torch.autograd.Function):
     """The recurrent forward and backward kernels of a program (eager autograd)."""
 
-    INPUTS = ("program", "x_seq", "weight", "s_init", "v_init", "w_init", "v_mode", "shape")
+    INPUTS = (
+        "program", "x_seq", "weight", "s_init", "v_init", "w_init", "v_mode", "shape", "rng"
+    )  # fmt: skip
 
     @staticmethod
     def forward(
@@ -41,6 +43,7 @@ class RecurrentBinding(torch.autograd.Function):
         w_init: torch.Tensor | None,
         v_mode: str,
         shape: tuple[int, ...],
+        rng: torch.Tensor | None,
         *values: float | torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
         n = x_seq.shape[1]
@@ -48,9 +51,10 @@ class RecurrentBinding(torch.autograd.Function):
         params = [launch_param(value, dtype, device, shape, n) for value in values]
         weight = weight.contiguous()
         out = kernels.forward(
-            prog, x_seq, weight.t().contiguous(), s_init, v_init, w_init, params, True, v_mode
+            prog, x_seq, weight.t().contiguous(), s_init, v_init, w_init, params, True, v_mode, rng
         )
         inputs = {"x_seq": out.xeff_seq, "v_init": v_init, "w_init": w_init, "params": params}
+        inputs["rng"] = rng  # the generator's state: the backward draws the same
         _save(ctx, prog, v_mode, inputs, out, (weight, out.spike_seq, s_init))
         ctx.grad_shapes = [grad_shape(value, shape, n) for value in values]
         spike, v_seq = out.spike_seq, out.v_seq
@@ -61,7 +65,7 @@ class RecurrentBinding(torch.autograd.Function):
         weight, spike_seq, s_init = ctx.saved_tensors[5 + ctx.n_params :]
         if grad_spike is None:
             grad_spike = torch.zeros_like(spike_seq)
-        launch = kernels.backward(ctx.program, weight)
+        launch = kernels.backward(ctx.program, weight, ctx.rng)  # the forward's draws
         found = _gradients(ctx, grad_spike.contiguous(), grad_v, grad_w, False, launch)
         grad_x = found["x_seq"]  # dL/dX_eff [T, N]
         needs = ctx.needs_input_grad
@@ -109,8 +113,7 @@ R_ARGS = {
 @torch.library.custom_op("symneuron::rforward", mutates_args=(), schema=_schema(RFORWARD))
 def rforward_op(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
     """The recurrent forward kernel as a custom op; outputs in :data:`RFORWARD`'s order."""
-    given = dict(zip(R_ARGS["rforward"][2:], args, strict=False))
-    given.pop("rng", None)  # (the recurrent kernels draw nothing: run() refuses noise)
+    given = dict(zip(R_ARGS["rforward"][2:], args, strict=False))  # (rng may be left out)
     return _placeholders(kernels.forward(lookup(key, backend), **given), given["x_seq"])
 
 
@@ -126,8 +129,7 @@ def _(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
 def rbackward_op(key: str, backend: str, *args: Any) -> tuple[torch.Tensor, ...]:
     """The recurrent backward kernel as a custom op; outputs in :data:`RBACKWARD`'s order."""
     given = dict(zip(R_ARGS["rbackward"][2:], args, strict=False))
-    given.pop("rng", None)
-    launch = kernels.backward(lookup(key, backend), given.pop("weight"))
+    launch = kernels.backward(lookup(key, backend), given.pop("weight"), given.pop("rng", None))
     return _placeholders(launch(**given), given["h_seq"])
 
 
@@ -149,7 +151,7 @@ def _setup_context(
     raw = RFORWARD.returns(*output)
     ctx.mark_non_differentiable(raw.h_seq, raw.wt_seq, raw.xeff_seq)
     kept = {"x_seq": out.xeff_seq, "v_init": given["v_init"], "w_init": given["w_init"],
-            "params": given["params"]}  # fmt: skip
+            "params": given["params"], "rng": given.get("rng")}  # fmt: skip
     _save(
         ctx, prog, given["v_mode"], kept, out, (given["weight_t"], raw.spike_seq, given["s_init"])
     )
@@ -163,7 +165,7 @@ def _backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
 
     def launch(*args: Any) -> Any:
         present = prog.backward_layout(args[3], args[6], args[7]).present
-        found = rbackward_op(prog.key, prog.backend, *args[:9], weight, args[9])
+        found = rbackward_op(prog.key, prog.backend, *args[:9], weight, args[9], ctx.rng)
         return _absent_as_none(RBACKWARD, found, present)
 
     grad_spike = torch.zeros_like(spike_seq) if grad.spike_seq is None else grad.spike_seq
@@ -184,11 +186,6 @@ def run(
     """A prepared run with the recurrence ``X_eff[t] = x[t] + weight·s[t−1]`` per row of
     ``weight.shape[0]`` neurons (``s_init`` [N]: s[−1], None for no spike): (spike_seq
     [T, N], v_seq [T or 1, N], w_out [k, T or 1, N] or None)."""
-    if job.rng is not None:
-        raise NotImplementedError(
-            f"symneuron: the fused recurrent kernels do not draw random numbers, and "
-            f"{job.neuron.name} does; run this RecurrentNeuronLayer with backend='torch'."
-        )
     store = job.store_h or (torch.is_grad_enabled() and weight.requires_grad)
     if torch.compiler.is_compiling():  # the custom op, which compilation traces through
         dtype, device, n = (
@@ -199,19 +196,19 @@ def run(
         params = [kernel_param(p, dtype, device, job.shape, n) for p in job.params]
         args = (job.x_seq, weight.t().contiguous(), s_init, job.v_init, job.w_init, params)
         got = RFORWARD.returns(
-            *rforward_op(job.neuron.key(), job.backend, *args, store, job.v_mode)
+            *rforward_op(job.neuron.key(), job.backend, *args, store, job.v_mode, job.rng)
         )
         states = len(job.neuron.states) > 0
         return got.spike_seq, got.v_seq, got.w_out if states else None
     prog = program(job.neuron, job.backend)
     if store:
         out = RecurrentBinding.apply(prog, job.x_seq, weight, s_init, job.v_init, job.w_init,
-                                     job.v_mode, job.shape, *job.params)  # fmt: skip
+                                     job.v_mode, job.shape, job.rng, *job.params)  # fmt: skip
         return out[0], out[1], out[2] if len(out) > 2 else None
     x_seq, n = job.x_seq, job.x_seq.shape[1]
     dtype, device = compute_dtype(job.backend, x_seq.dtype), x_seq.device
     params = [launch_param(p, dtype, device, job.shape, n) for p in job.params]
     weight_t = weight.detach().t().contiguous()
     got = kernels.forward(prog, x_seq, weight_t, s_init, job.v_init, job.w_init, params,
-                          False, job.v_mode)  # fmt: skip
+                          False, job.v_mode, job.rng)  # fmt: skip
     return got.spike_seq, got.v_seq, got.w_out

@@ -11,7 +11,9 @@ state's update). On the ``cpu`` and ``cuda`` backends a sequence runs in one fus
 kernel each way (:mod:`symneuron.binding_recurrent`, DESIGN §3b; custom ops under
 ``torch.compile``); on ``torch`` the layer loops over steps through the neuron's
 single-step layer (:attr:`RecurrentNeuronLayer.cell`), the recurrent product in torch
-between steps: the oracle the fused kernels are tested against.
+between steps: the oracle the fused kernels are tested against. A neuron that draws
+random numbers (docs/noise.md) draws the same ones both ways: the cell's generator
+state, advanced by T each call, keys step t of a call at its offset + t.
 """
 
 from __future__ import annotations
@@ -19,19 +21,36 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from . import binding_recurrent
 from .binding import Run
-from .layer import NeuronLayer
+from .layer import NeuronLayer, _snapshot
 from .neuron import Neuron
 from .simulate import prepare
 from .validate import flag, raise_if_not_finite
 
 __all__ = ["RecurrentNeuronLayer"]
+
+
+def _call_state(cell: NeuronLayer, compiling: bool) -> torch.Tensor | None:
+    """A copy of the cell's generator state for one fused call (its backward reads it
+    after the kept one has advanced), as :meth:`NeuronLayer._advance` makes; None for a
+    neuron that draws nothing."""
+    if not cell.neuron.draws:
+        return None
+    state = cast(torch.Tensor, cell.rng_state)
+    return _snapshot(state) if compiling else state.clone()
+
+
+def _advance(cell: NeuronLayer, steps: int) -> None:
+    """The cell's kept generator state advanced by a fused call's ``steps``, in place as
+    :meth:`NeuronLayer._advance` does (a captured CUDA graph advances it at each replay)."""
+    with torch.no_grad():
+        cast(torch.Tensor, cell.rng_state)[1] += steps
 
 
 class RecurrentNeuronLayer(nn.Module):
@@ -57,6 +76,13 @@ class RecurrentNeuronLayer(nn.Module):
     params : mapping, optional
         The neuron's parameter values, as for :class:`~symneuron.NeuronLayer` (they live
         on :attr:`cell`).
+    seed : int, optional
+        For a neuron that draws random numbers (docs/noise.md), as for
+        :class:`~symneuron.NeuronLayer`: :attr:`cell` keeps the generator's state (seed,
+        offset) in its buffer ``rng_state`` and every call advances the offset by T, so
+        two calls of T steps draw what one call of 2T draws, on every backend alike (the
+        fused kernels draw step t at offset + t, the loop over steps one step a call).
+        None: a seed drawn from torch's default generator when the layer is built.
 
     Attributes
     ----------
@@ -84,12 +110,13 @@ class RecurrentNeuronLayer(nn.Module):
         learn_weight: bool = True,
         backend: str = "auto",
         params: Mapping[Any, float | torch.Tensor] | None = None,
+        seed: int | None = None,
     ) -> None:
         super().__init__()
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"size must be a positive int (the number of neurons), got {size!r}")
         self.size = size
-        self.cell = NeuronLayer(neuron, backend=backend, step_mode="s", params=params)
+        self.cell = NeuronLayer(neuron, backend=backend, step_mode="s", params=params, seed=seed)
         weight = torch.empty(size, size)
         nn.init.kaiming_uniform_(weight, a=math.sqrt(5))  # as nn.Linear
         self.weight = nn.Parameter(weight, requires_grad=flag(learn_weight, "learn_weight"))
@@ -159,13 +186,17 @@ class RecurrentNeuronLayer(nn.Module):
     def _fused(self, drive: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None:
         """The sequence through the fused kernels (one launch each way), or None where
         the neuron runs on the torch reference (then the loop over steps runs it)."""
-        cell = self.cell
+        cell, compiling = self.cell, torch.compiler.is_compiling()
+        rng = _call_state(cell, compiling)
         job, check = prepare(
             cell.neuron, drive, cell.v, cell.param_values(), backend=cell.backend,
             store_v_seq=False, states=cell.states or None, check_finite=cell.check_finite,
+            seed=rng,
         )  # fmt: skip
         if not isinstance(job, Run):
             return None
+        if rng is not None:
+            _advance(cell, drive.shape[0])
         s_init = None if self.s is None else self.s.reshape(-1)
         spikes, v_out, w_out = binding_recurrent.run(job, weight, s_init)
         if check:
@@ -175,7 +206,7 @@ class RecurrentNeuronLayer(nn.Module):
         states = {}
         if w_out is not None:
             states = {name: w_out[i, -1].view(shape) for i, name in enumerate(cell.neuron.states)}
-        cell._keep(v_out[-1].view(shape), None, states, torch.compiler.is_compiling())
+        cell._keep(v_out[-1].view(shape), None, states, compiling)
         self.s = spikes[-1]
         return spikes
 

@@ -383,10 +383,19 @@ def test_nir_export_refuses_a_neuron_that_draws(make) -> None:
         sn.nir.export(sn.NeuronLayer(make()), torch.rand(3, 2, 4), dt=1.0)
 
 
-def test_the_fused_recurrent_kernels_refuse_noise_naming_the_torch_backend() -> None:
-    layer = sn.RecurrentNeuronLayer(noisy_lif(), 8, backend="cpu")
-    with pytest.raises(NotImplementedError, match="backend='torch'"):
-        layer(torch.rand(4, 2, 8))
+def test_the_fused_recurrent_kernels_draw_what_the_torch_loop_draws() -> None:
+    """A seeded RecurrentNeuronLayer: the fused kernels and the loop over steps give the
+    same spikes (more in tests/test_recurrent_noise.py)."""
+    x = 2.0 * torch.rand(12, 2, 8, generator=torch.Generator().manual_seed(9),
+                         dtype=torch.float64)  # fmt: skip
+    spikes = []
+    for backend in ("cpu", "torch"):
+        layer = sn.RecurrentNeuronLayer(noisy_lif(), 8, backend=backend, seed=4).double()
+        with torch.no_grad():
+            layer.weight.copy_(torch.linspace(-1, 1, 64, dtype=torch.float64).view(8, 8))
+        spikes.append(torch.cat([layer(x[:5]), layer(x[5:])]).detach())
+    assert 0 < float(spikes[1].mean()) < 0.9
+    assert torch.equal(spikes[0], spikes[1])
 
 
 @pytest.mark.parametrize("make", [noisy_lif, escape_lif, ou_ode])

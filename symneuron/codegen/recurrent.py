@@ -17,13 +17,16 @@ cross-neuron parts of a step need only the block's barrier:
   ``dL/dX_eff[t]`` goes to the shared buffer for step t−1.
 
 Both buffers are double: step t reads one half and writes the other, so one barrier a
-step suffices. The printing of loads, stores and lane bodies is
-:class:`~symneuron.codegen.steps.StepPrinter`'s; the dialect supplies the row, the
-threads, the shared buffer and the barrier.
+step suffices. The printing of loads, stores, lane bodies and a noisy neuron's draws is
+:class:`~symneuron.codegen.steps.StepPrinter`'s (:mod:`.noise`: the generator's state
+read once per row, each draw keyed by step t and the flat neuron index i0 + j, as in the
+feedforward kernels); the dialect supplies the row, the threads, the shared buffer and
+the barrier.
 """
 
 from __future__ import annotations
 
+from . import noise
 from .steps import StepIO, StepPrinter
 
 __all__ = ["RecurrentPrinter"]
@@ -94,6 +97,7 @@ class RecurrentPrinter(StepPrinter):
             *self._add_to("x_v"),
             f"if (xeff_seq) *({vec}*)(xeff_seq + k) = x_v;",
             f"{vec} {', '.join(s.register for s in io.writes)};",
+            *noise.step_normals(self, self.spec.noise_streams),
             *d.lane_loop(self.forward_lane(io)),
             *[self.write_vector(s) for s in io.writes],
             *d.lane_loop(publish),
@@ -146,10 +150,11 @@ class RecurrentPrinter(StepPrinter):
         reverse: bool = False, votes: bool = False, helpers: list[str] | None = None,
         prefetch: list[str] | None = None,
     ) -> list[str]:  # fmt: skip
-        """A row's kernel: its arrays, each thread's set-up, the time loop (``helpers``,
-        a phase every thread of a neuron runs, after the step's ``prefetch``ed loads, and
-        a barrier; then a step of the neurons' own threads, and the barrier), each
-        thread's final stores, and the release.
+        """A row's kernel: the generator's state (a neuron that draws), its arrays, each
+        thread's set-up, the time loop (``helpers``, a phase every thread of a neuron
+        runs, after the step's ``prefetch``ed loads, and a barrier; then a step of the
+        neurons' own threads, and the barrier), each thread's final stores, and the
+        release.
         With ``helpers`` the rows of ``weight`` that fit on chip are loaded first
         (:meth:`~symneuron.codegen.dialects.Dialect.row_cache`)."""
         d = self.dialect
@@ -164,6 +169,7 @@ class RecurrentPrinter(StepPrinter):
             *d.lane_loop(["flag[j] = 0;"]),
         ]
         return [
+            *noise.state(self.spec),  # (the row's: C threads are scopes of a loop)
             *d.row_shared(
                 self.dt.compute, "sn_shared", f"{'(2 + n_parts)' if helpers else '2'} * F"
             ),
@@ -227,6 +233,7 @@ class RecurrentPrinter(StepPrinter):
             "}",
             *self._add_to("gs_v"),
             f"{vec} {', '.join(s.register for s in io.writes)};",
+            *noise.step_normals(self, noise.read_by(self.spec, self.spec.backward.reads)),
             *d.lane_loop(self.backward_lane(io, grad_v_mode)),
             *[self.write_vector(s) for s in io.writes],
             *d.lane_loop([f"now[c0 + j] = {self.load('gx_v.v[j]')};"]),

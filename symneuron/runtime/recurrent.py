@@ -134,10 +134,12 @@ def forward(
     params: Sequence[torch.Tensor],
     store_h: bool,
     v_mode: str,
+    rng: torch.Tensor | None = None,
 ) -> Any:
     """The recurrent forward over ``x_seq`` [T, rows·F]: :data:`RFORWARD`'s outputs
     (those of :meth:`Program.forward` and X_eff [T, N] when stored for the backward).
-    ``weight_t`` [F, F] is the effective weight transposed (contiguous)."""
+    ``weight_t`` [F, F] is the effective weight transposed (contiguous); ``rng`` the
+    generator's state of a neuron that draws (int64 [seed, offset])."""
     t_len, n = x_seq.shape
     features = weight_t.shape[0]
     x_seq = _aligned(x_seq)
@@ -147,16 +149,17 @@ def forward(
     values = {
         "x_seq": x_seq, "weight_t": weight_t, "s_init": s_init, "v_init": v_init,
         "w_init": w_init, "params": params, "param_strides": prog._check_params(params),
-        "T": t_len, "N": n, "F": features,
+        "T": t_len, "N": n, "F": features, "rng": rng,
     }  # fmt: skip
     _launch(prog, RFORWARD, (store_h, v_mode), out, values, features)
     return out
 
 
-def backward(prog: Any, weight: torch.Tensor) -> Any:
+def backward(prog: Any, weight: torch.Tensor, rng: torch.Tensor | None = None) -> Any:
     """The recurrent backward, as a function of :meth:`Program.backward`'s arguments
-    (``weight`` [F, F] the effective weight, contiguous); ``grad_spike`` must be a full
-    [T, N] tensor."""
+    (``weight`` [F, F] the effective weight, contiguous; ``rng`` the forward's generator
+    state, so that it draws the forward's numbers); ``grad_spike`` must be a full [T, N]
+    tensor."""
 
     def run(
         grad_spike: torch.Tensor, grad_v_seq: Any, grad_w_seq: Any, h_seq: torch.Tensor,
@@ -172,7 +175,7 @@ def backward(prog: Any, weight: torch.Tensor) -> Any:
             "grad_w_seq": _aligned(grad_w_seq), "h_seq": h_seq, "wt_seq": wt_seq,
             "x_seq": x_seq, "v_init": v_init, "w_init": w_init, "params": params,
             "weight": weight, "param_strides": prog._check_params(params),
-            "grad_spike_scalar": 0, "T": t_len, "N": n, "F": weight.shape[0],
+            "grad_spike_scalar": 0, "T": t_len, "N": n, "F": weight.shape[0], "rng": rng,
         }  # fmt: skip
         _launch(prog, RBACKWARD, (grad_v_mode,), out, values, weight.shape[0])
         return out
