@@ -194,7 +194,7 @@ def _gradients(
             grad_w = (h_seq.new_zeros(prog.k, rows, n) if grad_w is None else grad_w).contiguous()
     args = (grad_spike, grad_v, grad_w, h_seq, wt_seq, x_seq, v_init, w_init, params, mode)
     rng = getattr(ctx, "rng", None)
-    if launch is not None:  # the recurrent kernels (which draw nothing)
+    if launch is not None:  # the recurrent kernels (given the forward's rng by their caller)
         out = launch(*args)
     elif compiled:
         present = prog.backward_layout(h_seq, v_init, w_init).present

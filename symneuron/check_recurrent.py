@@ -16,14 +16,16 @@ def recurrent_errors(
     gen: torch.Generator,
 ) -> list[tuple[str, torch.Tensor, torch.Tensor]]:  # fmt: skip
     """A recurrent layer on ``backend`` (in ``x_seq``'s dtype) and the reference's loop
-    over steps in float64: (comparison, backend's value, reference's value) triples."""
+    over steps in float64, both seeded alike (a noisy neuron draws one path in both):
+    (comparison, backend's value, reference's value) triples."""
     size = x_seq.shape[-1]
     bound = 2 / size**0.5  # twice nn.Linear's initial range: the recurrence matters
     weight = bound * (2 * torch.rand(size, size, generator=gen, dtype=torch.float64) - 1)
     bias = 0.1 * torch.rand(size, generator=gen, dtype=torch.float64)
+    seed = int(torch.randint(0, 2**62, (), generator=gen))  # both layers draw one noise path
     runs = []
     for chosen, dtype in ((backend, x_seq.dtype), ("torch", torch.float64)):
-        layer = RecurrentNeuronLayer(neuron, size, backend=chosen, bias=True)
+        layer = RecurrentNeuronLayer(neuron, size, backend=chosen, bias=True, seed=seed)
         layer = layer.to(device=x_seq.device, dtype=dtype)
         with torch.no_grad():
             layer.weight.copy_(weight)

@@ -133,6 +133,14 @@ def test_chunks_draw_what_one_long_call_draws(name: str) -> None:
         torch.testing.assert_close(chunked[key], whole[key], rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("name", ["NoisyLIF", "EscapeLIF"])
+def test_sn_check_of_a_recurrent_noisy_layer_passes(name: str) -> None:
+    """sn.check(recurrent=True) seeds the kernel layer and the reference loop alike."""
+    report = sn.check(MODELS[name][0](), backend="cpu", recurrent=True, seed=3)
+    recurrent = [r for r in report.results if r.name.startswith("recurrent")]
+    assert len(recurrent) >= 4 and all(r.passed for r in recurrent), str(report)
+
+
 @pytest.mark.parametrize("compile_backend", ["eager", "aot_eager"])
 def test_torch_compile_draws_what_eager_draws(compile_backend: str) -> None:
     """Compiled (fullgraph: the custom ops rforward and rbackward take the generator's
