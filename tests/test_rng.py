@@ -404,7 +404,10 @@ def test_the_uniform_prints_as_one_operation_per_statement() -> None:
             f"    {line}",
             "    return t3;",
         ]
-        qualifier = {"c": "static inline", "cuda": "__device__ __forceinline__"}[target]
+        qualifier = {
+            "c": "static inline __attribute__((always_inline))",
+            "cuda": "__device__ __forceinline__",
+        }[target]
         assert f"{qualifier} float sn_uniform_float(sn_u32 w)" in text
         # no libm call in a draw (a call keeps the C lane loops scalar); sqrt is inline
         for call in ("frexp", "log", "sin(", "cos("):

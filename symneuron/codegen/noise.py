@@ -69,29 +69,25 @@ def _uniform(printer: _Printer, compute: str, stream: int, step: str) -> str:
 
 
 def step_normals(printer: _Printer, streams: Iterable[int], step: str = "t") -> list[str]:
-    """CUDA: each stream's normals of the thread's K lanes at ``step``, in an array
-    ``<symbol>_l[K]`` that :func:`normals` reads (nothing on C, whose lanes draw one by one
-    in a loop the compiler vectorises)."""
-    if printer.dialect.name != "cuda":
-        return []
+    """Each stream's normals of the thread's K lanes at ``step``, in an array
+    ``<symbol>_l[K]`` that :func:`normals` reads: one Philox block per four lanes and one
+    Box–Muller per two (CUDA: a template of K; C: a function the lane count is given)."""
     ct, fast = printer.dt.compute, "_fast" if printer.dt.fast_draws else ""
     out = []
     for i in streams:
-        out += [
-            f"{ct} {NOISES[i]}_l[K];",
-            f"sn_rng_normals{fast}_{ct}<K>({NOISES[i]}_l, {_key(i, step, '(sn_u64)i0')});",
-        ]
+        fill = (
+            f"sn_rng_normals{fast}_{ct}<K>({NOISES[i]}_l, "
+            if printer.dialect.name == "cuda"
+            else f"sn_rng_normals_{ct}({NOISES[i]}_l, K, "
+        )
+        out += [f"{ct} {NOISES[i]}_l[K];", f"{fill}{_key(i, step, '(sn_u64)i0')});"]
     return out
 
 
 def normals(printer: _Printer, streams: Iterable[int], compute: str, step: str = "t") -> list[str]:
     """This lane's standard-normal draw of each stream at ``step``, named as its symbol
-    (CUDA: read from the arrays of :func:`step_normals`)."""
-    if printer.dialect.name == "cuda":
-        return [f"const {compute} {NOISES[i]} = {NOISES[i]}_l[j];" for i in streams]
-    return [
-        f"const {compute} {NOISES[i]} = sn_rng_normal_{compute}({_key(i, step)});" for i in streams
-    ]
+    (read from the arrays of :func:`step_normals`)."""
+    return [f"const {compute} {NOISES[i]} = {NOISES[i]}_l[j];" for i in streams]
 
 
 def read_by(spec: KernelSpec, reads: Iterable[sp.Symbol]) -> list[int]:
