@@ -160,11 +160,14 @@ def _save(
 
 
 def _gradients(
-    ctx: Any, grad_spike: Any, grad_v: Any, grad_w: Any, compiled: bool, launch: Any = None
-) -> Any:
+    ctx: Any, grad_spike: Any, grad_v: Any, grad_w: Any, compiled: bool, launch: Any = None,
+    saved: tuple[Any, ...] | None = None,
+) -> Any:  # fmt: skip
     """dL/dX, dL/dV[0], dL/dW[0] and each param's gradient (None unless learnable), from
     the saved context: a dict keyed by the forward's input names. ``launch`` runs the
-    backward kernel (default: the program's :meth:`~Program.backward`)."""
+    backward kernel (default: the program's :meth:`~Program.backward`); ``saved``: the
+    context's saved tensors where the caller has read them (a checkpoint's saved tensors
+    are unpacked once)."""
     if torch.is_grad_enabled() and not torch.compiler.is_compiling():
         raise RuntimeError(
             "symneuron: the fused kernels' backward is not differentiable, so a gradient "
@@ -173,7 +176,8 @@ def _gradients(
             "Run this part with backend='torch' (the reference, plain torch ops), which "
             "differentiates twice."
         )
-    saved = ctx.saved_tensors  # (a recurrent binding saves more after the params)
+    if saved is None:  # (a recurrent binding saves more after the params)
+        saved = ctx.saved_tensors
     h_seq, wt_seq, v_init, w_init, x_seq = saved[:5]
     params = saved[5 : 5 + ctx.n_params]
     prog: Program = ctx.program

@@ -62,11 +62,12 @@ class RecurrentBinding(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_spike: Any, grad_v: Any, grad_w: Any = None) -> tuple[Any, ...]:
-        weight, spike_seq, s_init = ctx.saved_tensors[5 + ctx.n_params :]
+        saved = ctx.saved_tensors  # (read once: a checkpoint unpacks each tensor once)
+        weight, spike_seq, s_init = saved[5 + ctx.n_params :]
         if grad_spike is None:
             grad_spike = torch.zeros_like(spike_seq)
         launch = kernels.backward(ctx.program, weight, ctx.rng)  # the forward's draws
-        found = _gradients(ctx, grad_spike.contiguous(), grad_v, grad_w, False, launch)
+        found = _gradients(ctx, grad_spike.contiguous(), grad_v, grad_w, False, launch, saved)
         grad_x = found["x_seq"]  # dL/dX_eff [T, N]
         needs = ctx.needs_input_grad
         grad_weight, grad_s = _recurrence(grad_x, weight, spike_seq, s_init, needs[2], needs[3])
@@ -159,7 +160,8 @@ def _setup_context(
 
 def _backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
     grad = RFORWARD.returns(*grads)
-    weight_t, spike_seq, s_init = ctx.saved_tensors[5 + ctx.n_params :]
+    saved = ctx.saved_tensors  # (read once: a checkpoint unpacks each tensor once)
+    weight_t, spike_seq, s_init = saved[5 + ctx.n_params :]
     weight = weight_t.t().contiguous()
     prog = ctx.program
 
@@ -169,7 +171,7 @@ def _backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
         return _absent_as_none(RBACKWARD, found, present)
 
     grad_spike = torch.zeros_like(spike_seq) if grad.spike_seq is None else grad.spike_seq
-    found = _gradients(ctx, grad_spike, grad.v_seq, grad.w_out, True, launch)
+    found = _gradients(ctx, grad_spike, grad.v_seq, grad.w_out, True, launch, saved)
     needs = ctx.needs_input_grad
     grad_weight, grad_s = _recurrence(found["x_seq"], weight, spike_seq, s_init, needs[3], needs[4])
     found.update(weight_t=None if grad_weight is None else grad_weight.t(), s_init=grad_s)

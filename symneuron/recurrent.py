@@ -10,10 +10,13 @@ Any neuron the compiler takes works: X_eff enters wherever X enters (the charge 
 state's update). On the ``cpu`` and ``cuda`` backends a sequence runs in one fused
 kernel each way (:mod:`symneuron.binding_recurrent`, DESIGN §3b; custom ops under
 ``torch.compile``); on ``torch`` the layer loops over steps through the neuron's
-single-step layer (:attr:`RecurrentNeuronLayer.cell`), the recurrent product in torch
-between steps: the oracle the fused kernels are tested against. A neuron that draws
-random numbers (docs/noise.md) draws the same ones both ways: the cell's generator
-state, advanced by T each call, keys step t of a call at its offset + t.
+single-step layer (:attr:`RecurrentNeuronLayer.cell`, its simulation from the state the
+call starts from), the recurrent product in torch between steps: the oracle the fused
+kernels are tested against. A neuron that draws random numbers (docs/noise.md) draws
+the same ones both ways: the cell's generator state, advanced by T each call, keys step
+t of a call at its offset + t. Under ``torch.utils.checkpoint`` a call starts from the
+cell's :meth:`NeuronLayer._start` (V, the states and the generator state; for the
+recomputation, those its first run started from) and keeps its last spikes likewise.
 """
 
 from __future__ import annotations
@@ -21,14 +24,15 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import nn
 
 from . import binding_recurrent
 from .binding import Run
-from .layer import NeuronLayer, _snapshot
+from .layer import _REENTRANT_FIX as _CELL_FIX
+from .layer import _REPLAYS, NeuronLayer, _checkpoint_phase
 from .neuron import Neuron
 from .simulate import prepare
 from .validate import flag, raise_if_not_finite
@@ -36,21 +40,18 @@ from .validate import flag, raise_if_not_finite
 __all__ = ["RecurrentNeuronLayer"]
 
 
-def _call_state(cell: NeuronLayer, compiling: bool) -> torch.Tensor | None:
-    """A copy of the cell's generator state for one fused call (its backward reads it
-    after the kept one has advanced), as :meth:`NeuronLayer._advance` makes; None for a
-    neuron that draws nothing."""
-    if not cell.neuron.draws:
-        return None
-    state = cast(torch.Tensor, cell.rng_state)
-    return _snapshot(state) if compiling else state.clone()
+_REENTRANT_FIX = (
+    "torch.utils.checkpoint(use_reentrant=True) passes gradients only to the checkpointed "
+    "function's inputs, and a RecurrentNeuronLayer's state is none of them: use "
+    "use_reentrant=False, or cut the gradient through the state first (layer.s = "
+    "layer.s.detach(), layer.cell.v = layer.cell.v.detach(), and each tensor of "
+    "layer.cell.states; truncated backpropagation through time)."
+)
 
-
-def _advance(cell: NeuronLayer, steps: int) -> None:
-    """The cell's kept generator state advanced by a fused call's ``steps``, in place as
-    :meth:`NeuronLayer._advance` does (a captured CUDA graph advances it at each replay)."""
-    with torch.no_grad():
-        cast(torch.Tensor, cell.rng_state)[1] += steps
+#: what a call starts from: last spikes, V, extra states, checkpoint phase, generator state
+Start = tuple[torch.Tensor | None, Any, dict[str, torch.Tensor], str | None, Any]
+#: what a call leaves: last spikes, V, extra states
+End = tuple[torch.Tensor | None, Any, dict[str, torch.Tensor]]
 
 
 class RecurrentNeuronLayer(nn.Module):
@@ -127,6 +128,9 @@ class RecurrentNeuronLayer(nn.Module):
             self.bias = None
         self.register_buffer("mask", None if mask is None else self._checked_mask(mask))
         self.s: torch.Tensor | None = None
+        #: the last spikes each checkpointed call started from, until its recomputation
+        #: (beside the cell's records of V, the states and the generator state)
+        self._replays: list[torch.Tensor | None] = []
 
     def _checked_mask(self, mask: Any) -> torch.Tensor:
         if not isinstance(mask, torch.Tensor):
@@ -172,53 +176,100 @@ class RecurrentNeuronLayer(nn.Module):
                 f"but the input's shape per step is {tuple(x_seq.shape[1:])}: call "
                 "layer.reset() before each new sequence."
             )
-        fused = self._fused(x_seq if bias is None else x_seq + bias, weight)
-        if fused is not None:
-            return fused
-        out = []
-        for x in x_seq:
-            drive = x if s is None else x + nn.functional.linear(s, weight)
-            s = self.cell(drive if bias is None else drive + bias)
-            out.append(s)
-        self.s = s
-        return torch.stack(out) if out else x_seq.new_zeros(x_seq.shape)
-
-    def _fused(self, drive: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None:
-        """The sequence through the fused kernels (one launch each way), or None where
-        the neuron runs on the torch reference (then the loop over steps runs it)."""
         cell, compiling = self.cell, torch.compiler.is_compiling()
-        rng = _call_state(cell, compiling)
+        start = self._start(x_seq, compiling)
+        phase = start[3]
+        drive = x_seq if bias is None else x_seq + bias
+        fused = self._fused(drive, weight, start, compiling)
+        spikes, end = fused or self._loop(x_seq, weight, bias, start, compiling)
+        if phase != "recompute":  # a recomputation leaves the memory as the first run did
+            cell._keep(end[1], None, end[2], compiling)
+            self.s = end[0]
+            if phase == "reentrant":
+                cell.__dict__["_ungraded"] = cell.v
+        return spikes
+
+    def _start(self, x_seq: torch.Tensor, compiling: bool) -> Start:
+        """The state a call starts from, as :meth:`NeuronLayer._start` gives the cell's
+        (for a checkpoint's recomputation, the state its first run started from; the
+        generator state advanced by T), with the last spikes recorded and replayed alike."""
+        cell, s = self.cell, self.s
+        if compiling:
+            return s, cell.v, cell.states, None, cell._advance(x_seq, True)
+        if s is not None and s.requires_grad and not torch.is_grad_enabled():
+            if _checkpoint_phase() == "reentrant":
+                raise RuntimeError(f"This layer's state carries a gradient. {_REENTRANT_FIX}")
+        try:
+            v, states, phase, rng = cell._start(x_seq)
+        except RuntimeError as exc:  # the cell's refusals, with this layer's fix
+            if _CELL_FIX not in str(exc):
+                raise
+            raise RuntimeError(str(exc).replace(_CELL_FIX, _REENTRANT_FIX)) from None
+        replays = self.__dict__.setdefault("_replays", [])
+        if phase == "recompute":  # (the cell's record and this one go in and out together)
+            return replays.pop(), v, states, phase, rng
+        if phase is not None:
+            replays.append(s)
+            del replays[:-_REPLAYS]
+        return s, v, states, phase, rng
+
+    def _fused(
+        self, drive: torch.Tensor, weight: torch.Tensor, start: Start, compiling: bool
+    ) -> tuple[torch.Tensor, End] | None:
+        """The sequence through the fused kernels (one launch each way) and the state it
+        leaves, or None where the neuron runs on the torch reference (then :meth:`_loop`)."""
+        cell, (s, v, states, _, rng) = self.cell, start
         job, check = prepare(
-            cell.neuron, drive, cell.v, cell.param_values(), backend=cell.backend,
-            store_v_seq=False, states=cell.states or None, check_finite=cell.check_finite,
+            cell.neuron, drive, v, cell._param_values(compiling), backend=cell.backend,
+            store_v_seq=False, states=states or None, check_finite=cell.check_finite,
             seed=rng,
         )  # fmt: skip
         if not isinstance(job, Run):
             return None
-        if rng is not None:
-            _advance(cell, drive.shape[0])
-        s_init = None if self.s is None else self.s.reshape(-1)
+        s_init = None if s is None else s.reshape(-1)
         spikes, v_out, w_out = binding_recurrent.run(job, weight, s_init)
         if check:
             raise_if_not_finite([("V", v_out)], drive)
         shape = job.shape
         spikes = spikes.view(drive.shape[0], *shape)
-        states = {}
         if w_out is not None:
             states = {name: w_out[i, -1].view(shape) for i, name in enumerate(cell.neuron.states)}
-        cell._keep(v_out[-1].view(shape), None, states, compiling)
-        self.s = spikes[-1]
-        return spikes
+        return spikes, (spikes[-1], v_out[-1].view(shape), states)
+
+    def _loop(
+        self, x_seq: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+        start: Start, compiling: bool,
+    ) -> tuple[torch.Tensor, End]:  # fmt: skip
+        """The sequence one step at a time through the cell's simulation (the oracle of
+        the fused kernels), the recurrent product in torch; step t draws at offset + t."""
+        cell, (s, v, states, _, rng) = self.cell, start
+        if rng is not None:  # [T, 2]: row t is step t's generator state
+            steps = torch.arange(x_seq.shape[0], device=rng.device)
+            rng = rng + torch.stack((torch.zeros_like(steps), steps), dim=1)
+        out = []
+        for t, x in enumerate(x_seq):
+            drive = x if s is None else x + nn.functional.linear(s, weight)
+            drive = drive if bias is None else drive + bias
+            step_rng = None if rng is None else rng[t]
+            result = cell._run(drive.unsqueeze(0), v, states, compiling, step_rng)
+            s, v = result[0][0], result[1][-1]
+            if len(cell.neuron.states):
+                states = {name: seq[-1] for name, seq in result[2].items()}
+            out.append(s)
+        return (torch.stack(out) if out else x_seq.new_zeros(x_seq.shape)), (s, v, states)
 
     def reset(self) -> None:
         """Forget V, the extra states and the last spikes (a new sequence starts)."""
         self.cell.reset()
         self.s = None
+        if not torch.compiler.is_compiling():  # (checkpoint records are made eagerly only)
+            self._replays = []
 
     def __deepcopy__(self, memo: dict[int, Any]) -> RecurrentNeuronLayer:
         """A deep copy whose stored spikes are detached (as :class:`NeuronLayer`'s state)."""
         state = dict(self.__dict__)
         state["s"] = None if self.s is None else self.s.detach()
+        state["_replays"] = []  # records stay with it, as the cell's
         new = type(self).__new__(type(self))
         memo[id(self)] = new
         new.__setstate__(copy.deepcopy(state, memo))
