@@ -43,9 +43,10 @@ def _checkpointed(reentrant: bool) -> Call:
     return call
 
 
-def _layer(name: str, backend: str) -> sn.RecurrentNeuronLayer:
+def _layer(name: str, backend: str, device: str = "cpu") -> sn.RecurrentNeuronLayer:
     make, scale = MODELS[name]
-    layer = sn.RecurrentNeuronLayer(make(), SIZE, bias=True, backend=backend, seed=5).double()
+    layer = sn.RecurrentNeuronLayer(make(), SIZE, bias=True, backend=backend, seed=5)
+    layer = layer.to(device=device, dtype=torch.float64)
     with torch.no_grad():
         weight = 2 * torch.rand(SIZE, SIZE, generator=generator(4), dtype=torch.float64) - 1
         layer.weight.copy_(scale * weight / SIZE**0.5)
@@ -63,15 +64,17 @@ def _state(layer: sn.RecurrentNeuronLayer) -> list[torch.Tensor]:
     return [t.detach().clone() for t in kept]  # type: ignore[union-attr]
 
 
-def _train(name: str, backend: str, call: Call, reentrant: bool) -> dict[str, list]:
+def _train(
+    name: str, backend: str, call: Call, reentrant: bool, device: str = "cpu"
+) -> dict[str, list]:
     """Two calls of ``call`` (the first from no stored state, the second from the state
     the first left) and one backward over both; with ``reentrant`` the state is detached
     between them (its checkpoint passes gradients to its inputs only), else the loss also
     reads V after each call."""
-    layer = _layer(name, backend)
+    layer = _layer(name, backend, device)
     x = MODELS[name][1] * torch.rand(STEPS, 2, SIZE, generator=generator(3), dtype=torch.float64)
-    x.requires_grad_()
-    readout = torch.linspace(-1, 1, SIZE, dtype=torch.float64)
+    x = x.to(device).requires_grad_()
+    readout = torch.linspace(-1, 1, SIZE, dtype=torch.float64, device=device)
     spikes, states, loss = [], [], torch.zeros((), dtype=torch.float64)
     for chunk in (x[:SPLIT], x[SPLIT:]):
         s = call(layer, chunk)
@@ -91,14 +94,18 @@ def _train(name: str, backend: str, call: Call, reentrant: bool) -> dict[str, li
 
 
 @pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
-@pytest.mark.parametrize("backend", ["cpu", "torch"], ids=["fused", "loop"])
+@pytest.mark.parametrize(
+    ("backend", "device"),
+    [("cpu", "cpu"), ("torch", "cpu"), pytest.param("cuda", "cuda", marks=pytest.mark.cuda)],
+    ids=["fused", "loop", "fused-cuda"],
+)
 @pytest.mark.parametrize("name", list(MODELS))
 def test_checkpointed_layer_gives_the_plain_layers_spikes_gradients_and_state(
-    name: str, backend: str, reentrant: bool
+    name: str, backend: str, device: str, reentrant: bool
 ) -> None:
-    want = _train(name, backend, _plain, reentrant)
+    want = _train(name, backend, _plain, reentrant, device)
     assert 0 < float(torch.cat(want["spikes"]).mean()) < 0.5, "the oracle's layer must spike"
-    got = _train(name, backend, _checkpointed(reentrant), reentrant)
+    got = _train(name, backend, _checkpointed(reentrant), reentrant, device)
     for a, b in zip(got["spikes"], want["spikes"], strict=True):
         assert torch.equal(a, b)
     for kept, wanted in zip(got["states"], want["states"], strict=True):
