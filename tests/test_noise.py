@@ -437,9 +437,9 @@ def test_brunels_noisy_lif_membrane_has_variance_sigma_squared_over_two() -> Non
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_c_steps_draw_their_lanes_at_once_with_nothing_left_a_call(dtype) -> None:
-    """A C step fills its lanes' normals before the lane loop (one Philox block per four
-    lanes), through functions that are always inlined (a call keeps the loop scalar:
-    25 -> 4.4 ns a noisy LIF step); the draws equal the reference's
+    """A C step fills its lanes' normals (and escape uniforms) before the lane loop (one
+    Philox block per four lanes), through functions that are always inlined (a call
+    keeps the loop scalar: 25 -> 4.4 ns a noisy LIF step); the draws equal the reference's
     (test_cpu_kernels_draw_what_the_reference_draws runs the 64-lane and 1-lane kernels)."""
     source = noisy_lif().source("cpu", dtype)
     real = {torch.float32: "float", torch.float64: "double"}[dtype]
@@ -449,6 +449,11 @@ def test_c_steps_draw_their_lanes_at_once_with_nothing_left_a_call(dtype) -> Non
     inline = "static inline __attribute__((always_inline))"
     assert f"{inline} void sn_rng_normals_{real}(" in source
     assert f"{inline} sn_pair_{real} sn_box_muller_{real}(" in source
+    escape = escape_lif().source("cpu", dtype)  # escape firing's uniforms alike
+    kernels = escape[escape.index("void esc_forward") :]
+    assert f"sn_rng_uniforms_{real}(esc_l, K, " in kernels and "esc_l[j] <" in kernels
+    assert f"sn_rng_uniforms_{real}(escp_l, K, " in kernels  # the backward's step t - 1
+    assert f"sn_rng_uniform_{real}(" not in kernels
 
 
 def test_cuda_lanes_of_a_group_share_one_philox_block() -> None:

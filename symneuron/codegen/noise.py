@@ -6,7 +6,7 @@ computes each draw where it is used, keyed by (seed, offset, stream, step, neuro
 the functions of :func:`symneuron.rng.source`: a noise stream's standard normal where X
 is read (:func:`normals`), escape firing's uniform where the spike is decided
 (:func:`escape`). On CUDA a step first fills the normals of the thread's K lanes
-(:func:`step_normals`: one Philox block per four lanes, one Box–Muller per two, by
+(:func:`step_draws`: one Philox block per four lanes, one Box–Muller per two, by
 construction rather than by the compiler's common-subexpression elimination), and each
 lane reads its own; 16-bit kernels use the fast conversion
 (:attr:`symneuron.dtypes.DType.fast_draws`). The backward makes the same calls, so it
@@ -27,7 +27,9 @@ from ..rng import ESCAPE_STREAM
 from ..stochastic import NOISES
 from .dialects import Dialect
 
-__all__ = ["draws", "state", "step_normals", "normals", "escape", "read_by"]
+__all__ = [
+    "draws", "state", "step_draws", "backward_draws", "normals", "escape", "read_by",
+]  # fmt: skip
 
 
 class _Printer(Protocol):
@@ -61,32 +63,55 @@ _CUDA_LANE = ("(sn_u64)(i0 + (K % 4 == 0 ? (j & ~3) : j))", "(sn_u64)(K % 4 == 0
 
 
 def _uniform(printer: _Printer, compute: str, stream: int, step: str) -> str:
-    """One lane's uniform of ``stream`` at ``step``."""
+    """One lane's uniform of ``stream`` at ``step`` (C: from :func:`step_draws`'s array)."""
     if printer.dialect.name != "cuda":
-        return f"sn_rng_uniform_{compute}({_key(stream, step)})"
+        return f"{_ESCAPE_ARRAYS[step]}[j]"
     block = f"sn_rng_block({_key(stream, step, _CUDA_LANE[0])})"
     return f"sn_uniform_{compute}(sn_word({block}, {_CUDA_LANE[1]}))"
 
 
-def step_normals(printer: _Printer, streams: Iterable[int], step: str = "t") -> list[str]:
-    """Each stream's normals of the thread's K lanes at ``step``, in an array
-    ``<symbol>_l[K]`` that :func:`normals` reads: one Philox block per four lanes and one
-    Box–Muller per two (CUDA: a template of K; C: a function the lane count is given)."""
+#: C: the arrays of a step's escape uniforms, by the step they are drawn at
+_ESCAPE_ARRAYS = {"t": "esc_l", "t - 1": "escp_l"}
+#: the steps whose escape uniforms a backward step reads: its own spike's, and step
+#: t − 1's where it recomputes V[t − 1] (an array nothing reads costs nothing)
+_BACKWARD_STEPS = ("t", "t - 1")
+
+
+def step_draws(
+    printer: _Printer, streams: Iterable[int], escape_steps: Iterable[str] = ("t",)
+) -> list[str]:
+    """A step's draws for the thread's K lanes, before the lane loop: each noise
+    stream's normals at step t in an array ``<symbol>_l[K]`` that :func:`normals` reads,
+    one Philox block per four lanes and one Box–Muller per two (CUDA: a template of K;
+    C: a function the lane count is given); C also fills escape firing's uniforms at
+    each of ``escape_steps`` (``esc_l``, ``escp_l``) that :func:`escape` reads (CUDA's
+    lanes name one block by one expression, which the compiler computes once)."""
     ct, fast = printer.dt.compute, "_fast" if printer.dt.fast_draws else ""
-    out = []
+    cuda, out = printer.dialect.name == "cuda", []
     for i in streams:
-        fill = (
-            f"sn_rng_normals{fast}_{ct}<K>({NOISES[i]}_l, "
-            if printer.dialect.name == "cuda"
-            else f"sn_rng_normals_{ct}({NOISES[i]}_l, K, "
-        )
-        out += [f"{ct} {NOISES[i]}_l[K];", f"{fill}{_key(i, step, '(sn_u64)i0')});"]
+        fill = f"sn_rng_normals{fast}_{ct}<K>(" if cuda else f"sn_rng_normals_{ct}("
+        size = "" if cuda else "K, "
+        out += [
+            f"{ct} {NOISES[i]}_l[K];",
+            f"{fill}{NOISES[i]}_l, {size}{_key(i, 't', '(sn_u64)i0')});",
+        ]
+    if printer.spec.probability is not None and not cuda:
+        for step in escape_steps:
+            name, key = _ESCAPE_ARRAYS[step], _key(ESCAPE_STREAM, step, "(sn_u64)i0")
+            out += [f"{ct} {name}[K];", f"sn_rng_uniforms_{ct}({name}, K, {key});"]
     return out
+
+
+def backward_draws(printer: _Printer) -> list[str]:
+    """:func:`step_draws` of a backward step: the noise streams its block reads (a
+    learnable amplitude's gradient) and escape firing's uniforms of steps t and t − 1."""
+    spec = printer.spec
+    return step_draws(printer, read_by(spec, spec.backward.reads), _BACKWARD_STEPS)
 
 
 def normals(printer: _Printer, streams: Iterable[int], compute: str, step: str = "t") -> list[str]:
     """This lane's standard-normal draw of each stream at ``step``, named as its symbol
-    (read from the arrays of :func:`step_normals`)."""
+    (read from the arrays of :func:`step_draws`)."""
     return [f"const {compute} {NOISES[i]} = {NOISES[i]}_l[j];" for i in streams]
 
 

@@ -263,7 +263,7 @@ class StepPrinter:
             "const long long k = (long long)t * N + i0;",
             *[self.read_vector(s) for s in io.reads],
             f"{self.vec} {', '.join(s.register for s in io.writes)};",
-            *noise.step_normals(self, self.spec.noise_streams),
+            *noise.step_draws(self, self.spec.noise_streams),
             *self.dialect.lane_loop(self.forward_lane(io)),
             *[self.write_vector(s) for s in io.writes],
         ]
@@ -369,7 +369,7 @@ class StepPrinter:
             "const long long k = (long long)t * N + i0;",
             *self.backward_loads(io),
             f"{vec} {', '.join(s.register for s in io.writes)};",
-            *noise.step_normals(self, noise.read_by(self.spec, self.spec.backward.reads)),
+            *noise.backward_draws(self),
             *self.dialect.lane_loop(self.backward_lane(io, grad_v_mode)),
             *[self.write_vector(s) for s in io.writes],
             *(carried if self.carries() else []),

@@ -299,10 +299,35 @@ _C_LANES = """{q} void sn_rng_normals_{t}(
 """
 
 
+#: C: the uniforms of lanes i0 .. i0 + k − 1 at one step, one Philox block per four
+#: lanes as :data:`_C_LANES` (word j % 4 of lane j's block, as ``sn_word``)
+_C_UNIFORMS = """{q} void sn_rng_uniforms_{t}(
+    {t}* u, int k, sn_u64 seed, sn_u64 offset, sn_u32 stream, sn_u64 step, sn_u64 i0) {{
+    if (k % 4 == 0 && (i0 & 3u) == 0) {{
+        for (int g = 0; g < k; g += 4) {{
+            const sn_u32x4 w = sn_rng_block(seed, offset, stream, step, i0 + g);
+            for (int i = 0; i < 4; ++i) {{
+                u[g + i] = sn_uniform_{t}(w.v[i]);
+            }}
+        }}
+    }} else {{
+        for (int j = 0; j < k; ++j) {{
+            u[j] = sn_rng_uniform_{t}(seed, offset, stream, step, i0 + j);
+        }}
+    }}
+}}
+"""
+
+
 def _lanes(target: Target) -> list[str]:
     """The functions that fill a step's K lanes: CUDA templates, C functions."""
     if target.name != "cuda":
-        return [_C_LANES.format(q=target.qualifier, t=real) for real in ("float", "double")]
+        lanes = (_C_LANES, _C_UNIFORMS)
+        return [
+            text.format(q=target.qualifier, t=real)
+            for real in ("float", "double")
+            for text in lanes
+        ]
     parts = [_fast(target)]
     for real, fast in (("float", ""), ("double", ""), ("float", "_fast")):
         parts.append(_LANES.format(t=real, fast=fast))
