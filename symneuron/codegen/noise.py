@@ -109,8 +109,8 @@ def backward_draws(printer: _Printer) -> list[str]:
     return step_draws(printer, read_by(spec, spec.backward.reads), _BACKWARD_STEPS)
 
 
-def normals(printer: _Printer, streams: Iterable[int], compute: str, step: str = "t") -> list[str]:
-    """This lane's standard-normal draw of each stream at ``step``, named as its symbol
+def normals(streams: Iterable[int], compute: str) -> list[str]:
+    """This lane's standard-normal draw of each stream at the step, named as its symbol
     (read from the arrays of :func:`step_draws`)."""
     return [f"const {compute} {NOISES[i]} = {NOISES[i]}_l[j];" for i in streams]
 
