@@ -20,6 +20,7 @@ compute gradients with the same helper. Parameter views live in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -77,7 +78,7 @@ def _op_args(pass_: Pass) -> list[tuple[str, str]]:
     state (``rng``, None by default). Inputs with a default are keyword-only
     (:func:`_op_kwargs`): not differentiable, and callers may leave them out."""
     given = [(a.name, _schema_input(a)) for a in pass_.inputs if a.default is None]
-    options = [(name, f"{kind} {name}") for name, kind in pass_.options]
+    options = [(o.name, f"{o.schema} {o.name}") for o in pass_.options]
     late = [(a.name, _schema_input(a)) for a in pass_.inputs if a.noise]
     return [g for g in given if g not in late] + options + late
 
@@ -95,79 +96,127 @@ def _schema(pass_: Pass) -> str:
     return f"(str key, str backend, {args}) -> ({outputs})"
 
 
-#: Each op's argument names in schema order (the autograd formula's positions).
-OP_ARGS = {
-    p.name: ("key", "backend", *[name for name, _ in _op_args(p)]) for p in (FORWARD, BACKWARD)
-}
-
-
 def _placeholders(out: tuple[Any, ...], like: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """An op's outputs: each absent one as an empty tensor (an op returns no None)."""
     return tuple(like.new_empty((0,)) if t is None else t for t in out)
 
 
-def _absent_as_none(pass_: Pass, out: tuple[Any, ...], present: dict[str, bool]) -> Any:
+def absent_as_none(pass_: Pass, out: tuple[Any, ...], present: dict[str, bool]) -> Any:
     """An op's outputs as the pass's named tuple, None where an output does not exist."""
     return pass_.returns(
         *[t if a.exists(present) else None for a, t in zip(pass_.outputs, out, strict=True)]
     )
 
 
-@torch.library.custom_op("symneuron::forward", mutates_args=(), schema=_schema(FORWARD))
-def forward_op(key: str, backend: str, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
-    """:meth:`Program.forward` as a custom op; its outputs in :data:`FORWARD`'s order."""
-    given = dict(zip(OP_ARGS["forward"][2:], args, strict=False))  # (rng may be left out)
-    return _placeholders(lookup(key, backend).forward(**given, **kwargs), given["x_seq"])
+def op_names(pass_: Pass) -> tuple[str, ...]:
+    """A pass's op's argument names in schema order (the autograd formula's names)."""
+    return ("key", "backend", *[name for name, _ in _op_args(pass_)])
 
 
-@forward_op.register_fake
-def _(key: str, backend: str, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
-    given = dict(zip(OP_ARGS["forward"][2:], args, strict=False))  # (rng may be left out)
-    x_seq = given["x_seq"]
-    layout = lookup(key, backend).forward_layout(x_seq, given["store_h"], given["v_mode"])
-    return _placeholders(layout.outputs(x_seq), x_seq)
+def define_op(
+    pass_: Pass,
+    like: str,
+    launch: Callable[[Program, dict[str, Any]], Any],
+    layout: Callable[[Program, dict[str, Any]], Any],
+) -> Any:
+    """``pass_``'s kernels as the custom op ``symneuron::<pass name>``: ``launch`` runs
+    them on a program with the op's arguments by name, ``layout`` gives their outputs'
+    :class:`~symneuron.runtime.kernels.Layout` (the fake implementation), ``like`` names
+    the input the outputs are allocated like. Its schema, outputs and argument names
+    all come from the pass's named arguments."""
+    names = op_names(pass_)[2:]
+
+    def given(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {**dict(zip(names, args, strict=False)), **kwargs}  # (rng may be left out)
+
+    def run(key: str, backend: str, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+        values = given(args, kwargs)
+        return _placeholders(launch(lookup(key, backend), values), values[like])
+
+    op = torch.library.custom_op(
+        f"symneuron::{pass_.name}", run, mutates_args=(), schema=_schema(pass_)
+    )
+
+    @op.register_fake
+    def _(key: str, backend: str, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+        values = given(args, kwargs)
+        return _placeholders(
+            layout(lookup(key, backend), values).outputs(values[like]), values[like]
+        )
+
+    return op
 
 
-@torch.library.custom_op("symneuron::backward", mutates_args=(), schema=_schema(BACKWARD))
-def backward_op(key: str, backend: str, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
-    """:meth:`Program.backward` as a custom op; its outputs in :data:`BACKWARD`'s order."""
-    given = dict(zip(OP_ARGS["backward"][2:], args, strict=False))
-    return _placeholders(lookup(key, backend).backward(**given, **kwargs), given["h_seq"])
+#: Each op's argument names in schema order (the autograd formula's positions).
+OP_ARGS = {p.name: op_names(p) for p in (FORWARD, BACKWARD)}
+
+#: :meth:`Program.forward` as a custom op; its outputs in :data:`FORWARD`'s order.
+forward_op = define_op(
+    FORWARD,
+    "x_seq",
+    lambda prog, values: prog.forward(**values),
+    lambda prog, values: prog.forward_layout(values["x_seq"], values["store_h"], values["v_mode"]),
+)
+#: :meth:`Program.backward` as a custom op; its outputs in :data:`BACKWARD`'s order.
+backward_op = define_op(
+    BACKWARD,
+    "h_seq",
+    lambda prog, values: prog.backward(**values),
+    lambda prog, values: prog.backward_layout(values["h_seq"], values["v_init"], values["w_init"]),
+)
 
 
-@backward_op.register_fake
-def _(key: str, backend: str, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
-    given = dict(zip(OP_ARGS["backward"][2:], args, strict=False))
-    h_seq = given["h_seq"]
-    layout = lookup(key, backend).backward_layout(h_seq, given["v_init"], given["w_init"])
-    return _placeholders(layout.outputs(h_seq), h_seq)
-
-
-def _save(
-    ctx: Any, prog: Program, v_mode: str, inputs: dict[str, Any], out: Any, extra: tuple = ()
+def save(
+    ctx: Any,
+    prog: Program,
+    v_mode: str,
+    inputs: dict[str, Any],
+    out: Any,
+    extra: dict[str, Any] | None = None,
 ) -> None:
-    """Keep for backward: H and W̃ (extra states only), v_init, w_init, X only when a
-    partial needs it, the params (``inputs`` by name, ``out`` the forward's), then
-    ``extra`` (what a recurrent binding adds)."""
+    """Keep for backward, by name: H and W̃ (extra states only), v_init, w_init, X only
+    when a partial needs it, each param (``inputs`` by name, ``out`` the forward's), then
+    ``extra`` (what a connection's binding adds)."""
     ctx.program, ctx.v_mode, ctx.n_params = prog, v_mode, len(inputs["params"])
     ctx.rng = inputs.get("rng")  # the generator's state: the backward draws the same
-    x_kept = inputs["x_seq"] if prog.needs_x else None
-    ctx.save_for_backward(
-        out.h_seq, out.wt_seq, inputs["v_init"], inputs["w_init"], x_kept, *inputs["params"],
-        *extra,
-    )  # fmt: skip
+    kept = {
+        "h_seq": out.h_seq,
+        "wt_seq": out.wt_seq,
+        "v_init": inputs["v_init"],
+        "w_init": inputs["w_init"],
+        "x_seq": inputs["x_seq"] if prog.needs_x else None,
+    }
+    kept.update({_param_name(i): p for i, p in enumerate(inputs["params"])})
+    kept.update(extra or {})
+    ctx.saved_names = tuple(kept)
+    ctx.save_for_backward(*kept.values())
     ctx.set_materialize_grads(False)
 
 
-def _gradients(
-    ctx: Any, grad_spike: Any, grad_v: Any, grad_w: Any, compiled: bool, launch: Any = None,
-    saved: tuple[Any, ...] | None = None,
-) -> Any:  # fmt: skip
-    """dL/dX, dL/dV[0], dL/dW[0] and each param's gradient (None unless learnable), from
-    the saved context: a dict keyed by the forward's input names. ``launch`` runs the
-    backward kernel (default: the program's :meth:`~Program.backward`); ``saved``: the
-    context's saved tensors where the caller has read them (a checkpoint's saved tensors
-    are unpacked once)."""
+def _param_name(i: int) -> str:
+    return f"param {i}"
+
+
+def saved(ctx: Any) -> dict[str, Any]:
+    """What :func:`save` kept, by name (``ctx.saved_tensors`` read once: a checkpoint
+    unpacks each saved tensor once)."""
+    return dict(zip(ctx.saved_names, ctx.saved_tensors, strict=True))
+
+
+def gradients(
+    ctx: Any,
+    grad_spike: Any,
+    grad_v: Any,
+    grad_w: Any,
+    compiled: bool,
+    launch: Callable[..., Any] | None = None,
+    kept: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """dL/dX, dL/dV[0], dL/dW[0] and each param's gradient (None unless learnable), by
+    the forward's input names, from the saved context. ``launch`` runs the backward
+    kernel on the backward pass's inputs by name (default: the program's
+    :meth:`~Program.backward`, or its op when ``compiled``); ``kept``: the context's
+    saved tensors where the caller has read them (:func:`saved`)."""
     if torch.is_grad_enabled() and not torch.compiler.is_compiling():
         raise RuntimeError(
             "symneuron: the fused kernels' backward is not differentiable, so a gradient "
@@ -176,10 +225,9 @@ def _gradients(
             "Run this part with backend='torch' (the reference, plain torch ops), which "
             "differentiates twice."
         )
-    if saved is None:  # (a recurrent binding saves more after the params)
-        saved = ctx.saved_tensors
-    h_seq, wt_seq, v_init, w_init, x_seq = saved[:5]
-    params = saved[5 : 5 + ctx.n_params]
+    kept = saved(ctx) if kept is None else kept
+    h_seq = kept["h_seq"]
+    params = [kept[_param_name(i)] for i in range(ctx.n_params)]
     prog: Program = ctx.program
     if h_seq is None:
         raise RuntimeError(
@@ -196,20 +244,36 @@ def _gradients(
         grad_v = (h_seq.new_zeros(rows, n) if grad_v is None else grad_v).contiguous()
         if prog.k:  # (without extra states the kernels take no dL/dW: none is made)
             grad_w = (h_seq.new_zeros(prog.k, rows, n) if grad_w is None else grad_w).contiguous()
-    args = (grad_spike, grad_v, grad_w, h_seq, wt_seq, x_seq, v_init, w_init, params, mode)
+    given = {
+        "grad_spike": grad_spike,
+        "grad_v_seq": grad_v,
+        "grad_w_seq": grad_w,
+        "h_seq": h_seq,
+        "wt_seq": kept["wt_seq"],
+        "x_seq": kept["x_seq"],
+        "v_init": kept["v_init"],
+        "w_init": kept["w_init"],
+        "params": params,
+        "grad_v_mode": mode,
+    }
     rng = getattr(ctx, "rng", None)
-    if launch is not None:  # the recurrent kernels (given the forward's rng by their caller)
-        out = launch(*args)
+    if launch is not None:  # a connection's kernels (given the forward's rng by their caller)
+        out = launch(**given)
     elif compiled:
-        present = prog.backward_layout(h_seq, v_init, w_init).present
-        out = _absent_as_none(BACKWARD, backward_op(prog.key, prog.backend, *args, rng), present)
+        present = prog.backward_layout(h_seq, given["v_init"], given["w_init"]).present
+        args = [given[name] for name in OP_ARGS["backward"][2:-1]]
+        out = absent_as_none(BACKWARD, backward_op(prog.key, prog.backend, *args, rng), present)
     else:
-        out = prog.backward(*args, rng=rng)
+        out = prog.backward(**given, rng=rng)
     grads: list[torch.Tensor | None] = [None] * ctx.n_params
     for j, index in prog.learnable_rows:
         grads[index] = out.grad_params[j].to(params[index].dtype)
-    return {"x_seq": out.grad_x_seq, "v_init": out.grad_v_init, "w_init": out.grad_w_init,
-            "params": grads}  # fmt: skip
+    return {
+        "x_seq": out.grad_x_seq,
+        "v_init": out.grad_v_init,
+        "w_init": out.grad_w_init,
+        "params": grads,
+    }
 
 
 def _setup_context(
@@ -218,15 +282,15 @@ def _setup_context(
     given = dict(zip(OP_ARGS["forward"], inputs, strict=False))
     prog = lookup(given["key"], given["backend"])
     present = prog.forward_layout(given["x_seq"], given["store_h"], given["v_mode"]).present
-    out = _absent_as_none(FORWARD, output, present)
+    out = absent_as_none(FORWARD, output, present)
     raw = FORWARD.returns(*output)
     ctx.mark_non_differentiable(raw.h_seq, raw.wt_seq)
-    _save(ctx, prog, given["v_mode"], given, out)
+    save(ctx, prog, given["v_mode"], given, out)
 
 
 def _backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
     grad = FORWARD.returns(*grads)
-    found = _gradients(ctx, grad.spike_seq, grad.v_seq, grad.w_out, True)
+    found = gradients(ctx, grad.spike_seq, grad.v_seq, grad.w_out, True)
     given = len(ctx.needs_input_grad)  # the call's inputs: without rng when it left it out
     return tuple(found.get(name) for name in OP_ARGS["forward"][:given])
 
@@ -270,14 +334,14 @@ class EagerBinding(torch.autograd.Function):
         params = [launch_param(value, dtype, device, shape, n) for value in values]
         out = prog.forward(x_seq, v_init, w_init, params, True, v_mode, rng=rng)
         inputs = {"x_seq": x_seq, "v_init": v_init, "w_init": w_init, "params": params, "rng": rng}
-        _save(ctx, prog, v_mode, inputs, out)
+        save(ctx, prog, v_mode, inputs, out)
         ctx.grad_shapes = [grad_shape(value, shape, n) for value in values]
         spike, v_seq = out.spike_seq, out.v_seq
         return (spike, v_seq) if out.w_out is None else (spike, v_seq, out.w_out)
 
     @staticmethod
     def backward(ctx: Any, grad_spike: Any, grad_v: Any, grad_w: Any = None) -> tuple[Any, ...]:
-        found = _gradients(ctx, grad_spike, grad_v, grad_w, False)
+        found = gradients(ctx, grad_spike, grad_v, grad_w, False)
         grads = found["params"]
         for i, gshape in enumerate(ctx.grad_shapes):
             if grads[i] is not None:  # a learnable param's (ctx.needs_input_grad: host time)

@@ -1,27 +1,22 @@
 """NeuronLayer: a thin ``nn.Module`` around :func:`symneuron.simulate`.
 
-A layer keeps its memory (V and the extra states after its last call) between calls.
-Three ways of running a call again are handled here: ``torch.utils.checkpoint``
-reruns a call in the backward pass, which must start from the state the first run
-started from and must leave the memory alone (:func:`_checkpoint_phase` tells the
-runs apart); under ``torch.compile`` the kept state is copied out of the compiled
-graph's outputs (:func:`_keep_state`), so that CUDA graphs (``mode="reduce-overhead"``),
-which overwrite their outputs at the next replay, never own it.
+A layer keeps its memory (V and the extra states after its last call) between calls,
+also when a call runs again under ``torch.utils.checkpoint`` or compiled
+(:mod:`symneuron.checkpointing`). Its single-step API (:meth:`NeuronLayer.start`,
+:meth:`~NeuronLayer.run_from`, :meth:`~NeuronLayer.keep`) lets a layer built around
+it (:class:`~symneuron.RecurrentNeuronLayer`) run its neurons one step at a time.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
-import sys
-from collections.abc import Callable, Mapping
-from types import FrameType
+from collections.abc import Mapping
 from typing import Any, cast
 
 import torch
-import torch.utils.checkpoint
 from torch import nn
 
+from .checkpointing import REENTRANT_FIX, REPLAYS, checkpoint_phase, keep_state, snapshot
 from .neuron import Neuron
 from .simulate import BACKENDS, simulate
 from .stochastic import check_seed, generator_state
@@ -31,94 +26,6 @@ __all__ = ["NeuronLayer"]
 
 _STEP_MODES = ("m", "s")
 _MISSING = object()
-#: the first, gradient-free run of ``checkpoint(use_reentrant=True)`` runs in this code
-_REENTRANT_CODE = getattr(
-    getattr(getattr(torch.utils.checkpoint, "CheckpointFunction", None), "forward", None),
-    "__code__",
-    None,
-)
-#: frames searched for it (each nn.Module between it and the layer adds three)
-_FRAMES = 24
-#: checkpointed calls remembered per layer until their recomputation (oldest dropped)
-_REPLAYS = 1024
-_REENTRANT_FIX = (
-    "torch.utils.checkpoint(use_reentrant=True) passes gradients only to the checkpointed "
-    "function's inputs, and a NeuronLayer's state is none of them: use use_reentrant=False, "
-    "or cut the gradient through the state first (layer.v = layer.v.detach(), and each "
-    "tensor of layer.states; truncated backpropagation through time)."
-)
-
-
-def _top_hooks() -> Callable[[], Any]:
-    """torch's getter of the innermost saved-tensors hooks, called as this torch takes it."""
-    top = torch._C._autograd._top_saved_tensors_default_hooks
-    try:
-        top(False)
-    except TypeError:  # a torch whose function takes no argument
-        return top  # type: ignore[return-value]
-    return functools.partial(top, False)
-
-
-#: returns the innermost saved-tensors hooks (pack, unpack), or None (host time: made once)
-_TOP_HOOKS = _top_hooks()
-
-
-def _checkpoint_phase() -> str | None:
-    """How ``torch.utils.checkpoint`` runs the current call: ``"recompute"`` (its rerun in
-    a backward pass), ``"reentrant"`` (the first, gradient-free run of
-    ``use_reentrant=True``), ``"first"`` (the first run of ``use_reentrant=False``), or
-    None (not checkpointed)."""
-    if torch._C._current_graph_task_id() != -1:
-        return "recompute"  # a forward inside a backward pass: only checkpoint reruns one
-    if torch.is_grad_enabled():
-        hooks = _TOP_HOOKS()
-        pack = getattr(hooks[0], "__qualname__", "") if hooks else ""
-        return "first" if pack.startswith("_checkpoint_hook") else None
-    if torch.is_inference_mode_enabled() or _REENTRANT_CODE is None:
-        return None
-    frame: FrameType | None = sys._getframe(2)
-    for _ in range(_FRAMES):
-        if frame is None:
-            return None
-        if frame.f_code is _REENTRANT_CODE:
-            return "reentrant"
-        frame = frame.f_back
-    return None
-
-
-@torch.library.custom_op(
-    "symneuron::keep_state",
-    mutates_args=(),
-    tags=tuple(t for t in [getattr(torch.Tag, "cudagraph_unsafe", None)] if t is not None),
-)
-def _keep_state(values: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Copies of ``values`` in memory of their own. Tagged unsafe for CUDA graphs, so that
-    Inductor runs it outside them: the copies are never a graph's (overwritten) outputs."""
-    return [value.clone() for value in values]
-
-
-@_keep_state.register_fake
-def _(values: list[torch.Tensor]) -> list[torch.Tensor]:
-    return [torch.empty_like(value) for value in values]
-
-
-def _keep_state_backward(ctx: Any, grads: list[torch.Tensor]) -> list[torch.Tensor]:
-    return grads
-
-
-_keep_state.register_autograd(_keep_state_backward)
-
-
-@torch.library.custom_op("symneuron::rng_snapshot", mutates_args=())
-def _snapshot(state: torch.Tensor) -> torch.Tensor:
-    """A copy of a layer's generator state: an op, so that a compiled graph saves it for
-    the backward instead of recomputing it from the state the layer advances in place."""
-    return state.clone()
-
-
-@_snapshot.register_fake
-def _(state: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(state)
 
 
 class NeuronLayer(nn.Module):
@@ -250,16 +157,17 @@ class NeuronLayer(nn.Module):
             out[name] = getattr(self, name) if value is _MISSING else value  # type: ignore[assignment]
         return out
 
-    def _keep(
+    def keep(
         self, v: torch.Tensor | None, v_seq: torch.Tensor | None, states: Any, compiling: bool
     ) -> None:
-        """Set the memory: plain attributes, set without nn.Module.__setattr__'s search of
-        its tables (host time) outside compilation; compiled, copies of the state out of
-        the graph's outputs (CUDA graphs overwrite those at their next replay)."""
+        """Set the memory (single-step API): plain attributes, set without
+        nn.Module.__setattr__'s search of its tables (host time) outside compilation;
+        compiled, copies of the state out of the graph's outputs (CUDA graphs overwrite
+        those at their next replay)."""
         if compiling:
             if v is not None:  # v_seq too: a graph output read at the next call fails
                 seq = [] if v_seq is None else [v_seq]
-                v, *kept = _keep_state([v, *seq, *states.values()])
+                v, *kept = keep_state([v, *seq, *states.values()])
                 if v_seq is not None:
                     v_seq, *kept = kept
                 states = dict(zip(states, kept, strict=True))
@@ -270,7 +178,7 @@ class NeuronLayer(nn.Module):
     def reset(self) -> None:
         """Forget the membrane state and any extra states (call between sequences)."""
         if torch.compiler.is_compiling():
-            self._keep(None, None, {}, True)
+            self.keep(None, None, {}, True)
         else:  # (_keep's plain attributes, and the checkpoint records, at once: host time)
             self.__dict__.update(v=None, v_seq=None, states={}, _replays=[], _ungraded=None)
 
@@ -283,23 +191,31 @@ class NeuronLayer(nn.Module):
             )
         return x.unsqueeze(0)
 
-    def _advance(self, x_seq: torch.Tensor, compiling: bool) -> torch.Tensor | None:
+    def mark_ungraded(self) -> None:
+        """Record that the V just kept carries no gradient (kept by the first,
+        gradient-free run of ``checkpoint(use_reentrant=True)``): the next call refuses it
+        unless it was detached."""
+        self.__dict__["_ungraded"] = self.v
+
+    def advance_rng(self, x_seq: torch.Tensor, compiling: bool) -> torch.Tensor | None:
         """The generator state of this call (a copy: its backward reads it later), and the
         kept one advanced by the call's steps (None for a neuron that draws nothing)."""
         if not self.neuron.draws:
             return None
         steps = x_seq.shape[0] if isinstance(x_seq, torch.Tensor) and x_seq.dim() else 0
         state = cast(torch.Tensor, self.rng_state)
-        rng = _snapshot(state) if compiling else state.clone()  # (_snapshot: why an op)
+        rng = snapshot(state) if compiling else state.clone()  # (snapshot: why an op)
         with torch.no_grad():
             state[1] += steps  # in place: a captured CUDA graph advances it at each replay
         return rng
 
-    def _start(self, x_seq: torch.Tensor) -> tuple[Any, dict[str, torch.Tensor], str | None, Any]:
+    def start(self, x_seq: torch.Tensor) -> tuple[Any, dict[str, torch.Tensor], str | None, Any]:
         """The state an eager call starts from (for a checkpoint's recomputation, the state
-        its first run started from), how checkpoint runs it (:func:`_checkpoint_phase`)
-        and its generator state (:meth:`_advance`; a recomputation reuses the first's)."""
-        phase = _checkpoint_phase()
+        its first run started from), how checkpoint runs it
+        (:func:`~symneuron.checkpointing.checkpoint_phase`) and its generator state
+        (:meth:`advance_rng`; a recomputation reuses the first's). Part of the
+        single-step API a layer built around this one drives."""
+        phase = checkpoint_phase()
         if phase == "recompute":
             replays = self.__dict__.setdefault("_replays", [])
             if replays:  # reruns come last first, as the backward pass meets them
@@ -310,24 +226,25 @@ class NeuronLayer(nn.Module):
             if phase == "reentrant" or torch.is_grad_enabled():
                 raise RuntimeError(
                     "This layer's state comes from a call under torch.utils.checkpoint("
-                    f"use_reentrant=True) and carries no gradient to it. {_REENTRANT_FIX}"
+                    f"use_reentrant=True) and carries no gradient to it. {REENTRANT_FIX}"
                 )
         if phase is None:  # not checkpointed (the common case)
-            return v, states, None, self._advance(x_seq, False)
+            return v, states, None, self.advance_rng(x_seq, False)
         if phase == "reentrant" and v is not None and v.requires_grad:
-            raise RuntimeError(f"This layer's state carries a gradient. {_REENTRANT_FIX}")
-        rng = self._advance(x_seq, False)
+            raise RuntimeError(f"This layer's state carries a gradient. {REENTRANT_FIX}")
+        rng = self.advance_rng(x_seq, False)
         replays = self.__dict__.setdefault("_replays", [])
         replays.append((v, states, "recompute", rng))  # what its recomputation returns
-        del replays[:-_REPLAYS]
+        del replays[:-REPLAYS]
         return v, states, phase, rng
 
-    def _run(
+    def run_from(
         self, x_seq: torch.Tensor, v: torch.Tensor | None, states: dict[str, torch.Tensor],
         compiling: bool, rng: torch.Tensor | None = None,
     ) -> Any:  # fmt: skip
-        """:func:`simulate` from ``v`` and ``states``, with the hint to reset on a state
-        left by a call under torch.inference_mode."""
+        """:func:`simulate` from ``v`` and ``states`` (single-step API: one step's input
+        as ``x_seq`` [1, *shape]), with the hint to reset on a state left by a call under
+        torch.inference_mode."""
         try:
             return simulate(
                 self.neuron,
@@ -354,9 +271,9 @@ class NeuronLayer(nn.Module):
         x_seq = x if self.step_mode == "m" else self._steps(x)
         compiling = torch.compiler.is_compiling()  # (asked once: host time)
         if compiling:
-            v, states, phase, rng = self.v, self.states, None, self._advance(x_seq, True)
+            v, states, phase, rng = self.v, self.states, None, self.advance_rng(x_seq, True)
         else:
-            v, states, phase, rng = self._start(x_seq)
+            v, states, phase, rng = self.start(x_seq)
         if isinstance(v, torch.Tensor) and isinstance(x_seq, torch.Tensor):
             if v.shape != x_seq.shape[1:] and x_seq.dim() >= 2:
                 raise ValueError(
@@ -364,19 +281,19 @@ class NeuronLayer(nn.Module):
                     f"but the input's shape per step is {tuple(x_seq.shape[1:])}: call "
                     "layer.reset() before each new sequence (on every NeuronLayer of the model)."
                 )
-        result = self._run(x_seq, v, states, compiling, rng)
+        result = self.run_from(x_seq, v, states, compiling, rng)
         spikes, v_seq = result[0], result[1]
         store = self.store_v_seq and self.step_mode == "m"
         if phase == "recompute":  # the memory stays as the first run left it
             return spikes[0] if self.step_mode == "s" else spikes
         if x_seq.shape[0] == 0:  # no step: the memory stays as it was
-            self._keep(self.v, v_seq if store else None, self.states, compiling)
+            self.keep(self.v, v_seq if store else None, self.states, compiling)
             return spikes
         if len(self.neuron.states):  # (len: Dynamo misreads an empty mappingproxy as true)
             states = {name: seq[-1] for name, seq in result[2].items()}
-        self._keep(v_seq[-1], v_seq if store else None, states, compiling)
+        self.keep(v_seq[-1], v_seq if store else None, states, compiling)
         if phase == "reentrant":
-            self.__dict__["_ungraded"] = self.v
+            self.mark_ungraded()
         return spikes[0] if self.step_mode == "s" else spikes
 
     def __deepcopy__(self, memo: dict[int, Any]) -> NeuronLayer:

@@ -3,7 +3,7 @@
 Per batch row and step (``R`` = :attr:`RecurrentNeuronLayer.weight`, ``M`` the fixed
 connectivity mask, row j receiving from column i as in ``nn.Linear``)::
 
-    X_eff[t] = x[t] + (R ⊙ M)·s[t−1] (+ b),   s[−1] = 0 after reset()
+    X_eff[t] = x[t] + (R ⊙ M)·s[t−d] (+ b),   s[−d..−1] = 0 after reset()
     the neuron's step with X_eff in place of X;  s[t] = its spikes
 
 Any neuron the compiler takes works: X_eff enters wherever X enters (the charge or a
@@ -15,7 +15,7 @@ call starts from), the recurrent product in torch between steps: the oracle the 
 kernels are tested against. A neuron that draws random numbers (docs/noise.md) draws
 the same ones both ways: the cell's generator state, advanced by T each call, keys step
 t of a call at its offset + t. Under ``torch.utils.checkpoint`` a call starts from the
-cell's :meth:`NeuronLayer._start` (V, the states and the generator state; for the
+cell's :meth:`NeuronLayer.start` (V, the states and the generator state; for the
 recomputation, those its first run started from) and keeps its last spikes likewise.
 """
 
@@ -31,8 +31,9 @@ from torch import nn
 
 from . import binding_recurrent
 from .binding import Run
-from .layer import _REENTRANT_FIX as _CELL_FIX
-from .layer import _REPLAYS, NeuronLayer, _checkpoint_phase
+from .checkpointing import REENTRANT_FIX as _CELL_FIX
+from .checkpointing import REPLAYS, checkpoint_phase
+from .layer import NeuronLayer
 from .neuron import Neuron
 from .simulate import prepare
 from .validate import flag, raise_if_not_finite
@@ -59,7 +60,7 @@ class RecurrentNeuronLayer(nn.Module):
 
     .. math::
 
-        X_\mathrm{eff}[t] = x[t] + (R \odot M)\, s[t-1] + b, \qquad s[-1] = 0
+        X_\mathrm{eff}[t] = x[t] + (R \odot M)\, s[t-d] + b, \qquad s[-d..-1] = 0
 
     Parameters
     ----------
@@ -73,6 +74,9 @@ class RecurrentNeuronLayer(nn.Module):
         (so masked weights get zero gradient). ``1 - torch.eye(size)``: no autapses.
     learn_weight : bool
         Whether ``weight`` is learnable (else frozen: ``requires_grad=False``).
+    delay : int
+        The connection's delay ``d`` in steps (>= 1): a spike at step t reaches the
+        layer's input at step t + d. The layer keeps the last ``d`` steps of spikes.
     backend : {"auto", "cuda", "cpu", "torch"}
     params : mapping, optional
         The neuron's parameter values, as for :class:`~symneuron.NeuronLayer` (they live
@@ -91,7 +95,8 @@ class RecurrentNeuronLayer(nn.Module):
     cell : NeuronLayer
         The neurons (single-step), holding V, the extra states and the parameters.
     s : Tensor or None
-        The spikes of the last step, fed back at the next call until :meth:`reset`.
+        The spikes of the last ``delay`` steps, [delay, *batch, size], oldest first: what
+        the next call feeds back, until :meth:`reset`.
 
     Examples
     --------
@@ -112,11 +117,18 @@ class RecurrentNeuronLayer(nn.Module):
         backend: str = "auto",
         params: Mapping[Any, float | torch.Tensor] | None = None,
         seed: int | None = None,
+        delay: int = 1,
     ) -> None:
         super().__init__()
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"size must be a positive int (the number of neurons), got {size!r}")
+        if isinstance(delay, bool) or not isinstance(delay, int) or delay < 1:
+            raise ValueError(
+                f"delay must be an int >= 1 (steps from a spike to the input it reaches), "
+                f"got {delay!r}"
+            )
         self.size = size
+        self.delay = delay
         self.cell = NeuronLayer(neuron, backend=backend, step_mode="s", params=params, seed=seed)
         weight = torch.empty(size, size)
         nn.init.kaiming_uniform_(weight, a=math.sqrt(5))  # as nn.Linear
@@ -164,43 +176,62 @@ class RecurrentNeuronLayer(nn.Module):
             )
         return x_seq
 
+    def _history(self, x_seq: torch.Tensor) -> torch.Tensor | None:
+        """The kept spikes of the last ``delay`` steps, checked against this call's input
+        and in its dtype and device (a kernel reads them as the input's dtype)."""
+        s = self.s
+        if s is None:
+            return None
+        expected = (self.delay, *x_seq.shape[1:])
+        if tuple(s.shape) != expected:
+            raise ValueError(
+                f"This layer holds spikes of shape {tuple(s.shape)} from the last sequence, "
+                f"but this call needs [delay, *batch, size] = {list(expected)}: call "
+                "layer.reset() before each new sequence."
+            )
+        return s.to(dtype=x_seq.dtype, device=x_seq.device)
+
     def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
         """Spikes [T, *batch, size] for input ``x_seq`` [T, *batch, size]."""
         x_seq = self._check_input(x_seq)
         weight = self.effective_weight.to(x_seq.dtype)
         bias = None if self.bias is None else self.bias.to(x_seq.dtype)
-        s = self.s
-        if s is not None and s.shape != x_seq.shape[1:]:
-            raise ValueError(
-                f"This layer holds spikes of shape {tuple(s.shape)} from the last sequence, "
-                f"but the input's shape per step is {tuple(x_seq.shape[1:])}: call "
-                "layer.reset() before each new sequence."
-            )
+        history = self._history(x_seq)
         cell, compiling = self.cell, torch.compiler.is_compiling()
-        start = self._start(x_seq, compiling)
+        start = self._start(x_seq, history, compiling)
         phase = start[3]
         drive = x_seq if bias is None else x_seq + bias
         fused = self._fused(drive, weight, start, compiling)
         spikes, end = fused or self._loop(x_seq, weight, bias, start, compiling)
         if phase != "recompute":  # a recomputation leaves the memory as the first run did
-            cell._keep(end[1], None, end[2], compiling)
+            cell.keep(end[1], None, end[2], compiling)
             self.s = end[0]
             if phase == "reentrant":
-                cell.__dict__["_ungraded"] = cell.v
+                cell.mark_ungraded()
         return spikes
 
-    def _start(self, x_seq: torch.Tensor, compiling: bool) -> Start:
-        """The state a call starts from, as :meth:`NeuronLayer._start` gives the cell's
+    def _last_steps(self, before: torch.Tensor | None, spikes: torch.Tensor) -> torch.Tensor:
+        """The spikes of the last ``delay`` steps after a call: the call's last ones,
+        after those kept before it (zeros after a reset) when the call was shorter."""
+        if spikes.shape[0] >= self.delay:
+            return spikes[spikes.shape[0] - self.delay :]
+        if before is None:
+            before = spikes.new_zeros((self.delay, *spikes.shape[1:]))
+        return torch.cat([before, spikes])[spikes.shape[0] :]
+
+    def _start(self, x_seq: torch.Tensor, s: torch.Tensor | None, compiling: bool) -> Start:
+        """The state a call starts from, as :meth:`NeuronLayer.start` gives the cell's
         (for a checkpoint's recomputation, the state its first run started from; the
-        generator state advanced by T), with the last spikes recorded and replayed alike."""
-        cell, s = self.cell, self.s
+        generator state advanced by T), with the kept spikes ``s`` recorded and replayed
+        alike."""
+        cell = self.cell
         if compiling:
-            return s, cell.v, cell.states, None, cell._advance(x_seq, True)
+            return s, cell.v, cell.states, None, cell.advance_rng(x_seq, True)
         if s is not None and s.requires_grad and not torch.is_grad_enabled():
-            if _checkpoint_phase() == "reentrant":
+            if checkpoint_phase() == "reentrant":
                 raise RuntimeError(f"This layer's state carries a gradient. {_REENTRANT_FIX}")
         try:
-            v, states, phase, rng = cell._start(x_seq)
+            v, states, phase, rng = cell.start(x_seq)
         except RuntimeError as exc:  # the cell's refusals, with this layer's fix
             if _CELL_FIX not in str(exc):
                 raise
@@ -210,7 +241,7 @@ class RecurrentNeuronLayer(nn.Module):
             return replays.pop(), v, states, phase, rng
         if phase is not None:
             replays.append(s)
-            del replays[:-_REPLAYS]
+            del replays[:-REPLAYS]
         return s, v, states, phase, rng
 
     def _fused(
@@ -220,43 +251,61 @@ class RecurrentNeuronLayer(nn.Module):
         leaves, or None where the neuron runs on the torch reference (then :meth:`_loop`)."""
         cell, (s, v, states, _, rng) = self.cell, start
         job, check = prepare(
-            cell.neuron, drive, v, cell._param_values(compiling), backend=cell.backend,
-            store_v_seq=False, states=states or None, check_finite=cell.check_finite,
+            cell.neuron,
+            drive,
+            v,
+            cell.param_values(),
+            backend=cell.backend,
+            store_v_seq=False,
+            states=states or None,
+            check_finite=cell.check_finite,
             seed=rng,
-        )  # fmt: skip
+        )
         if not isinstance(job, Run):
             return None
-        s_init = None if s is None else s.reshape(-1)
-        spikes, v_out, w_out = binding_recurrent.run(job, weight, s_init)
+        s_init = None if s is None else s.reshape(self.delay, -1).contiguous()
+        spikes, v_out, w_out = binding_recurrent.run(job, weight, s_init, self.delay)
         if check:
             raise_if_not_finite([("V", v_out)], drive)
         shape = job.shape
         spikes = spikes.view(drive.shape[0], *shape)
         if w_out is not None:
             states = {name: w_out[i, -1].view(shape) for i, name in enumerate(cell.neuron.states)}
-        return spikes, (spikes[-1], v_out[-1].view(shape), states)
+        if drive.shape[0] == 0:  # no step: the state stays as it was
+            return spikes, (s, v, states)
+        return spikes, (self._last_steps(s, spikes), v_out[-1].view(shape), states)
 
     def _loop(
-        self, x_seq: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-        start: Start, compiling: bool,
-    ) -> tuple[torch.Tensor, End]:  # fmt: skip
+        self,
+        x_seq: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        start: Start,
+        compiling: bool,
+    ) -> tuple[torch.Tensor, End]:
         """The sequence one step at a time through the cell's simulation (the oracle of
-        the fused kernels), the recurrent product in torch; step t draws at offset + t."""
+        the fused kernels), the recurrent product in torch on the spikes of ``delay``
+        steps before; step t draws at offset + t."""
         cell, (s, v, states, _, rng) = self.cell, start
         if rng is not None:  # [T, 2]: row t is step t's generator state
             steps = torch.arange(x_seq.shape[0], device=rng.device)
             rng = rng + torch.stack((torch.zeros_like(steps), steps), dim=1)
-        out = []
+        before = [None] * self.delay if s is None else list(s.unbind(0))
+        out: list[torch.Tensor] = []
         for t, x in enumerate(x_seq):
-            drive = x if s is None else x + nn.functional.linear(s, weight)
+            fed = before[t] if t < self.delay else out[t - self.delay]
+            drive = x if fed is None else x + nn.functional.linear(fed, weight)
             drive = drive if bias is None else drive + bias
             step_rng = None if rng is None else rng[t]
-            result = cell._run(drive.unsqueeze(0), v, states, compiling, step_rng)
-            s, v = result[0][0], result[1][-1]
+            result = cell.run_from(drive.unsqueeze(0), v, states, compiling, step_rng)
+            v = result[1][-1]
             if len(cell.neuron.states):
                 states = {name: seq[-1] for name, seq in result[2].items()}
-            out.append(s)
-        return (torch.stack(out) if out else x_seq.new_zeros(x_seq.shape)), (s, v, states)
+            out.append(result[0][0])
+        if not out:
+            return x_seq.new_zeros(x_seq.shape), (s, v, states)
+        spikes = torch.stack(out)
+        return spikes, (self._last_steps(s, spikes), v, states)
 
     def reset(self) -> None:
         """Forget V, the extra states and the last spikes (a new sequence starts)."""
@@ -277,4 +326,5 @@ class RecurrentNeuronLayer(nn.Module):
 
     def extra_repr(self) -> str:
         masked = ", masked" if self.mask is not None else ""
-        return f"size={self.size}, bias={self.bias is not None}{masked}"
+        delay = f", delay={self.delay}" if self.delay != 1 else ""
+        return f"size={self.size}, bias={self.bias is not None}{delay}{masked}"

@@ -31,6 +31,7 @@ import torch
 
 __all__ = [
     "Arg",
+    "Option",
     "Pass",
     "FORWARD",
     "BACKWARD",
@@ -113,8 +114,30 @@ class Arg:
 
 
 @dataclass(frozen=True)
+class Option:
+    """One named option of a pass: its values, the type its custom op's schema gives it,
+    and the token each value puts into the exported kernel name."""
+
+    name: str
+    schema: str
+    values: tuple[Any, ...]
+    #: the name token of each value, in :attr:`values`' order (default: ``str(value)``)
+    tokens: tuple[str, ...] | None = None
+
+    def token(self, value: Any) -> str:
+        if self.tokens is None:
+            return str(value)
+        return self.tokens[self.values.index(value)]
+
+
+@dataclass(frozen=True)
 class Pass:
-    """One pass's kernel arguments in C order and the variant options of its kernels.
+    """One kind of kernel: its arguments in C order and its named options.
+
+    ``kind`` names the printer of its body (:mod:`symneuron.codegen.skeleton` keeps the
+    table of printers by kind); ``name`` prefixes its exported kernels (unique). A pass
+    with ``rows`` runs one block per batch row of ``F`` neurons, which exchange values
+    each step (a connection stage, :mod:`symneuron.codegen.connection`).
 
     The facts derived from the arguments are fields computed once at construction:
     launches read them every call, also inside ``torch.compile`` (Dynamo cannot enter
@@ -129,9 +152,10 @@ class Pass:
     """
 
     name: str
+    kind: str
     args: tuple[Arg, ...]
-    #: option name -> its schema type (``"bool"``, ``"str"``)
-    options: tuple[tuple[str, str], ...]
+    options: tuple[Option, ...]
+    rows: bool = False
     inputs: tuple[Arg, ...] = field(init=False)
     defaults: dict[str, Any] = field(init=False)
     outputs: tuple[Arg, ...] = field(init=False)
@@ -153,9 +177,37 @@ class Pass:
         for name, value in derived.items():
             object.__setattr__(self, name, value)
 
+    def __hash__(self) -> int:
+        return hash(self.name)
+
     def of(self, states: bool, noise: bool = False) -> tuple[Arg, ...]:
         """The arguments of a neuron with (or without) extra states and random draws."""
         return tuple(a for a in self.args if (states or not a.states) and (noise or not a.noise))
+
+    def extended(
+        self, name: str, after: str, *new: Arg, tail: tuple[Arg, ...] = (), rows: bool = True
+    ) -> Pass:
+        """This pass with ``new`` arguments inserted after argument ``after`` and ``tail``
+        appended, named ``name``: a connection's pass is its neuron's pass plus the
+        connection's arguments."""
+        args = list(self.args)
+        at = [a.name for a in args].index(after) + 1
+        return Pass(name, self.kind, (*args[:at], *new, *args[at:], *tail), self.options, rows)
+
+    def variant(self, lanes: int = 1, **options: Any) -> Variant:
+        """The variant with these option values (by name) and ``lanes``."""
+        unknown = set(options) - {o.name for o in self.options}
+        if unknown:
+            raise ValueError(f"pass {self.name!r} has no options {sorted(unknown)}")
+        return Variant(self, tuple(options[o.name] for o in self.options), lanes)
+
+    def variants(self, lanes: int) -> list[Variant]:
+        """Every exported kernel of this pass for a dtype of vector width ``lanes``, in
+        source order (the lane counts of one option set together)."""
+        combos: list[tuple[Any, ...]] = [()]
+        for option in self.options:
+            combos = [(*c, v) for c in combos for v in option.values]
+        return [Variant(self, c, k) for c in combos for k in lane_counts(lanes)]
 
     def allocate(
         self, like: Any, dims: dict[str, int], present: dict[str, bool], accum: Any
@@ -226,8 +278,18 @@ def _sizes() -> tuple[Arg, Arg]:
     return Arg("T", "int", derived=True), Arg("N", "long long", derived=True)
 
 
+#: The options of the forward: store H (and W̃) for the backward or not ("h", "n"), and
+#: V (and W) every step or the last (:data:`V_MODES`).
+FORWARD_OPTIONS = (
+    Option("store_h", "bool", (True, False), ("h", "n")),
+    Option("v_mode", "str", V_MODES),
+)
+#: The option of the backward: which gradient of V (and W) autograd supplies.
+BACKWARD_OPTIONS = (Option("grad_v_mode", "str", GRAD_V_MODES),)
+
 #: The forward kernels: X in, S (H, W̃ for the backward) and V (W) out.
 FORWARD = Pass(
+    "forward",
     "forward",
     (
         _tensor("x_seq"),
@@ -243,12 +305,23 @@ FORWARD = Pass(
         _strides(),
         *_sizes(),
     ),
-    (("store_h", "bool"), ("v_mode", "str")),
+    FORWARD_OPTIONS,
+)
+
+#: The accumulated gradient rows of the learnable parameters: one [N] row each.
+_GRAD_PARAMS = Arg(
+    "grad_params",
+    "accum",
+    shape=("P", "N"),
+    when="learnable",
+    each="learnable",
+    cname="grad_{}_ptr",
 )
 
 #: The backward kernels: the loss's gradients and what the forward saved in, dL/dX,
 #: dL/dV[0] (dL/dW[0]) and one accumulated row per learnable parameter out.
 BACKWARD = Pass(
+    "backward",
     "backward",
     (
         _tensor("grad_spike"),
@@ -264,48 +337,34 @@ BACKWARD = Pass(
         _out("grad_x_seq", "T N"),
         _out("grad_v_init", "N", when="v_init"),
         _out("grad_w_init", "k N", when="w_init", states=True),
-        Arg(
-            "grad_params",
-            "accum",
-            shape=("P", "N"),
-            when="learnable",
-            each="learnable",
-            cname="grad_{}_ptr",
-        ),  # fmt: skip
+        _GRAD_PARAMS,
         _strides(),
         Arg("grad_spike_scalar", "int", derived=True),
         *_sizes(),
     ),
-    (("grad_v_mode", "str"),),
+    BACKWARD_OPTIONS,
 )
 
-
-def _insert(pass_: Pass, name: str, after: str, *new: Arg, tail: tuple[Arg, ...] = ()) -> Pass:
-    """``pass_``'s arguments with ``new`` inserted after argument ``after`` and ``tail``
-    appended: a recurrent pass is its feedforward pass plus the recurrence's arguments."""
-    args = list(pass_.args)
-    at = [a.name for a in args].index(after) + 1
-    return Pass(name, (*args[:at], *new, *args[at:], *tail), pass_.options)
-
-
+#: The neurons of one batch row (N = rows · F) and the connection's delay in steps.
 _FEATURES = Arg("F", "long long", derived=True)
+_DELAY = Arg("D", "int")
 
-#: The recurrent forward (DESIGN §3b): FORWARD plus the transposed effective weight
-#: (row m: what neuron m's spike adds to each neuron of its batch row), the spikes of
-#: the step before the first (None: no spike), X_eff for a backward that reads X, and
-#: the neurons per batch row F (N = rows · F).
-RFORWARD = _insert(
-    FORWARD,
+#: The recurrent forward (a connection stage, DESIGN §3b): FORWARD plus the transposed
+#: effective weight (row m: what neuron m's spike adds to each neuron of its batch row),
+#: the spikes of the D steps before the first ([D, N], oldest first; None: no spike),
+#: X_eff for a backward that reads X, the delay D and the neurons per batch row F.
+RFORWARD = FORWARD.extended(
     "rforward",
     "x_seq",
     _tensor("weight_t"),
     _tensor("s_init", when="s_init"),
-    tail=(_out("xeff_seq", "T N", when="store_x"), _FEATURES),
+    tail=(_out("xeff_seq", "T N", when="store_x"), _DELAY, _FEATURES),
 )
 #: The recurrent backward: BACKWARD plus the effective weight, whose transposed product
-#: with dL/dX_eff[t+1] adds to dL/dS[t] inside the reverse time loop.
-RBACKWARD = _insert(BACKWARD, "rbackward", "params", _tensor("weight"), tail=(_FEATURES,))
+#: with dL/dX_eff[t+D] adds to dL/dS[t] inside the reverse time loop.
+RBACKWARD = BACKWARD.extended("rbackward", "params", _tensor("weight"), tail=(_DELAY, _FEATURES))
 
+#: The built-in passes by name.
 PASSES = {p.name: p for p in (FORWARD, BACKWARD, RFORWARD, RBACKWARD)}
 
 
@@ -329,28 +388,28 @@ class Geometry(NamedTuple):
 
 @dataclass(frozen=True)
 class Variant:
-    """One exported kernel: its pass, option values and lanes, and its launch geometry.
+    """One exported kernel: its pass, option values (in the pass's option order) and
+    lanes. Its name is printed from the pass's name and each option's token."""
 
-    ``options`` are the pass's option values in order: ``(store_h, v_mode)`` for the
-    forward, ``(grad_v_mode,)`` for the backward.
-    """
-
-    pass_name: str
+    pass_: Pass
     options: tuple[Any, ...]
     lanes: int = 1
+
+    def option(self, name: str) -> Any:
+        """The value of option ``name``."""
+        names = [o.name for o in self.pass_.options]
+        return self.options[names.index(name)]
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The option values by name."""
+        return {o.name: v for o, v in zip(self.pass_.options, self.options, strict=True)}
 
     @property
     def base(self) -> str:
         """The variant's name without the neuron's name and the lane count."""
-        if self.pass_name in ("forward", "rforward"):
-            store_h, v_mode = self.options
-            return f"{self.pass_name}_{'h' if store_h else 'n'}_{v_mode}"
-        return f"{self.pass_name}_{self.options[0]}"
-
-    @property
-    def recurrent(self) -> bool:
-        """Whether the variant runs the recurrence (one block per batch row)."""
-        return self.pass_name[0] == "r"
+        tokens = [o.token(v) for o, v in zip(self.pass_.options, self.options, strict=True)]
+        return "_".join([self.pass_.name, *tokens])
 
     def function(self, neuron: str) -> str:
         """The name of the function the variant's kernels share (a template on CUDA)."""
@@ -366,15 +425,10 @@ class Variant:
         return Geometry(math.ceil(threads / block), block)
 
 
-def variants(lanes: int, recurrent: bool = False) -> list[Variant]:
-    """Every exported kernel of a source for a dtype of vector width ``lanes``, in order
-    (``recurrent``: the recurrent passes' kernels, which a source holds only on request)."""
-    forward, backward = ("rforward", "rbackward") if recurrent else ("forward", "backward")
-    out = [
-        Variant(forward, (h, m), k) for h in (True, False) for m in V_MODES
-        for k in lane_counts(lanes)
-    ]  # fmt: skip
-    return out + [Variant(backward, (m,), k) for m in GRAD_V_MODES for k in lane_counts(lanes)]
+def variants(lanes: int, passes: Sequence[Pass] = (FORWARD, BACKWARD)) -> list[Variant]:
+    """Every exported kernel of a source of ``passes`` for a dtype of vector width
+    ``lanes``, in source order."""
+    return [v for p in passes for v in p.variants(lanes)]
 
 
 def lane_counts(lanes: int) -> tuple[int, ...]:

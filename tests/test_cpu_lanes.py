@@ -99,14 +99,15 @@ def test_a_backward_calling_the_math_library_keeps_one_lane() -> None:
     from symneuron import derivation
     from symneuron.codegen.dialects import C
     from symneuron.codegen.skeleton import render
+    from symneuron.signature import BACKWARD, FORWARD
 
     row = dtypes.DTYPES["cpu"]["float32"]
     for surrogate, wide in (("default", False), ("ATan", True)):
         kw = {} if surrogate == "default" else {"surrogate": sn.surrogate.ATan()}
         spec = derivation.derive(sn.models.LIF(**kw))
-        source = render(spec, C, row, only="LIF_backward_none_k64")
+        source = render(spec, C, row, only=BACKWARD.variant(64, grad_v_mode="none"))
         assert ("#define K 64" in source) is wide, surrogate
-        forward = render(spec, C, row, only="LIF_forward_h_last_k64")
+        forward = render(spec, C, row, only=FORWARD.variant(64, store_h=True, v_mode="last"))
         assert "#define K 64" in forward
 
 

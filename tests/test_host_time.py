@@ -184,7 +184,7 @@ def test_packer_packs_in_the_arguments_order(pass_: Pass, model: str) -> None:
     gen = generator(seed_of("packer", pass_.name, model))
     values: dict[str, Any] = {
         "params": [torch.rand(7, generator=gen) for _ in range(n_params)],
-        "param_strides": [1] * n_params, "T": 5, "N": 7, "F": 7, "grad_spike_scalar": 1,
+        "param_strides": [1] * n_params, "T": 5, "N": 7, "F": 7, "D": 2, "grad_spike_scalar": 1,
     }  # fmt: skip
     tensors = [a.name for a in pass_.inputs if a.pointer and not a.each]
     for i, name in enumerate(tensors):  # every other one after the first None: NULL

@@ -12,7 +12,8 @@ from conftest import generator
 import symneuron as sn
 from symneuron import binding_recurrent
 from symneuron.runtime import cpu
-from symneuron.runtime import recurrent as rkernels
+from symneuron.runtime import rows as rkernels
+from symneuron.signature import RBACKWARD
 
 pytestmark = pytest.mark.skipif(not cpu.available(), reason="needs a C compiler")
 
@@ -247,7 +248,7 @@ def test_custom_ops_pass_opcheck() -> None:
     w = torch.rand(6, 6, dtype=torch.float64, generator=generator(17), requires_grad=True)
     params = [torch.tensor(float(v), dtype=torch.float64) for v in prog.neuron.params.values()]
     params[0].requires_grad_()
-    args = (x, w, None, None, None, params, True, "seq")
+    args = (x, w, None, None, None, params, 1, True, "seq")  # delay 1
     torch.library.opcheck(binding_recurrent.rforward_op, (prog.key, "cpu", *args))
 
 
@@ -289,7 +290,7 @@ def test_backward_shared_memory_caches_rows_without_a_second_wave(
 
     def geometry(rows: int, features: int) -> tuple[int, int]:
         first = torch.empty(2, rows * features)
-        g = rkernels._geometry(prog, rkernels.RBACKWARD, first, features, 1)
+        g = rkernels.geometry(prog, RBACKWARD.variant(1, grad_v_mode="none"), first, features, 1)
         return g.block, g.shared
 
     # 64 rows of 256: 4 parts of 64 rows; (2 + 4)·256 floats first, then 55 rows a part

@@ -24,6 +24,7 @@ from symneuron.codegen.dialects import DIALECTS
 from symneuron.codegen.skeleton import render
 from symneuron.dtypes import lookup
 from symneuron.runtime import cpu
+from symneuron.signature import RBACKWARD, RFORWARD
 
 pytestmark = pytest.mark.skipif(not cpu.available(), reason="needs a C compiler")
 
@@ -172,7 +173,7 @@ def test_custom_op_with_the_generator_state_passes_opcheck() -> None:
     params = [torch.tensor(2.0, dtype=torch.float64), torch.tensor(0.3, dtype=torch.float64)]
     params[1].requires_grad_()
     rng = torch.tensor([11, 3], dtype=torch.int64)
-    args = (x, w, None, None, None, params, True, "seq", rng)
+    args = (x, w, None, None, None, params, 1, True, "seq", rng)
     torch.library.opcheck(binding_recurrent.rforward_op, (prog.key, "cpu", *args))
 
 
@@ -183,7 +184,7 @@ def test_noisy_recurrent_cuda_sources_compile_with_nvrtc(dtype: torch.dtype) -> 
     nvrtc = pytest.importorskip("symneuron.runtime.nvrtc")
     for name, (make, _) in MODELS.items():
         spec = make().spec()
-        source = render(spec, DIALECTS["cuda"], lookup("cuda", dtype), recurrent=True)
+        source = render(spec, DIALECTS["cuda"], lookup("cuda", dtype), passes=(RFORWARD, RBACKWARD))
         # each variant (4 forwards, 3 backwards; K a template parameter) reads the state
         # once and draws in its step
         assert source.count("rng_offset = (sn_u64)rng[1];") == 7, name

@@ -1,11 +1,16 @@
 """The code-generation stage: KernelSpec -> kernel source text.
 
-* :mod:`~symneuron.codegen.signature`: kernel names, variants and arguments (the
-  calling convention, once);
-* :mod:`~symneuron.codegen.steps`: the forward and backward time loops, printed
-  from the spec's expressions with :mod:`~symneuron.codegen.printer`;
+* :mod:`~symneuron.codegen.steps`: what every pass's printer shares (streams, lanes,
+  expressions printed with :mod:`~symneuron.codegen.printer`);
+* :mod:`~symneuron.codegen.forward`, :mod:`~symneuron.codegen.backward`: the two
+  passes' time loops; :mod:`~symneuron.codegen.noise`: their random draws;
+* :mod:`~symneuron.codegen.connection`: a connection's stage around them (the
+  recurrent kernels), its shared memory and threads one
+  :mod:`~symneuron.codegen.layout`;
 * :mod:`~symneuron.codegen.skeleton`: the source file around them;
-* :mod:`~symneuron.codegen.dialects`: CUDA and C as data.
+* :mod:`~symneuron.codegen.dialects`: CUDA and C as classes.
+
+The calling convention (arguments, passes, variants) is :mod:`symneuron.signature`.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from .. import dtypes
 from ..derivation import KernelSpec
+from ..signature import Variant
 from .dialects import DIALECTS
 from .skeleton import render
 
@@ -24,11 +30,12 @@ __all__ = ["render_source"]
 
 
 def render_source(
-    spec: KernelSpec, backend: str, dtype: torch.dtype | str, kernel: str | None = None
+    spec: KernelSpec, backend: str, dtype: torch.dtype | str, kernel: Variant | None = None
 ) -> str:
-    """The generated source for ``backend`` (``"cuda"`` or ``"cpu"``) and ``dtype``.
+    """The generated source for ``backend`` (``"cuda"`` or ``"cpu"``) and ``dtype``: the
+    feedforward passes' kernels.
 
-    ``kernel`` restricts it to one exported kernel (what the runtimes compile).
+    ``kernel`` restricts it to one variant (what the runtimes compile), of any pass.
     """
     if backend not in DIALECTS:
         raise ValueError(

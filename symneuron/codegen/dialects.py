@@ -20,6 +20,7 @@ compute types come from :mod:`symneuron.dtypes`.
 
 from __future__ import annotations
 
+from .. import rng
 from ..dtypes import DType
 
 __all__ = ["Dialect", "C", "CUDA", "DIALECTS", "INDENT", "indent"]
@@ -37,6 +38,15 @@ class Dialect:
     name = ""
     #: pointer qualifier promising no aliasing
     restrict = ""
+    #: whether K is a template parameter (CUDA), so that a function over a thread's lanes
+    #: is a template of K; else it is given K, and a step's draws for its lanes are
+    #: filled into arrays before the lane loop (:mod:`.noise`)
+    lane_templates = False
+
+    def random_source(self) -> str:
+        """The generator's functions a kernel that draws includes
+        (:func:`symneuron.rng.source` for this language)."""
+        return rng.source(self.name)
 
     def prelude(self, dtype: DType, lanes: tuple[int, ...]) -> str:
         """Definitions every kernel of a source uses (vector types, conversions)."""
@@ -64,10 +74,6 @@ class Dialect:
         """Wait until every thread of the block got here (and their writes are seen)."""
         raise NotImplementedError
 
-    def shared(self, ctype: str, name: str, count: str) -> str:
-        """An array of ``count`` values the threads of one block share."""
-        raise NotImplementedError
-
     def kernels(
         self, name: str, params: list[str], body: list[str], lanes: dict[int, str],
         one_lane: bool = False,
@@ -77,11 +83,16 @@ class Dialect:
         raise NotImplementedError
 
     # -- kernels whose neurons exchange data (one block per batch row) ----------
+    #: whether the threads of a row exchange spikes as warp-vote words (:meth:`vote`)
+    votes = False
+
     def row_kernels(
-        self, name: str, params: list[str], body: list[str], lanes: dict[int, str]
-    ) -> str:
+        self, name: str, params: list[str], body: list[str], lanes: dict[int, str],
+        row_threads: str,
+    ) -> str:  # fmt: skip
         """``body`` as the kernels of one batch row of ``F`` neurons each: it sees ``row0``
-        (the row's first neuron), and runs its per-neuron parts in :meth:`threads`."""
+        (the row's first neuron), and runs its per-neuron parts in :meth:`threads`;
+        ``row_threads``: the formula of the threads that own a row's neurons."""
         raise NotImplementedError
 
     def lane_arrays(self, arrays: list[tuple[str, str]]) -> list[str]:
@@ -97,8 +108,18 @@ class Dialect:
         ``n_parts``), which may not touch the arrays."""
         raise NotImplementedError
 
-    def row_shared(self, ctype: str, name: str, count: str) -> list[str]:
-        """``count`` values of ``ctype`` the threads of one row share (``name``)."""
+    def row_shared(self, nbytes: str) -> list[str]:
+        """``sn_smem``: the ``nbytes`` bytes the threads of one row share."""
+        raise NotImplementedError
+
+    def vote(self, flags: str, words: str, slot: str, count: str) -> list[str]:
+        """Every thread (active or not) votes its lanes' ``flags`` into the ``count``
+        words of slot ``slot`` of ``words`` (dialects with :attr:`votes`)."""
+        raise NotImplementedError
+
+    def each_voted(self, words: str, count: str, body: list[str]) -> list[str]:
+        """``body`` for each neuron ``m`` whose bit is set in the ``count`` words at
+        ``words``, in a fixed order (dialects with :attr:`votes`)."""
         raise NotImplementedError
 
     def release(self, names: list[str]) -> list[str]:
@@ -110,14 +131,15 @@ class Dialect:
         loop, into registers ``declared`` there, or nothing (C: the step loads them)."""
         return []
 
-    def row_cache(self, storage: str, source: str, base: str) -> list[str]:
+    def row_cache(self, storage: str, source: str, base: str, chunk: str) -> list[str]:
         """Rows of the [F, F] matrix ``source`` held on chip for the whole sequence, as
         many as the launch gave room for after the first ``base`` bytes of the row's
         shared memory: part p of the ``n_parts`` threads of a neuron finds the first
-        ``cached`` rows of its ``chunk`` (rows p·chunk on) at ``wcache + (p·cached + q)·F``.
-        Every thread of the block runs it, before the first barrier. C: none cached."""
+        ``cached`` rows of its ``chunk`` (the formula of its rows, p·chunk on) at
+        ``wcache + (p·cached + q)·F``. Every thread of the block runs it, before the
+        first barrier. C: none cached."""
         return [
-            "const long long chunk = (F + n_parts - 1) / n_parts;",
+            f"const long long chunk = {chunk};",
             "const long long cached = 0;",
             f"const {storage}* wcache = {source};",
         ]
@@ -151,9 +173,6 @@ class CDialect(Dialect):
     def barrier(self) -> str:
         return ""
 
-    def shared(self, ctype: str, name: str, count: str) -> str:
-        return f"{ctype} {name}[{count}];"
-
     def kernels(
         self, name: str, params: list[str], body: list[str], lanes: dict[int, str],
         one_lane: bool = False,
@@ -165,8 +184,9 @@ class CDialect(Dialect):
         )
 
     def row_kernels(
-        self, name: str, params: list[str], body: list[str], lanes: dict[int, str]
-    ) -> str:
+        self, name: str, params: list[str], body: list[str], lanes: dict[int, str],
+        row_threads: str,
+    ) -> str:  # fmt: skip
         """One thread runs a row's neurons in order at each step; rows run in parallel."""
         joined = f",\n{INDENT}".join(params)
         omp = f"#pragma omp parallel for schedule(static) if (N >= {self.parallel_from})"
@@ -187,8 +207,8 @@ class CDialect(Dialect):
         head = ["const long long i0 = row0 + c0;", *views]
         return ["for (long long c0 = 0; c0 < F; c0 += K) {", *indent(head + body), "}"]
 
-    def row_shared(self, ctype: str, name: str, count: str) -> list[str]:
-        return [f"{ctype}* {name} = ({ctype}*)malloc(sizeof({ctype}) * {count});"]
+    def row_shared(self, nbytes: str) -> list[str]:
+        return [f"unsigned char* sn_smem = (unsigned char*)malloc({nbytes});"]
 
     def release(self, names: list[str]) -> list[str]:
         return [f"free({name});" for name in names]
@@ -246,6 +266,8 @@ class CUDADialect(Dialect):
 
     name = "cuda"
     restrict = "__restrict__"
+    votes = True
+    lane_templates = True
 
     def prelude(self, dtype: DType, lanes: tuple[int, ...]) -> str:
         return _CUDA_PRELUDE
@@ -273,13 +295,14 @@ class CUDADialect(Dialect):
         return "__syncthreads();"
 
     def row_kernels(
-        self, name: str, params: list[str], body: list[str], lanes: dict[int, str]
-    ) -> str:
+        self, name: str, params: list[str], body: list[str], lanes: dict[int, str],
+        row_threads: str,
+    ) -> str:  # fmt: skip
         """One block per batch row, one thread per K neurons of it; threads past the row
         stay (no ``return`` before a barrier) and skip the per-neuron parts."""
         head = [
             "const long long row0 = (long long)blockIdx.x * F;",
-            "const int row_threads = 32 * (int)((F + 32 * K - 1) / (32 * K));",
+            f"const int row_threads = (int)({row_threads});",
             "const int n_parts = blockDim.x / row_threads;  // threads per neuron",
             "const int part = threadIdx.x / row_threads;",
             "const long long c0 = (long long)(threadIdx.x % row_threads) * K;",
@@ -300,7 +323,7 @@ class CUDADialect(Dialect):
     def prefetch(self, declared: list[str], loads: list[str]) -> list[str]:
         return [*declared, "if (active) {", *indent(loads), "}"]
 
-    def row_cache(self, storage: str, source: str, base: str) -> list[str]:
+    def row_cache(self, storage: str, source: str, base: str, chunk: str) -> list[str]:
         """The rows that fit the launch's dynamic shared memory (read from the
         ``%dynamic_smem_size`` register) after its first ``base`` bytes."""
         fill = (
@@ -311,7 +334,7 @@ class CUDADialect(Dialect):
             "}",
         )
         return [
-            "const long long chunk = (F + n_parts - 1) / n_parts;",
+            f"const long long chunk = {chunk};",
             "unsigned int sn_dyn;",
             'asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(sn_dyn));',
             f"const long long sn_base = {base};",
@@ -323,15 +346,34 @@ class CUDADialect(Dialect):
             f"const {storage}* wcache = sn_wcache;",
         ]
 
-    def row_shared(self, ctype: str, name: str, count: str) -> list[str]:
+    def row_shared(self, nbytes: str) -> list[str]:
         """Dynamic shared memory (its bytes are the launch geometry's ``shared``)."""
+        return ["extern __shared__ __align__(16) unsigned char sn_smem[];"]
+
+    def vote(self, flags: str, words: str, slot: str, count: str) -> list[str]:
+        """A warp's ballot per lane: bit b of word q is the flag of lane q mod K of
+        thread 32·(q / K) + b."""
         return [
-            "extern __shared__ __align__(16) unsigned char sn_smem[];",
-            f"{ctype}* {name} = ({ctype}*)sn_smem;",
+            "for (int j = 0; j < K; ++j) {",
+            f"    const unsigned int bits = __ballot_sync(0xffffffffu, {flags}[j]);",
+            f"    if ((threadIdx.x & 31) == 0) {words}[({slot}) * {count} + "
+            "(threadIdx.x >> 5) * K + j] = bits;",
+            "}",
         ]
 
-    def shared(self, ctype: str, name: str, count: str) -> str:
-        return f"__shared__ {ctype} {name}[{count}];"
+    def each_voted(self, words: str, count: str, body: list[str]) -> list[str]:
+        return [
+            f"const unsigned int* voted = {words};",
+            f"for (int q = 0; q < {count}; ++q) {{",
+            "    unsigned int bits = voted[q];",
+            "    while (bits) {",
+            "        const int b = __ffs(bits) - 1;",
+            "        bits &= bits - 1;",
+            "        const long long m = (long long)((q / K) * 32 + b) * K + q % K;",
+            *indent(body, 2),
+            "    }",
+            "}",
+        ]
 
     def kernels(
         self, name: str, params: list[str], body: list[str], lanes: dict[int, str],

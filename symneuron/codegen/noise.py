@@ -64,7 +64,7 @@ _CUDA_LANE = ("(sn_u64)(i0 + (K % 4 == 0 ? (j & ~3) : j))", "(sn_u64)(K % 4 == 0
 
 def _uniform(printer: _Printer, compute: str, stream: int, step: str) -> str:
     """One lane's uniform of ``stream`` at ``step`` (C: from :func:`step_draws`'s array)."""
-    if printer.dialect.name != "cuda":
+    if not printer.dialect.lane_templates:
         return f"{_ESCAPE_ARRAYS[step]}[j]"
     block = f"sn_rng_block({_key(stream, step, _CUDA_LANE[0])})"
     return f"sn_uniform_{compute}(sn_word({block}, {_CUDA_LANE[1]}))"
@@ -87,15 +87,15 @@ def step_draws(
     each of ``escape_steps`` (``esc_l``, ``escp_l``) that :func:`escape` reads (CUDA's
     lanes name one block by one expression, which the compiler computes once)."""
     ct, fast = printer.dt.compute, "_fast" if printer.dt.fast_draws else ""
-    cuda, out = printer.dialect.name == "cuda", []
+    templates, out = printer.dialect.lane_templates, []
     for i in streams:
-        fill = f"sn_rng_normals{fast}_{ct}<K>(" if cuda else f"sn_rng_normals_{ct}("
-        size = "" if cuda else "K, "
+        fill = f"sn_rng_normals{fast}_{ct}<K>(" if templates else f"sn_rng_normals_{ct}("
+        size = "" if templates else "K, "
         out += [
             f"{ct} {NOISES[i]}_l[K];",
             f"{fill}{NOISES[i]}_l, {size}{_key(i, 't', '(sn_u64)i0')});",
         ]
-    if printer.spec.probability is not None and not cuda:
+    if printer.spec.probability is not None and not templates:
         for step in escape_steps:
             name, key = _ESCAPE_ARRAYS[step], _key(ESCAPE_STREAM, step, "(sn_u64)i0")
             out += [f"{ct} {name}[K];", f"sn_rng_uniforms_{ct}({name}, K, {key});"]

@@ -1,38 +1,49 @@
 """The source file: prelude, then each kernel variant wrapped around its step body.
 
-:func:`render` prints one neuron's kernels for one dialect and dtype: every
-forward and backward variant (:func:`symneuron.signature.variants`), each as a
-function whose parameter list is printed from the pass's named arguments
-(:data:`symneuron.signature.FORWARD`, :data:`~symneuron.signature.BACKWARD`) and
-whose body comes from :class:`~symneuron.codegen.steps.StepPrinter`. The dialect
-makes exported kernels of it (on CUDA a template over the lane count K).
+:func:`render` prints one neuron's kernels of some passes for one dialect and dtype:
+every variant of each pass (:meth:`symneuron.signature.Pass.variants`), as a function
+whose parameter list is printed from the pass's named arguments and whose body comes
+from the printer of the pass's kind (:data:`PRINTERS`: :mod:`.forward`,
+:mod:`.backward`; :func:`register_printer` adds a kind). A pass whose neurons exchange
+values (``Pass.rows``) gets its connection's stage around the same body
+(:mod:`.connection`). The dialect makes exported kernels of it (on CUDA a template over
+the lane count K).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import sympy as sp
 
-from .. import rng
 from ..derivation import KernelSpec
 from ..dtypes import DType
-from ..signature import PASSES, Variant, lane_counts, variants
-from . import noise
+from ..signature import BACKWARD, FORWARD, Pass, Variant, lane_counts, variants
+from . import connection, noise
+from .backward import BackwardPrinter
 from .dialects import Dialect
-from .recurrent import RecurrentPrinter
+from .forward import ForwardPrinter
+from .layout import ROW_THREADS
 from .steps import StepPrinter
 
-__all__ = ["render", "kernel_names", "parameters"]
+__all__ = ["render", "kernel_names", "parameters", "PRINTERS", "register_printer"]
 
-_CTYPES = ("storage", "compute", "accum")
+#: pass kind -> the printer of its bodies
+PRINTERS: dict[str, type[StepPrinter]] = {"forward": ForwardPrinter, "backward": BackwardPrinter}
 
 
-def parameters(spec: KernelSpec, pass_name: str, dtype: DType, dialect: Dialect) -> list[str]:
+def register_printer(kind: str, printer: type[StepPrinter]) -> None:
+    """Print the bodies of passes of ``kind`` with ``printer`` (a new kind of pass)."""
+    PRINTERS[kind] = printer
+
+
+def parameters(spec: KernelSpec, pass_: Pass, dtype: DType, dialect: Dialect) -> list[str]:
     """The C parameter list of a pass's kernels: ``const float* __restrict__ x_seq``,
     ``long long N``, ... in the order of the pass's named arguments."""
     cnames = tuple(spec.param_cnames[n] for n in spec.params)
     learn = tuple(spec.param_cnames[n] for n in spec.learnable)
     out = []
-    for arg in PASSES[pass_name].of(bool(spec.states), noise.draws(spec)):
+    for arg in pass_.of(bool(spec.states), noise.draws(spec)):
         for name in arg.c_names(cnames, learn):
             if not arg.pointer:
                 out.append(f"{arg.role} {name}")
@@ -42,55 +53,69 @@ def parameters(spec: KernelSpec, pass_name: str, dtype: DType, dialect: Dialect)
     return out
 
 
-def kernel_names(spec: KernelSpec, dtype: DType, recurrent: bool = False) -> list[str]:
-    """Every exported kernel of a source, in source order (``recurrent``: of a recurrent
-    source)."""
-    return [v.exported(spec.name) for v in variants(dtype.lanes, recurrent)]
+def kernel_names(
+    spec: KernelSpec, dtype: DType, passes: Sequence[Pass] = (FORWARD, BACKWARD)
+) -> list[str]:
+    """Every exported kernel of a source of ``passes``, in source order."""
+    return [v.exported(spec.name) for v in variants(dtype.lanes, passes)]
 
 
-def _body(printer: StepPrinter, variant: Variant) -> list[str]:
-    if variant.pass_name in ("forward", "rforward"):
-        return printer.forward(*variant.options)
-    return printer.backward(*variant.options)
+def _printer(spec: KernelSpec, pass_: Pass, dtype: DType, dialect: Dialect) -> StepPrinter:
+    found = PRINTERS.get(pass_.kind)
+    if found is None:
+        raise ValueError(
+            f"No printer for passes of kind {pass_.kind!r}; kinds: {sorted(PRINTERS)} "
+            "(symneuron.codegen.skeleton.register_printer adds one)"
+        )
+    return found(spec, dtype, dialect)
+
+
+def _kernels(spec: KernelSpec, group: list[Variant], dtype: DType, dialect: Dialect) -> str:
+    """The exported kernels of one function: the variants of one option set."""
+    first = group[0]
+    pass_ = first.pass_
+    printer = _printer(spec, pass_, dtype, dialect)
+    params = parameters(spec, pass_, dtype, dialect)
+    lanes = {v.lanes: v.exported(spec.name) for v in group}
+    name = first.function(spec.name)
+    if pass_.rows:
+        body = connection.row_body(printer, first)
+        return dialect.row_kernels(name, params, body, lanes, ROW_THREADS)
+    # the C backward keeps one lane when a step calls the math library
+    one_lane = pass_.kind == "backward" and _calls_libm(spec)
+    return dialect.kernels(name, params, printer.body(first), lanes, one_lane)
 
 
 def render(
-    spec: KernelSpec, dialect: Dialect, dtype: DType, only: str | None = None,
-    recurrent: bool = False,
-) -> str:  # fmt: skip
-    """The source file: prelude, then every forward and backward variant (``recurrent``:
-    of the recurrent passes).
+    spec: KernelSpec,
+    dialect: Dialect,
+    dtype: DType,
+    only: Variant | None = None,
+    passes: Sequence[Pass] = (FORWARD, BACKWARD),
+) -> str:
+    """The source file: prelude, then every variant of ``passes``.
 
-    With ``only`` (an exported kernel name), the source holds just that kernel,
-    so a first call compiles only what it runs.
+    With ``only`` (one variant), the source holds just that kernel, so a first call
+    compiles only what it runs.
     """
-    # an exported name is <neuron>_<base>_k<K>, the recurrent bases start with "r"
-    recurrent = recurrent or (only is not None and only[len(spec.name) + 1 :].startswith("r"))
-    printer = (RecurrentPrinter if recurrent else StepPrinter)(spec, dtype, dialect)
+    if only is not None:
+        passes = (only.pass_,)
     header = (
         f"// symneuron {dialect.name} kernels for {spec.name} ({dtype.name}), key {spec.key}\n"
         f"// H = {spec.charge[-1].expr}\n"
     )
     prelude = dialect.prelude(dtype, lane_counts(dtype.lanes))
-    parts = [header, prelude + (rng.source(dialect.name) if noise.draws(spec) else "")]
+    parts = [header, prelude + (dialect.random_source() if noise.draws(spec) else "")]
     groups: dict[str, list[Variant]] = {}
-    for variant in variants(dtype.lanes, recurrent):  # the lane counts of one function together
-        if only is None or variant.exported(spec.name) == only:
+    for variant in variants(dtype.lanes, passes):  # the lane counts of one function together
+        if only is None or variant == only:
             groups.setdefault(variant.function(spec.name), []).append(variant)
-    for name, group in groups.items():
-        first = group[0]
-        params = parameters(spec, first.pass_name, dtype, dialect)
-        lanes = {v.lanes: v.exported(spec.name) for v in group}
-        # the C backward keeps one lane when a step calls the math library
-        one_lane = first.pass_name == "backward" and _calls_libm(spec)
-        if first.recurrent:
-            parts.append(dialect.row_kernels(name, params, _body(printer, first), lanes))
-        else:
-            parts.append(dialect.kernels(name, params, _body(printer, first), lanes, one_lane))
-    if len(parts) == 2:
+    if not groups:
         raise ValueError(
-            f"No kernel named {only!r}; kernels are {kernel_names(spec, dtype, recurrent)}"
+            f"No kernel {only.exported(spec.name) if only else ''!r} for {dtype.name}; "
+            f"kernels are {kernel_names(spec, dtype, passes)}"
         )
+    parts += [_kernels(spec, group, dtype, dialect) for group in groups.values()]
     return "\n".join(parts)
 
 

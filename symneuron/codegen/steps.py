@@ -1,15 +1,13 @@
-"""The step bodies: one neuron's forward and backward time loops, printed from its spec.
+"""What every pass's printer shares: one spec's streams, lanes and expressions.
 
 A thread owns ``K`` adjacent neurons ("lanes"): at each step it loads and stores
 ``K`` values as one vector (16 bytes on CUDA), then runs the step body once per
-lane from registers. The forward runs t = 0..T−1 and stores S (and H, W̃ for the
-backward, V every step or the last); the backward runs t = T−1..0, recomputing
-V[t−1] (and W[t−1]) from the stored H[t−1] and W̃[t−1] when its partials need
-them, and carries dL/dV (and dL/dW) from step to step. Random draws: :mod:`.noise`.
-What a pass touches is one table (:class:`StepIO`): the arrays it reads and writes
-each step (:class:`Stream`), and the registers it carries to the next step; loads,
-stores and declarations are printed from it. :mod:`~symneuron.codegen.skeleton` (and
-:mod:`~symneuron.codegen.recurrent`, around the same lane bodies) wraps them.
+lane from registers. What a pass touches is one table (:class:`StepIO`): the arrays
+it reads and writes each step (:class:`Stream`), and the registers it carries to the
+next step; loads, stores and declarations are printed from it. The passes' own
+printers subclass :class:`StepPrinter`: :mod:`.forward` (t = 0..T−1) and
+:mod:`.backward` (t = T−1..0); :mod:`.skeleton` wraps their bodies into kernels, and
+:mod:`.connection` adds a connection's stage to them. Random draws: :mod:`.noise`.
 """
 
 from __future__ import annotations
@@ -20,11 +18,12 @@ import sympy as sp
 
 from ..derivation import Block, K, KernelSpec, grad_symbol
 from ..dtypes import DType
+from ..signature import Variant
 from . import noise
-from .dialects import INDENT, Dialect, indent
+from .dialects import Dialect, indent
 from .printer import KernelPrinter
 
-__all__ = ["StepPrinter", "Stream", "StepIO", "T_UNROLL"]
+__all__ = ["StepPrinter", "Stream", "StepIO", "T_UNROLL", "Stage"]
 
 #: Unroll factor of the loop over t (NVRTC honours it: later steps' loads issue early).
 T_UNROLL = "(K == 1 ? 8 : 4)"
@@ -43,11 +42,13 @@ class Stream(NamedTuple):
 
 class StepIO(NamedTuple):
     """What one pass touches each step: arrays read and written (in declaration
-    order), and the per-lane registers carried to the next step (name -> value)."""
+    order), and the per-lane registers carried to the next step (name -> value);
+    ``mutable``: the registers of reads a stage changes before the lanes read them."""
 
     reads: tuple[Stream, ...]
     writes: tuple[Stream, ...]
     carries: tuple[tuple[str, str], ...]
+    mutable: frozenset[str] = frozenset()
 
 
 def _divisors(spec: KernelSpec) -> dict[sp.Symbol, sp.Symbol]:
@@ -61,9 +62,22 @@ def _divisors(spec: KernelSpec) -> dict[sp.Symbol, sp.Symbol]:
     return {p: sp.Symbol(f"{p}_rcp", real=True) for p in sorted(found, key=str)}
 
 
+class Stage(NamedTuple):
+    """The lines a stage (a connection) adds to each step of a pass: ``before`` the
+    lanes' step (after the step's loads), and ``after`` its stores."""
+
+    before: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+
+
+#: no stage around the step
+NO_STAGE = Stage()
+
+
 class StepPrinter:
-    """Prints the bodies of one spec's kernels for one dtype and dialect: the lane
-    set-up, the time loop with one step per iteration, and the final stores."""
+    """The printing one spec's passes share for one dtype and dialect: the streams,
+    the lanes' set-up, expressions, loads and stores. A pass's printer subclasses it
+    and prints its body (:meth:`body`)."""
 
     def __init__(self, spec: KernelSpec, dtype: DType, dialect: Dialect) -> None:
         self.spec = spec
@@ -98,24 +112,6 @@ class StepPrinter:
             "grad_x": [Stream("grad_x_seq", "gx_v", str(grad_symbol("X")))],
         }
         return table[name]
-
-    def forward_io(self, store_h: bool, v_mode: str) -> StepIO:
-        seq = v_mode == "seq"
-        writes = [*self.streams("spike"), *(self.streams("h") if store_h else [])]
-        writes += [*(self.streams("v") if seq else []), *(self.streams("wt") if store_h else [])]
-        writes += self.streams("w_out") if seq else []
-        carries = (("V_l", "V"), *[(f"w{i}_l", f"w{i}") for i in range(self.k)])
-        return StepIO(tuple(self.streams("x")), tuple(writes), carries)
-
-    def backward_io(self, grad_v_mode: str) -> StepIO:
-        carried = self.carries()
-        reads = [*self.streams("h_prev" if carried else "h"), *self.streams("wt_prev")]
-        reads += [*(self.streams("x") if self.spec.needs_x else []), *self.streams("grad_spike")]
-        if grad_v_mode == "seq":
-            reads += [*self.streams("grad_v"), *self.streams("grad_w")]
-        grads = [("carry_l", "V"), *((f"carry_w{i}_l", f"W{i}") for i in range(self.k))]
-        carries = tuple((carry, str(grad_symbol(name))) for carry, name in grads)
-        return StepIO(tuple(reads), tuple(self.streams("grad_x")), carries)
 
     # -- printing helpers ---------------------------------------------------
     def expr(self, e: sp.Expr) -> str:
@@ -161,9 +157,9 @@ class StepPrinter:
     def store(self, value: str) -> str:
         return self.dt.store.format(value)
 
-    def read_vector(self, stream: Stream, offset: str = "k") -> str:
-        vec = self.vec
-        return f"const {vec} {stream.register} = *(const {vec}*)({self.array(stream)} + {offset});"
+    def read_vector(self, stream: Stream, offset: str = "k", mutable: bool = False) -> str:
+        vec, const = self.vec, "" if mutable else "const "
+        return f"{const}{vec} {stream.register} = *(const {vec}*)({self.array(stream)} + {offset});"
 
     def write_vector(self, stream: Stream) -> str:
         return f"*({self.vec}*)({self.array(stream)} + k) = {stream.register};"
@@ -226,175 +222,21 @@ class StepPrinter:
     def time_loop(self, head: str, step: list[str]) -> list[str]:
         return [*self.dialect.unroll(T_UNROLL), head, *indent(step), "}"]
 
-    # -- the forward --------------------------------------------------------
-    def forward_lane(self, io: StepIO) -> list[str]:
-        """One lane's step: charge, updates, spike, resets; each written value stored
-        into its vector register right after it is computed."""
-        ct, spec = self.dt.compute, self.spec
-        written = {s.value: s for s in io.writes}
-
-        def put(*values: str) -> list[str]:
-            return [self.write_lane(written[v]) for v in values if v in written]
-
-        charge = self.block(spec.charge)
-        charge[-1] = f"const {ct} h = {self.dt.rounded(self.expr(spec.charge[-1].expr))};"
-        return [
-            *self.lane_params(),
-            *[f"{ct} {value} = {carry}[j];" for carry, value in io.carries],
-            *[self.read_lane(s) for s in io.reads],
-            *noise.normals(spec.noise_streams, ct),
-            *charge,
-            *put("h"),
-            *self.block(spec.updates, rounded=True),
-            *put(*[f"wt{i}" for i in range(self.k)]),
-            *([self.v_th_line()] if spec.threshold_per_step else []),
-            *self.fire("h"),
-            *put("s"),
-            *self.block(spec.reset, declare=False),
-            *self.positive_zero(),
-            *self.block(spec.state_resets, mutable=True),
-            *put("V", *[f"w{i}" for i in range(self.k)]),
-            *[f"{carry}[j] = {value};" for carry, value in io.carries],
-        ]
-
-    def forward(self, store_h: bool, v_mode: str) -> list[str]:
-        io = self.forward_io(store_h, v_mode)
-        step = [
-            "const long long k = (long long)t * N + i0;",
-            *[self.read_vector(s) for s in io.reads],
-            f"{self.vec} {', '.join(s.register for s in io.writes)};",
-            *noise.step_draws(self, self.spec.noise_streams),
-            *self.dialect.lane_loop(self.forward_lane(io)),
-            *[self.write_vector(s) for s in io.writes],
-        ]
+    def final_state(self) -> list[str]:
+        """One lane's V and extra states, stored after the last step."""
         last = [f"v_seq[i0 + j] = {self.store('V_l[j]')};"]
         w_out = "w_out[(long long){} * N + i0 + j] = {};"
-        last += [w_out.format(i, self.store(f"w{i}_l[j]")) for i in range(self.k)]
-        return [
-            *noise.state(self.spec),
-            *self.lane_state(),
-            *self.time_loop("for (int t = 0; t < T; ++t) {", step),
-            *(self.dialect.lane_loop(last) if v_mode == "last" else []),
-        ]
+        return last + [w_out.format(i, self.store(f"w{i}_l[j]")) for i in range(self.k)]
 
-    # -- the backward -------------------------------------------------------
-    def recompute_v(self) -> list[str]:
-        """V[t-1] (and each W[t-1]) of this lane: the resets of step t-1, or the initial
-        values at t = 0. Step t-1 is recomputed from H[t-1] and W̃[t-1] alone."""
-        ct, states = self.dt.compute, range(self.kw)  # W[t-1] only when W̃ is saved
-        inner = [
-            self.read_lane(self.streams("h_prev")[0]),
-            *[self.read_lane(s) for s in self.streams("wt_prev")],
-            *([self.v_th_line()] if self.spec.threshold_per_step else []),
-            # crossing firing has no reset: V[t-1] = H[t-1] needs no spike (nor V[t-2])
-            *(self.fire("h_prev") if not self.spec.crossing else []),
-        ]
-        inner += self.block(self.spec.reset, h="h_prev", declare=False)
-        inner += self.positive_zero()
-        if self.kw:
-            inner += self.block(self.spec.state_resets, mutable=True, h="h_prev")
-        return [
-            f"{ct} V;",
-            *[f"{ct} w{i};" for i in states],
-            "if (t > 0) {",
-            *indent(inner),
-            "} else {",
-            f"{INDENT}V = V_l[j];",
-            *[f"{INDENT}w{i} = w{i}_l[j];" for i in states],
-            "}",
-        ]
+    # -- a pass's body ------------------------------------------------------
+    def io(self, variant: Variant) -> StepIO:
+        """What ``variant``'s steps read, write and carry."""
+        raise NotImplementedError
 
-    def grad_in(self, stream: Stream, carry: str, mode: str) -> str:
-        """A gradient carried from step t+1 plus, by ``mode``, this step's from the loss
-        (``seq``: its vector lane, ``last``: read at t = T − 1 only)."""
-        state = "" if stream.state is None else f"(long long){stream.state} * N + "
-        extra = {
-            "none": "",
-            "seq": f" + {self.load(f'{stream.register}.v[j]')}",
-            "last": f" + (t == T - 1 ? {self.load(f'{stream.array}[{state}i0 + j]')} : 0)",
-        }[mode]
-        return f"const {self.dt.compute} {stream.value} = {carry}[j]{extra};"
+    def step(self, variant: Variant, io: StepIO, stage: Stage = NO_STAGE) -> list[str]:
+        """One step of the time loop for the thread's K lanes, with ``stage``'s lines."""
+        raise NotImplementedError
 
-    def carries(self) -> bool:
-        """Whether H (and W̃) of step t-1 are loaded each step and carried to the next."""
-        return self.spec.needs_v or self.kw > 0
-
-    def backward_loads(self, io: StepIO) -> list[str]:
-        out, previous = [], {*self.streams("h_prev"), *self.streams("wt_prev")}
-        for s in io.reads:
-            if s in previous:  # step t-1's values, carried to the next iteration
-                out += [f"{self.vec} {s.register};", f"if (t > 0) {s.register} = "
-                        f"*(const {self.vec}*)({self.array(s)} + k - N);"]  # fmt: skip
-            elif s.array == "grad_spike":
-                out += [f"{self.vec} gs_v;", "if (grad_spike_scalar) {"]
-                out += indent(self.dialect.lane_loop(["gs_v.v[j] = gs_scalar;"]))
-                out += ["} else {", f"{INDENT}gs_v = *(const {self.vec}*)(grad_spike + k);", "}"]
-            else:
-                out.append(self.read_vector(s))
-        return out
-
-    def backward_lane(self, io: StepIO, grad_v_mode: str) -> list[str]:
-        at, spec = self.dt.accum, self.spec
-        # H and W̃ of step t from their registers (loaded, or carried from step t+1)
-        plain = [*self.streams("h"), *self.streams("wt")]
-        plain += self.streams("x") if spec.needs_x else []
-        (grad_v, *grad_w), carries = self.streams("grad_v") + self.streams("grad_w"), io.carries
-        return [
-            *self.lane_params(),
-            *(self.recompute_v() if spec.needs_v or spec.needs_w else []),
-            *[self.read_lane(s) for s in plain],
-            *noise.normals(noise.read_by(spec, spec.backward.reads), self.dt.compute),
-            *([self.v_th_line()] if spec.threshold_per_step else []),
-            *self.fire("h"),
-            *self.block(spec.surrogate),
-            self.read_lane(self.streams("grad_spike")[0]),
-            *[
-                self.grad_in(s, c, grad_v_mode)
-                for s, (c, _) in zip([grad_v, *grad_w], carries, strict=True)
-            ],
-            *self.block(spec.backward),
-            *[self.write_lane(s) for s in io.writes],
-            *[f"acc_{c}[j] += ({at})grad_{c};" for c in self.learnable()],
-            *[f"{carry}[j] = {value};" for carry, value in carries],
-        ]
-
-    def learnable(self) -> list[str]:
-        return [self.pnames[n] for n in self.spec.learnable]
-
-    def backward(self, grad_v_mode: str) -> list[str]:
-        ct, at = self.dt.compute, self.dt.accum
-        io, learn, vec = self.backward_io(grad_v_mode), self.learnable(), self.vec
-        carried = ["h_v = hp_v;", *[f"wt{i}_v = wtp{i}_v;" for i in range(self.kw)]]
-        step = [
-            "const long long k = (long long)t * N + i0;",
-            *self.backward_loads(io),
-            f"{vec} {', '.join(s.register for s in io.writes)};",
-            *noise.backward_draws(self),
-            *self.dialect.lane_loop(self.backward_lane(io, grad_v_mode)),
-            *[self.write_vector(s) for s in io.writes],
-            *(carried if self.carries() else []),
-        ]
-        last_row = "(long long)(T - 1) * N + i0"
-        first = [self.streams("h")[0], *self.streams("wt")]
-        first_h = [f"{vec} {s.register} = *(const {vec}*)({self.array(s)} + {last_row});"
-                   for s in first]  # fmt: skip
-        init = [f"{carry}[j] = 0;" for carry, _ in io.carries]
-        init += [f"acc_{c}[j] = 0;" for c in learn]
-        final = [f"if (grad_v_init) grad_v_init[i0 + j] = {self.store('carry_l[j]')};"]
-        final += [
-            f"if (grad_w_init) grad_w_init[(long long){i} * N + i0 + j] = "
-            f"{self.store(f'carry_w{i}_l[j]')};"
-            for i in range(self.k)
-        ]
-        final += [f"grad_{c}_ptr[i0 + j] = acc_{c}[j];" for c in learn]
-        return [
-            *noise.state(self.spec),
-            *self.lane_state(),
-            *[f"{ct} {carry}[K];" for carry, _ in io.carries],
-            *[f"{at} acc_{c}[K];" for c in learn],
-            *self.dialect.lane_loop(init),
-            f"const {self.dt.storage} gs_scalar = grad_spike_scalar ? grad_spike[0] : 0;",
-            *(first_h if self.carries() else []),
-            *self.time_loop("for (int t = T - 1; t >= 0; --t) {", step),
-            *self.dialect.lane_loop(final),
-        ]
+    def body(self, variant: Variant) -> list[str]:
+        """The whole body of one thread of ``variant``'s feedforward kernel."""
+        raise NotImplementedError

@@ -125,6 +125,13 @@ def node_of(
     """The nested ``nir.NIRGraph`` of ``layer`` (neurons of ``shape``: must be [size])."""
     import nir
 
+    if layer.delay != 1:
+        raise ValueError(
+            f"node {name!r}: a RecurrentNeuronLayer with delay={layer.delay} has no NIR form "
+            "the simulators read: a NIR cycle carries the previous step's spikes (delay 1), "
+            "and snnTorch and Norse load no Delay node inside one. Export a layer with "
+            "delay=1, or keep this one in symneuron (torch.save of its state_dict)."
+        )
     if shape != (layer.size,):
         raise ValueError(
             f"node {name!r}: a RecurrentNeuronLayer of size {layer.size} takes inputs "

@@ -30,6 +30,12 @@ class Target:
     #: the fast float conversion's operations (CUDA only: 16-bit kernels draw with it)
     fast: dict[str, str] | None = None
 
+    @property
+    def templates(self) -> bool:
+        """Whether a step's lanes are filled by templates over K (CUDA, where K is a
+        template parameter) rather than by functions given K (C)."""
+        return self.fast is not None
+
 
 def _rn(prefix: str) -> dict[str, str]:
     spelled = {op: f"__{prefix}{op}_rn({{}}, {{}})" for op in ("add", "sub", "mul", "div")}
@@ -321,7 +327,7 @@ _C_UNIFORMS = """{q} void sn_rng_uniforms_{t}(
 
 def _lanes(target: Target) -> list[str]:
     """The functions that fill a step's K lanes: CUDA templates, C functions."""
-    if target.name != "cuda":
+    if not target.templates:
         lanes = (_C_LANES, _C_UNIFORMS)
         return [
             text.format(q=target.qualifier, t=real)

@@ -22,7 +22,7 @@ from .. import derivation, dtypes
 from ..codegen import render_source
 from ..definition import Definition, find
 from ..memo import BoundedTable
-from ..signature import BACKWARD, FORWARD, PASSES, Arg, Geometry, Pass, Variant, param_cnames
+from ..signature import BACKWARD, FORWARD, Arg, Geometry, Pass, Variant, param_cnames
 from . import Kinds, cache, cpu, cuda, settings
 
 __all__ = ["Backend", "BACKENDS", "Program", "program", "lookup"]
@@ -149,12 +149,13 @@ class Program:
         self.learnable_rows = tuple(
             (j, params.index(name)) for j, name in enumerate(neuron.learnable)
         )
-        self._passes = {p.name: self._pass(p) for p in PASSES.values()}
+        #: pass -> what each of its launches reads (:meth:`_pass`), made on first use
+        self._passes: dict[Pass, tuple[str, Callable[..., list[int]], tuple[str, ...], Any]] = {}
         self._launchers: dict[tuple[Any, ...], tuple[Variant, Launch]] = {}
         self._flags: dict[str, bool] = {}
         #: which outputs exist, by the call's flags (read-only dicts, made once), and the
-        #: allocators for them of the feedforward pass and of the recurrent one
-        self._present: dict[Any, tuple[dict[str, bool], Any, Any]] = {}
+        #: pass's allocator for them
+        self._present: dict[Any, tuple[dict[str, bool], Any]] = {}
         #: storage dtype -> the dtype of the learnable-parameter gradient rows, and the
         #: dtype's vector width (lanes)
         self._accum: dict[torch.dtype, torch.dtype] = {}
@@ -163,7 +164,13 @@ class Program:
     def _pass(self, pass_: Pass) -> tuple[str, Callable[..., list[int]], tuple[str, ...], Any]:
         """What each launch of ``pass_`` reads: its values' kinds, its packer, the names
         of its tensor inputs (the first gives the launcher's dtype and device) and which
-        outputs are single tensors (both for the alignment check)."""
+        outputs are single tensors (both for the alignment check); made once per pass."""
+        found = self._passes.get(pass_)
+        if found is None:
+            found = self._passes[pass_] = self._tables(pass_)
+        return found
+
+    def _tables(self, pass_: Pass) -> tuple[str, Callable[..., list[int]], tuple[str, ...], Any]:
         states, draws = bool(self.k), self.neuron.draws
         args = pass_.of(states, draws)
         counts = {"param": self.n_params, "learnable": self.n_learnable}
@@ -200,13 +207,15 @@ class Program:
         return self.k > 0 and self._flag("needs_wt")
 
     # -- compile and launch -------------------------------------------------
-    def _launcher(self, name: str, tensor: torch.Tensor) -> Launch:
-        """Render, compile and look up kernel ``name`` for ``tensor``'s dtype and device."""
+    def _launcher(self, variant: Variant, tensor: torch.Tensor) -> Launch:
+        """Render, compile and look up ``variant``'s kernel for ``tensor``'s dtype and
+        device."""
         device = (tensor.device.index or 0) if tensor.is_cuda else -1
         dtype = dtypes.dtype_name(tensor.dtype)
+        name = variant.exported(self.name)
 
         def make() -> str:
-            return render_source(derivation.derive(self.neuron), self.backend, dtype, name)
+            return render_source(derivation.derive(self.neuron), self.backend, dtype, variant)
 
         source = cache.generated((self.key, self.backend, dtype, name), self.impl.suffix, make)
         module = self.impl.runtime.load(source, device)
@@ -227,21 +236,36 @@ class Program:
             return 1
         return lanes
 
-    def _launch(
-        self, pass_: Pass, options: tuple[Any, ...], out: Any, values: dict[str, Any], n: int
+    def run(
+        self,
+        pass_: Pass,
+        options: tuple[Any, ...],
+        out: Any,
+        values: dict[str, Any],
+        n: int,
+        geometry: Callable[[Variant, torch.Tensor], Geometry] | None = None,
+        lanes: int | None = None,
     ) -> None:
-        """Launch the variant of ``pass_`` with ``options`` over ``n`` neurons, its
-        arguments packed by name from the outputs ``out`` and the other ``values``."""
-        kinds, pack, names, single = self._passes[pass_.name]
+        """Launch the variant of ``pass_`` with ``options`` (in the pass's option order)
+        over ``n`` neurons, its arguments packed by name from the outputs ``out`` and the
+        other ``values``. ``geometry`` gives a GPU launch's blocks (default: one thread per
+        ``lanes`` neurons, :meth:`~symneuron.signature.Variant.geometry`), ``lanes`` the
+        neurons per thread (default: the widest the call allows, :meth:`_lanes`)."""
+        kinds, pack, names, single = self._pass(pass_)
         first = values[names[0]]
-        lanes = self._lanes(first.dtype, n)
-        if lanes > 1 and self.impl.simt:  # the wide variant's vector loads need alignment
-            tensors = [values.get(name) for name in names]
-            tensors += [t for t, one in zip(out, single, strict=True) if one]
-            lanes = lanes if _aligned(tensors) else 1
+        if lanes is None:
+            lanes = self._lanes(first.dtype, n)
+            if lanes > 1 and self.impl.simt:  # the wide variant's vector loads need alignment
+                tensors = [values.get(name) for name in names]
+                tensors += [t for t, one in zip(out, single, strict=True) if one]
+                lanes = lanes if _aligned(tensors) else 1
         variant, launch = self.launcher(pass_, options, first, lanes)
-        geometry = variant.geometry(n, settings.cuda_block) if self.impl.simt else None
-        launch(kinds, pack(out, values), geometry)
+        blocks = None
+        if self.impl.simt:
+            blocks = (
+                geometry(variant, first) if geometry else variant.geometry(n, settings.cuda_block)
+            )
+        launch(kinds, pack(out, values), blocks)
 
     def launcher(
         self, pass_: Pass, options: tuple[Any, ...], first: torch.Tensor, lanes: int
@@ -252,12 +276,12 @@ class Program:
         lkey = (first.dtype, first.device, pass_.name, options, lanes)  # a tuple: host time
         found = self._launchers.get(lkey)
         if found is None:
-            variant = Variant(pass_.name, options, lanes)
-            launch = self._launcher(variant.exported(self.name), first)
+            variant = Variant(pass_, options, lanes)
+            launch = self._launcher(variant, first)
             found = self._launchers[lkey] = (variant, launch)
         return found
 
-    def _check_params(self, params: Sequence[torch.Tensor]) -> list[int]:
+    def check_params(self, params: Sequence[torch.Tensor]) -> list[int]:
         """The params' strides (0 for a 0-dim tensor), after checking their count."""
         if len(params) != self.n_params:
             raise ValueError(f"{self.name} takes {self.n_params} params, got {len(params)}")
@@ -265,44 +289,43 @@ class Program:
 
     # -- the two passes -----------------------------------------------------
     def forward_layout(
-        self, x_seq: torch.Tensor, store_h: bool, v_mode: str, recurrent: bool = False
+        self, x_seq: torch.Tensor, store_h: bool, v_mode: str, pass_: Pass = FORWARD
     ) -> Layout:
-        """The forward's output dims and which outputs exist (also for fake tensors);
-        ``recurrent``: :data:`~symneuron.signature.RFORWARD`'s, which stores X_eff too
-        when the backward reads X."""
+        """The forward's output dims and which outputs exist (also for fake tensors), as
+        ``pass_`` (a forward pass; a connection's stores X_eff too when the backward
+        reads X) allocates them."""
         t_len, n = x_seq.shape
         rows = t_len if v_mode == "seq" else 1
         dims = {"T": t_len, "N": n, "rows": rows, "k": self.k}
-        found = self._present.get(store_h)
+        pkey = (pass_, store_h)
+        found = self._present.get(pkey)
         if found is None:  # (one dict per flag, made once: host time)
             present = {"states": self.k > 0, "store_h": store_h}
             present["store_wt"] = store_h and self.needs_wt
             present["store_x"] = store_h and self.needs_x
-            allocators = (FORWARD.allocator(present), PASSES["rforward"].allocator(present))
-            found = self._present[store_h] = (present, *allocators)
-        return _new(Layout, (dims, found[0], None, found[2 if recurrent else 1]))
+            found = self._present[pkey] = (present, pass_.allocator(present))
+        return _new(Layout, (dims, found[0], None, found[1]))
 
     def backward_layout(
         self,
         h_seq: torch.Tensor,
         v_init: torch.Tensor | None,
         w_init: torch.Tensor | None,
-        recurrent: bool = False,
+        pass_: Pass = BACKWARD,
     ) -> Layout:
-        """The backward's output dims, which outputs exist and the accumulator dtype
-        (``recurrent``: allocated as :data:`~symneuron.signature.RBACKWARD`'s)."""
+        """The backward's output dims, which outputs exist and the accumulator dtype, as
+        ``pass_`` (a backward pass) allocates them."""
         dims = {"T": h_seq.shape[0], "N": h_seq.shape[1], "k": self.k, "P": self.n_learnable}
-        flags = (v_init is not None, w_init is not None)
-        found = self._present.get(flags)
+        pkey = (pass_, v_init is not None, w_init is not None)
+        found = self._present.get(pkey)
         if found is None:
-            present = {"states": self.k > 0, "v_init": flags[0], "w_init": flags[1]}
+            present = {"states": self.k > 0, "v_init": pkey[1], "w_init": pkey[2]}
             present["learnable"] = self.n_learnable > 0
-            allocators = (BACKWARD.allocator(present), PASSES["rbackward"].allocator(present))
-            found = self._present[flags] = (present, *allocators)
+            found = self._present[pkey] = (present, pass_.allocator(present))
         accum = self._accum.get(h_seq.dtype)
         if accum is None:
             accum = self._accum[h_seq.dtype] = dtypes.lookup(self.backend, h_seq.dtype).torch_accum
-        return _new(Layout, (dims, found[0], accum, found[2 if recurrent else 1]))
+        return _new(Layout, (dims, found[0], accum, found[1]))
 
     def forward(
         self,
@@ -327,9 +350,9 @@ class Program:
             return out
         values = {
             "x_seq": x_seq, "v_init": v_init, "w_init": w_init, "params": params,
-            "param_strides": self._check_params(params), "T": t_len, "N": n, **extra,
+            "param_strides": self.check_params(params), "T": t_len, "N": n, **extra,
         }  # fmt: skip
-        self._launch(FORWARD, (store_h, v_mode), out, values, n)
+        self.run(FORWARD, (store_h, v_mode), out, values, n)
         return out
 
     def backward(
@@ -360,10 +383,10 @@ class Program:
         values = {
             "grad_spike": grad_spike, "grad_v_seq": grad_v_seq, "grad_w_seq": grad_w_seq,
             "h_seq": h_seq, "wt_seq": wt_seq, "x_seq": x_seq, "v_init": v_init,
-            "w_init": w_init, "params": params, "param_strides": self._check_params(params),
+            "w_init": w_init, "params": params, "param_strides": self.check_params(params),
             "grad_spike_scalar": int(scalar), "T": t_len, "N": n, **extra,
         }  # fmt: skip
-        self._launch(BACKWARD, (grad_v_mode,), out, values, n)
+        self.run(BACKWARD, (grad_v_mode,), out, values, n)
         return out
 
 

@@ -1,0 +1,233 @@
+"""The passes of a connection: one launch per sequence each way, one block per batch row
+(:mod:`symneuron.codegen.connection` prints the kernels).
+
+A row of ``F`` neurons runs on one block of ``ceil(F / K)`` threads (K lanes each: 1,
+or the dtype's vector width when F exceeds :data:`MAX_THREADS`), with the values its
+neurons exchange each step (spikes forward, gradients backward) in a ring of D + 1
+slots of shared memory, D the connection's delay: the pass's
+:class:`~symneuron.codegen.layout.RowLayout`, evaluated here for the launch as the
+kernel evaluates it. On the CPU one thread runs a row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import torch
+
+from .. import dtypes
+from ..codegen import connection
+from ..codegen.layout import CHUNK, N_WORDS, ROW_THREADS, evaluate
+from ..signature import RBACKWARD, RFORWARD, Geometry, Variant
+from .kernels import Program
+
+__all__ = ["MAX_THREADS", "max_features", "forward", "backward", "geometry"]
+
+#: threads of one block (CUDA's limit)
+MAX_THREADS = 1024
+#: threads a neuron's transposed product is spread over in the backward (at most)
+BACKWARD_PARTS = 4
+#: rows of at least this many neurons (a multiple of the dtype's width) take the
+#: dtype's width per thread: 16-byte loads of the weights
+WIDE_FROM = MAX_THREADS + 1
+#: neurons of one row the single-kernel path takes
+MAX_FEATURES = 4096
+
+
+def max_features(backend: str, dtype: torch.dtype) -> int:
+    """The largest layer the fused kernels run on ``backend`` in ``dtype`` (the C kernels
+    keep a row's state on the heap: any size)."""
+    if backend != "cuda":
+        return 2**62
+    return min(MAX_FEATURES, MAX_THREADS * dtypes.lookup(backend, dtype).lanes)
+
+
+def _lanes(prog: Program, features: int, dtype: torch.dtype) -> int:
+    """Neurons per thread: 1, or the dtype's width for a row wider than a block."""
+    limit = max_features(prog.backend, dtype)
+    if features > limit:
+        raise ValueError(
+            f"symneuron: the fused recurrent kernel runs layers of up to {limit} neurons "
+            f"on backend={prog.backend!r} in {dtypes.dtype_name(dtype)} (one block per batch "
+            f"row, the exchanged values in its shared memory); this layer has {features}. "
+            "Use backend='torch' (a loop over steps) for it, or a smaller layer."
+        )
+    if not prog.impl.simt:
+        return 1
+    width = dtypes.lookup(prog.backend, dtype).lanes
+    if features >= WIDE_FROM and features % width == 0:
+        return width
+    if features <= MAX_THREADS:
+        return 1
+    if features % width:
+        raise ValueError(
+            f"symneuron: a recurrent layer of more than {MAX_THREADS} neurons on CUDA takes "
+            f"{width} per thread in {dtypes.dtype_name(dtype)}: its size must be a multiple "
+            f"of {width}, got {features}"
+        )
+    return width
+
+
+def _values(
+    prog: Program, variant: Variant, first: torch.Tensor, features: int, delay: int
+) -> dict[str, int]:
+    """The integers a row kernel's layout formulas read, for one launch."""
+    row = dtypes.lookup(prog.backend, first.dtype)
+    values = {"F": features, "D": delay, "K": variant.lanes}
+    values["row_threads"] = evaluate(ROW_THREADS, values)
+    values["n_words"] = evaluate(N_WORDS, values)
+    parts = 1
+    if variant.pass_.kind == "backward":
+        parts = max(1, min(BACKWARD_PARTS, MAX_THREADS // values["row_threads"]))
+    values["n_parts"] = parts
+    values["cs"] = row.torch_compute.itemsize
+    values["ss"] = first.element_size()
+    return values
+
+
+def geometry(
+    prog: Program, variant: Variant, first: torch.Tensor, features: int, delay: int
+) -> Geometry:
+    """One block per row: a thread per K neurons (rounded up to whole warps); the
+    backward gives each neuron up to 4 threads for its transposed product, while they
+    fit a block. Shared memory: the pass's layout, and in the backward then as many rows
+    of the weight as fit (the kernel reads the rest from L2)."""
+    values = _values(prog, variant, first, features, delay)
+    threads = values["row_threads"] * values["n_parts"]
+    rows = first.shape[1] // features
+    plan = connection.layout(variant, votes=True)
+    if variant.pass_.kind == "forward":
+        return Geometry(rows, threads, plan.total(values))
+    base = plan.offset("cache", values)
+    whole = base + values["n_parts"] * evaluate(CHUNK, values) * features * values["ss"]
+    room = _shared_room(first.device.index, rows, threads)
+    if base > room:
+        raise ValueError(
+            f"symneuron: a recurrent layer of {features} neurons with delay {delay} needs "
+            f"{base} bytes of shared memory per batch row in the backward (a ring of "
+            f"delay + 1 steps of gradients), more than the {room} this GPU gives a block; "
+            "use a shorter delay, a smaller layer, or backend='torch'."
+        )
+    return Geometry(rows, threads, max(base, min(whole, room)))
+
+
+def _shared_room(device: int | None, rows: int, threads: int) -> int:
+    """Shared bytes a block of the backward may take without running its ``rows`` blocks
+    in more waves than they would run in with none: all of a block's opt-in limit when
+    each SM runs one block, else the SM's bytes over the blocks it must hold."""
+    from .cuda import shared_limits
+
+    optin, per_sm, sms, sm_threads = shared_limits(device or 0)
+    blocks = max(1, min(sm_threads // threads, -(-rows // sms)))
+    return min(optin, per_sm // blocks - 1024)  # the driver keeps 1 KB per block
+
+
+_Maybe = TypeVar("_Maybe", torch.Tensor, None)
+
+
+def _aligned(tensor: _Maybe) -> _Maybe:
+    """``tensor``, copied when its start is not 16-byte aligned (a view with an offset):
+    the kernels of several lanes per thread load 16 bytes at once."""
+    return tensor if tensor is None or tensor.data_ptr() % 16 == 0 else tensor.clone()
+
+
+def forward(
+    prog: Program,
+    x_seq: torch.Tensor,
+    weight_t: torch.Tensor,
+    s_init: torch.Tensor | None,
+    v_init: torch.Tensor | None,
+    w_init: torch.Tensor | None,
+    params: Sequence[torch.Tensor],
+    store_h: bool,
+    v_mode: str,
+    D: int = 1,  # noqa: N803 (the kernel argument's name)
+    rng: torch.Tensor | None = None,
+) -> Any:
+    """The recurrent forward over ``x_seq`` [T, rows·F]: :data:`RFORWARD`'s outputs
+    (those of :meth:`Program.forward` and X_eff [T, N] when stored for the backward).
+    ``weight_t`` [F, F] is the effective weight transposed (contiguous); ``s_init``
+    [D, N] the spikes of the D steps before the first (oldest first), D the delay; ``rng`` the
+    generator's state of a neuron that draws (int64 [seed, offset])."""
+    t_len, n = x_seq.shape
+    features, delay = weight_t.shape[0], D
+    x_seq = _aligned(x_seq)
+    out = prog.forward_layout(x_seq, store_h, v_mode, RFORWARD).outputs(x_seq)
+    if n == 0 or t_len == 0:
+        return out
+    values = {
+        "x_seq": x_seq,
+        "weight_t": weight_t,
+        "s_init": s_init,
+        "v_init": v_init,
+        "w_init": w_init,
+        "params": params,
+        "param_strides": prog.check_params(params),
+        "T": t_len,
+        "N": n,
+        "D": delay,
+        "F": features,
+        "rng": rng,
+    }
+    lanes = _lanes(prog, features, x_seq.dtype)
+
+    def blocks(variant: Variant, first: torch.Tensor) -> Geometry:
+        return geometry(prog, variant, first, features, delay)
+
+    prog.run(RFORWARD, (store_h, v_mode), out, values, n, blocks, lanes)
+    return out
+
+
+def backward(
+    prog: Program, weight: torch.Tensor, delay: int = 1, rng: torch.Tensor | None = None
+) -> Any:
+    """The recurrent backward, as a function of :meth:`Program.backward`'s arguments
+    (``weight`` [F, F] the effective weight, contiguous; ``rng`` the forward's generator
+    state, so that it draws the forward's numbers); ``grad_spike`` must be a full [T, N]
+    tensor."""
+    features = weight.shape[0]
+
+    def blocks(variant: Variant, first: torch.Tensor) -> Geometry:
+        return geometry(prog, variant, first, features, delay)
+
+    def run(
+        grad_spike: torch.Tensor,
+        grad_v_seq: Any,
+        grad_w_seq: Any,
+        h_seq: torch.Tensor,
+        wt_seq: Any,
+        x_seq: Any,
+        v_init: Any,
+        w_init: Any,
+        params: Sequence[torch.Tensor],
+        grad_v_mode: str,
+    ) -> Any:
+        t_len, n = h_seq.shape
+        out = prog.backward_layout(h_seq, v_init, w_init, RBACKWARD).outputs(h_seq)
+        if n == 0:
+            return out
+        values = {
+            "grad_spike": _aligned(grad_spike.contiguous()),
+            "grad_v_seq": _aligned(grad_v_seq),
+            "grad_w_seq": _aligned(grad_w_seq),
+            "h_seq": h_seq,
+            "wt_seq": wt_seq,
+            "x_seq": x_seq,
+            "v_init": v_init,
+            "w_init": w_init,
+            "params": params,
+            "weight": weight,
+            "param_strides": prog.check_params(params),
+            "grad_spike_scalar": 0,
+            "T": t_len,
+            "N": n,
+            "D": delay,
+            "F": features,
+            "rng": rng,
+        }
+        lanes = _lanes(prog, features, h_seq.dtype)
+        prog.run(RBACKWARD, (grad_v_mode,), out, values, n, blocks, lanes)
+        return out
+
+    return run
