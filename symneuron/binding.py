@@ -20,6 +20,7 @@ compute gradients with the same helper. Parameter views live in
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -179,22 +180,29 @@ def save(
     ``extra`` (what a connection's binding adds)."""
     ctx.program, ctx.v_mode, ctx.n_params = prog, v_mode, len(inputs["params"])
     ctx.rng = inputs.get("rng")  # the generator's state: the backward draws the same
-    kept = {
-        "h_seq": out.h_seq,
-        "wt_seq": out.wt_seq,
-        "v_init": inputs["v_init"],
-        "w_init": inputs["w_init"],
-        "x_seq": inputs["x_seq"] if prog.needs_x else None,
-    }
-    kept.update({_param_name(i): p for i, p in enumerate(inputs["params"])})
-    kept.update(extra or {})
-    ctx.saved_names = tuple(kept)
-    ctx.save_for_backward(*kept.values())
+    kept = (out.h_seq, out.wt_seq, inputs["v_init"], inputs["w_init"])
+    x_kept = inputs["x_seq"] if prog.needs_x else None
+    more = () if extra is None else tuple(extra)
+    ctx.saved_names = _saved_names(ctx.n_params, more)
+    ctx.save_for_backward(*kept, x_kept, *inputs["params"], *(extra or {}).values())
     ctx.set_materialize_grads(False)
 
 
-def _param_name(i: int) -> str:
-    return f"param {i}"
+#: what :func:`save` keeps before the params and a connection's own tensors, in order
+_SAVED = ("h_seq", "wt_seq", "v_init", "w_init", "x_seq")
+
+
+@functools.cache
+def _param_names(count: int) -> tuple[str, ...]:
+    """The saved names of ``count`` params."""
+    return tuple(f"param {i}" for i in range(count))
+
+
+@functools.cache
+def _saved_names(count: int, extra: tuple[str, ...]) -> tuple[str, ...]:
+    """The names of what :func:`save` keeps, in order: :data:`_SAVED`, ``count``
+    params, then ``extra``."""
+    return (*_SAVED, *_param_names(count), *extra)
 
 
 def saved(ctx: Any) -> dict[str, Any]:
@@ -227,7 +235,7 @@ def gradients(
         )
     kept = saved(ctx) if kept is None else kept
     h_seq = kept["h_seq"]
-    params = [kept[_param_name(i)] for i in range(ctx.n_params)]
+    params = [kept[name] for name in _param_names(ctx.n_params)]
     prog: Program = ctx.program
     if h_seq is None:
         raise RuntimeError(
@@ -244,27 +252,26 @@ def gradients(
         grad_v = (h_seq.new_zeros(rows, n) if grad_v is None else grad_v).contiguous()
         if prog.k:  # (without extra states the kernels take no dL/dW: none is made)
             grad_w = (h_seq.new_zeros(prog.k, rows, n) if grad_w is None else grad_w).contiguous()
-    given = {
-        "grad_spike": grad_spike,
-        "grad_v_seq": grad_v,
-        "grad_w_seq": grad_w,
-        "h_seq": h_seq,
-        "wt_seq": kept["wt_seq"],
-        "x_seq": kept["x_seq"],
-        "v_init": kept["v_init"],
-        "w_init": kept["w_init"],
-        "params": params,
-        "grad_v_mode": mode,
-    }
     rng = getattr(ctx, "rng", None)
+    wt_seq, x_seq, v_init, w_init = kept["wt_seq"], kept["x_seq"], kept["v_init"], kept["w_init"]
     if launch is not None:  # a connection's kernels (given the forward's rng by their caller)
-        out = launch(**given)
+        out = launch(
+            grad_spike=grad_spike, grad_v_seq=grad_v, grad_w_seq=grad_w, h_seq=h_seq,
+            wt_seq=wt_seq, x_seq=x_seq, v_init=v_init, w_init=w_init, params=params,
+            grad_v_mode=mode,
+        )  # fmt: skip
     elif compiled:
-        present = prog.backward_layout(h_seq, given["v_init"], given["w_init"]).present
-        args = [given[name] for name in OP_ARGS["backward"][2:-1]]
-        out = absent_as_none(BACKWARD, backward_op(prog.key, prog.backend, *args, rng), present)
+        present = prog.backward_layout(h_seq, v_init, w_init).present
+        found = backward_op(
+            prog.key, prog.backend, grad_spike, grad_v, grad_w, h_seq, wt_seq, x_seq, v_init,
+            w_init, params, mode, rng,
+        )  # fmt: skip
+        out = absent_as_none(BACKWARD, found, present)
     else:
-        out = prog.backward(**given, rng=rng)
+        out = prog.backward(
+            grad_spike, grad_v, grad_w, h_seq, wt_seq, x_seq, v_init, w_init, params, mode,
+            rng=rng,
+        )  # fmt: skip
     grads: list[torch.Tensor | None] = [None] * ctx.n_params
     for j, index in prog.learnable_rows:
         grads[index] = out.grad_params[j].to(params[index].dtype)

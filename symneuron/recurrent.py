@@ -189,7 +189,9 @@ class RecurrentNeuronLayer(nn.Module):
                 f"but this call needs [delay, *batch, size] = {list(expected)}: call "
                 "layer.reset() before each new sequence."
             )
-        return s.to(dtype=x_seq.dtype, device=x_seq.device)
+        if s.dtype != x_seq.dtype or s.device != x_seq.device:
+            return s.to(dtype=x_seq.dtype, device=x_seq.device)
+        return s
 
     def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
         """Spikes [T, *batch, size] for input ``x_seq`` [T, *batch, size]."""

@@ -130,7 +130,7 @@ class Option:
         return self.tokens[self.values.index(value)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Pass:
     """One kind of kernel: its arguments in C order and its named options.
 
@@ -176,9 +176,6 @@ class Pass:
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
-
-    def __hash__(self) -> int:
-        return hash(self.name)
 
     def of(self, states: bool, noise: bool = False) -> tuple[Arg, ...]:
         """The arguments of a neuron with (or without) extra states and random draws."""

@@ -290,7 +290,8 @@ def test_backward_shared_memory_caches_rows_without_a_second_wave(
 
     def geometry(rows: int, features: int) -> tuple[int, int]:
         first = torch.empty(2, rows * features)
-        g = rkernels.geometry(prog, RBACKWARD.variant(1, grad_v_mode="none"), first, features, 1)
+        variant = RBACKWARD.variant(1, grad_v_mode="none")
+        g = rkernels.launch_geometry(prog, variant, first, features, 1)
         return g.block, g.shared
 
     # 64 rows of 256: 4 parts of 64 rows; (2 + 4)·256 floats first, then 55 rows a part

@@ -251,7 +251,7 @@ class Program:
         other ``values``. ``geometry`` gives a GPU launch's blocks (default: one thread per
         ``lanes`` neurons, :meth:`~symneuron.signature.Variant.geometry`), ``lanes`` the
         neurons per thread (default: the widest the call allows, :meth:`_lanes`)."""
-        kinds, pack, names, single = self._pass(pass_)
+        kinds, pack, names, single = self._passes.get(pass_) or self._pass(pass_)
         first = values[names[0]]
         if lanes is None:
             lanes = self._lanes(first.dtype, n)

@@ -86,7 +86,22 @@ def _values(
     return values
 
 
+#: (variant, dtype, device, rows, F, D) -> its launch geometry (host time: computed once)
+_GEOMETRIES: dict[tuple[Any, ...], Geometry] = {}
+
+
 def geometry(
+    prog: Program, variant: Variant, first: torch.Tensor, features: int, delay: int
+) -> Geometry:
+    """:func:`launch_geometry`, kept per variant, dtype, device and sizes."""
+    key = (variant, first.dtype, first.device, first.shape[1], features, delay)
+    found = _GEOMETRIES.get(key)
+    if found is None:
+        found = _GEOMETRIES[key] = launch_geometry(prog, variant, first, features, delay)
+    return found
+
+
+def launch_geometry(
     prog: Program, variant: Variant, first: torch.Tensor, features: int, delay: int
 ) -> Geometry:
     """One block per row: a thread per K neurons (rounded up to whole warps); the
