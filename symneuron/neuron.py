@@ -169,10 +169,13 @@ class Neuron(Definition):
         """The :class:`~symneuron.derivation.KernelSpec` (derived once per process)."""
         return derivation.derive(self)
 
-    def source(self, backend: str = "cuda", dtype: torch.dtype | str = "float32") -> str:
+    def source(
+        self, backend: str = "cuda", dtype: torch.dtype | str = "float32", recurrent: bool = False
+    ) -> str:
         """Generated kernel source (every forward and backward variant) for ``backend``
-        and ``dtype``."""
-        return render_source(self.spec(), backend, dtype)
+        and ``dtype``; ``recurrent``: the kernels of a recurrent layer of this neuron (its
+        forward and backward with the connection's stage, for every delay)."""
+        return render_source(self.spec(), backend, dtype, recurrent=recurrent)
 
 
 def _rebuild_with_ode(cls: type[Neuron], given: dict[str, Any], system: Any) -> Neuron:

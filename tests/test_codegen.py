@@ -116,3 +116,44 @@ def test_division_by_a_param_is_a_product_with_its_reciprocal(
         for p in divisors:
             assert f"{p}_rcp_l[j] = " in source
             assert f"/{p}" not in source.replace(f"/{p}_l[j]", "")
+
+
+@pytest.mark.parametrize("backend", ["cuda", "cpu"])
+@pytest.mark.parametrize("name", ["LIF", "ALIF"])
+def test_recurrent_source_matches_golden(name: str, backend: str) -> None:
+    """The recurrent kernels (the neuron's passes with the connection's stage), float32.
+    One source serves every delay: the delay is a kernel argument (the ring's D + 1
+    slots), so this golden file is the kernels of delay 1 and of delay 2 alike
+    (:func:`test_one_recurrent_kernel_serves_every_delay`)."""
+    neuron = getattr(sn.models, name)(learnable=["tau"], surrogate=sn.surrogate.ATan())
+    source = neuron.source(backend, "float32", recurrent=True)
+    _golden(f"recurrent_{name.lower()}_{backend}_float32.txt", source)
+
+
+@pytest.mark.parametrize("backend", ["cuda", "cpu"], ids=lambda b: f"{b}-source")
+def test_noisy_source_matches_golden(backend: str) -> None:
+    source = sn.models.NoisyLIF(learnable=["sigma"]).source(backend, "float32")
+    _golden(f"noisy_lif_{backend}_float32.txt", source)
+
+
+def _golden(name: str, source: str) -> None:
+    path = GOLDEN / name
+    if UPDATE:
+        path.write_text(source)
+    assert path.exists(), f"missing golden file {path}; run with SYMNEURON_UPDATE_GOLDEN=1"
+    assert source == path.read_text(), f"generated source changed; review and regenerate {path}"
+
+
+def test_one_recurrent_kernel_serves_every_delay() -> None:
+    """Layers of delay 1 and 2 launch the same compiled kernels (no variant per delay)."""
+    import torch
+
+    from symneuron.runtime.kernels import program
+
+    neuron = sn.models.ALIF(learnable=["tau"])
+    prog = program(neuron, "cpu")
+    x = torch.rand(5, 2, 6, requires_grad=True)
+    sn.RecurrentNeuronLayer(neuron, 6, backend="cpu", delay=1)(x).sum().backward()
+    launchers = dict(prog._launchers)
+    sn.RecurrentNeuronLayer(neuron, 6, backend="cpu", delay=2)(x).sum().backward()
+    assert prog._launchers == launchers and len(launchers) >= 2

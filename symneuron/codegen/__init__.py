@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from .. import dtypes
 from ..derivation import KernelSpec
-from ..signature import Variant
+from ..signature import BACKWARD, FORWARD, RBACKWARD, RFORWARD, Variant
 from .dialects import DIALECTS
 from .skeleton import render
 
@@ -30,10 +30,15 @@ __all__ = ["render_source"]
 
 
 def render_source(
-    spec: KernelSpec, backend: str, dtype: torch.dtype | str, kernel: Variant | None = None
+    spec: KernelSpec,
+    backend: str,
+    dtype: torch.dtype | str,
+    kernel: Variant | None = None,
+    recurrent: bool = False,
 ) -> str:
     """The generated source for ``backend`` (``"cuda"`` or ``"cpu"``) and ``dtype``: the
-    feedforward passes' kernels.
+    feedforward passes' kernels, or with ``recurrent`` the recurrent connection's
+    (:data:`~symneuron.signature.RFORWARD`, :data:`~symneuron.signature.RBACKWARD`).
 
     ``kernel`` restricts it to one variant (what the runtimes compile), of any pass.
     """
@@ -41,4 +46,5 @@ def render_source(
         raise ValueError(
             f"No generated source for backend {backend!r}; use one of {sorted(DIALECTS)}"
         )
-    return render(spec, DIALECTS[backend], dtypes.lookup(backend, dtype), only=kernel)
+    passes = (RFORWARD, RBACKWARD) if recurrent else (FORWARD, BACKWARD)
+    return render(spec, DIALECTS[backend], dtypes.lookup(backend, dtype), kernel, passes)
