@@ -379,7 +379,8 @@ def run(job: Run) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         prog = program(job.neuron, job.backend)
         live = _live((x_seq, job.v_init, job.w_init, job.rng, *job.params))
         out = _APPLY(prog, *live[:3], job.v_mode, shape, *live[3:])
-        return out[0], out[1], out[2] if len(out) > 2 else None
+        spike, v_seq, *w_out = out  # (w_out only for a neuron with extra states)
+        return spike, v_seq, w_out[0] if w_out else None
     n, dtype, device = x_seq.shape[1], compute_dtype(job.backend, x_seq.dtype), x_seq.device
     if compiling:  # the custom op, which compilation traces through
         params = [kernel_param(p, dtype, device, shape, n) for p in job.params]

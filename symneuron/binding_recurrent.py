@@ -229,7 +229,8 @@ def run(
             prog, x_seq, weight, s_init, job.v_init, job.w_init, job.v_mode, job.shape, delay,
             job.rng, *job.params,
         )  # fmt: skip
-        return out[0], out[1], out[2] if len(out) > 2 else None
+        spike, v_seq, *w_out = out  # (w_out only for a neuron with extra states)
+        return spike, v_seq, w_out[0] if w_out else None
     params = [launch_param(p, dtype, device, job.shape, n) for p in job.params]
     weight_t = weight.detach().t().contiguous()
     got = rows.forward(
