@@ -10,6 +10,7 @@ from typing import Any
 
 import sympy as sp
 import torch
+import torch.autograd.forward_ad as forward_ad
 
 from . import dtypes
 from .binding import Run, run
@@ -130,6 +131,26 @@ def simulate(
     return _finish(result, x_seq, store_v_seq) if check else result
 
 
+def _refuse_tangents(*given: Any) -> None:
+    """RuntimeError if any tensor among ``given`` (or in a mapping or sequence of them)
+    carries a forward-mode tangent: the fused kernels have no forward-mode rule, and
+    their outputs would silently carry none."""
+    stack = list(given)
+    while stack:
+        value = stack.pop()
+        if isinstance(value, Mapping):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+        elif isinstance(value, torch.Tensor) and forward_ad.unpack_dual(value).tangent is not None:
+            raise RuntimeError(
+                "symneuron: the fused kernels have no forward-mode AD rule "
+                "(torch.autograd.forward_ad, jvp), so a dual input's tangent would be lost. "
+                "Pass backend='torch' (the reference, plain torch ops), which propagates "
+                "tangents, or take the gradient in reverse mode."
+            )
+
+
 def prepare(
     neuron: Definition,
     x_seq: Any,
@@ -171,6 +192,8 @@ def prepare(
     if check_finite:  # (reads tensor values back: only when the check is asked for)
         _raise_if_nonfinite_params(values)
     backend = _chosen_backend(neuron, backend, x_seq, compiling)
+    if backend != "torch" and forward_ad._current_level >= 0 and not compiling:
+        _refuse_tangents(x_seq, v0, values, states)
     check = check_finite and x_seq.shape[0] > 0
     keep = store_v_seq or check  # the check finds the first step: V of every step
     reference = backend == "torch" or x_seq.shape[0] == 0  # no kernel runs no steps

@@ -1,0 +1,45 @@
+"""Forward-mode AD (torch.autograd.forward_ad, jvp): the fused kernels have no
+forward-mode rule, so a dual input is refused with the fix instead of losing its
+tangent (the output had none before, silently)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.autograd.forward_ad as fwAD
+from conftest import generator
+
+import symneuron as sn
+from symneuron.runtime import cpu
+
+pytestmark = pytest.mark.skipif(not cpu.available(), reason="needs a C compiler")
+
+
+def _x() -> torch.Tensor:
+    return 2 * torch.rand(5, 3, generator=generator(41), dtype=torch.float64)
+
+
+@pytest.mark.parametrize("where", ["x", "v_init", "param"])
+def test_fused_kernels_refuse_a_dual_input(where: str) -> None:
+    x, v0, tau = _x(), torch.zeros(3, dtype=torch.float64), torch.tensor(2.0, dtype=torch.float64)
+    with fwAD.dual_level():
+        dual = {"x": x, "v_init": v0, "param": tau}
+        dual[where] = fwAD.make_dual(dual[where], torch.ones_like(dual[where]))
+        with pytest.raises(RuntimeError, match="no forward-mode AD rule.*backend='torch'"):
+            sn.simulate(
+                sn.models.LIF(), dual["x"], dual["v_init"], {"tau": dual["param"]}, backend="cpu"
+            )
+
+
+def test_recurrent_layer_refuses_a_dual_input() -> None:
+    layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 3, backend="cpu").double()
+    with fwAD.dual_level():
+        x = fwAD.make_dual(_x()[:, None], torch.ones(5, 1, 3, dtype=torch.float64))
+        with pytest.raises(RuntimeError, match="no forward-mode AD rule"):
+            layer(x)
+
+
+def test_without_tangents_the_kernels_run_inside_a_dual_level() -> None:
+    with fwAD.dual_level():
+        s, v = sn.simulate(sn.models.LIF(), _x(), backend="cpu")
+    assert s.shape == (5, 3)
