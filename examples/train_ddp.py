@@ -24,6 +24,9 @@ Run (from the repository root)::
 
 Neuron state (``NeuronLayer.v``) stays on its rank: each replica resets and carries its
 own; learnable neuron params are all-reduced (DDP) or sharded (FSDP2) like any other.
+A noisy neuron (``--neuron NoisyLIF``) is built with ``seed=None``, which mixes the rank
+into its seed; a layer given an int seed must take ``seed=sn.rank_seed(seed)`` so that
+each rank draws its own stream (one int seed on every rank draws the same numbers).
 FSDP2 refuses 0-dim parameters, hence the per-channel ``w`` (``--param-shape``).
 """
 

@@ -18,6 +18,7 @@ from .neuron import Neuron
 from .ode import ODEState
 from .recurrent import RecurrentNeuronLayer
 from .simulate import simulate
+from .stochastic import rank_seed
 from .symbols import NOISE as noise
 from .symbols import XI as xi
 from .validate import NonFiniteError
@@ -35,6 +36,7 @@ __all__ = [
     "NeuronLayer",
     "RecurrentNeuronLayer",
     "simulate",
+    "rank_seed",
     "NonFiniteError",
     "check",
     "CheckReport",

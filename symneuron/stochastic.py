@@ -28,7 +28,7 @@ from .symbols import NOISE_STREAMS, H, noise_symbol
 
 __all__ = [
     "NOISES", "SEED_LIMIT", "stream_of", "noise_streams", "check_linear_noise",
-    "call_state", "check_probability", "check_seed", "generator_state",
+    "call_state", "check_probability", "check_seed", "generator_state", "rank_seed",
 ]  # fmt: skip
 
 #: seeds and offsets are integers in [0, 2^63)
@@ -97,6 +97,33 @@ def _rank() -> int:
     """This process's rank in the default process group (0 without one)."""
     dist = torch.distributed
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def rank_seed(seed: int, rank: int | None = None) -> int:
+    """A seed of this process's own for a seed shared by every rank: ``seed`` itself on
+    rank 0, on rank r > 0 ``seed`` XOR r·stride (mod 2^63), a different Philox key, so
+    each rank's rows draw an independent stream. Without it, ranks given one int seed
+    draw the same numbers for their rows (a draw is keyed by step and neuron index, not
+    by rank): correlated noise across the global batch.
+
+    Parameters
+    ----------
+    seed : int in [0, 2^63)
+    rank : int, optional
+        Default: this process's rank in ``torch.distributed``'s default group (0 without
+        one).
+
+    Examples
+    --------
+    >>> import symneuron as sn
+    >>> sn.rank_seed(7, rank=0), sn.rank_seed(7, rank=1) != 7
+    (7, True)
+    """
+    seed = check_seed(seed)
+    rank = _rank() if rank is None else rank
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise ValueError(f"rank must be an int >= 0, got {rank!r}")
+    return seed ^ (rank * _RANK_STRIDE) % SEED_LIMIT if rank else seed
 
 
 def check_seed(seed: Any, what: str = "seed") -> int:
