@@ -256,22 +256,49 @@ def gradients(
     wt_seq, x_seq, v_init, w_init = kept["wt_seq"], kept["x_seq"], kept["v_init"], kept["w_init"]
     if launch is not None:  # a connection's kernels (given the forward's rng by their caller)
         out = launch(
-            grad_spike=grad_spike, grad_v_seq=grad_v, grad_w_seq=grad_w, h_seq=h_seq,
-            wt_seq=wt_seq, x_seq=x_seq, v_init=v_init, w_init=w_init, params=params,
+            grad_spike=grad_spike,
+            grad_v_seq=grad_v,
+            grad_w_seq=grad_w,
+            h_seq=h_seq,
+            wt_seq=wt_seq,
+            x_seq=x_seq,
+            v_init=v_init,
+            w_init=w_init,
+            params=params,
             grad_v_mode=mode,
-        )  # fmt: skip
+        )
     elif compiled:
         present = prog.backward_layout(h_seq, v_init, w_init).present
         found = backward_op(
-            prog.key, prog.backend, grad_spike, grad_v, grad_w, h_seq, wt_seq, x_seq, v_init,
-            w_init, params, mode, rng,
-        )  # fmt: skip
+            prog.key,
+            prog.backend,
+            grad_spike,
+            grad_v,
+            grad_w,
+            h_seq,
+            wt_seq,
+            x_seq,
+            v_init,
+            w_init,
+            params,
+            mode,
+            rng,
+        )
         out = absent_as_none(BACKWARD, found, present)
     else:
         out = prog.backward(
-            grad_spike, grad_v, grad_w, h_seq, wt_seq, x_seq, v_init, w_init, params, mode,
+            grad_spike,
+            grad_v,
+            grad_w,
+            h_seq,
+            wt_seq,
+            x_seq,
+            v_init,
+            w_init,
+            params,
+            mode,
             rng=rng,
-        )  # fmt: skip
+        )
     grads: list[torch.Tensor | None] = [None] * ctx.n_params
     for j, index in prog.learnable_rows:
         grads[index] = out.grad_params[j].to(params[index].dtype)

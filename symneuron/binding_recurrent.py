@@ -35,8 +35,18 @@ if not CONNECTION.weight_gradient_is_product or CONNECTION.input_partial != 1:
 class RecurrentBinding(torch.autograd.Function):
     """The recurrent forward and backward kernels of a program (eager autograd)."""
 
-    INPUTS = ("program", "x_seq", "weight", "s_init", "v_init", "w_init", "v_mode", "shape",
-              "delay", "rng")  # fmt: skip
+    INPUTS = (
+        "program",
+        "x_seq",
+        "weight",
+        "s_init",
+        "v_init",
+        "w_init",
+        "v_mode",
+        "shape",
+        "delay",
+        "rng",
+    )
 
     @staticmethod
     def forward(
@@ -58,9 +68,18 @@ class RecurrentBinding(torch.autograd.Function):
         params = [launch_param(value, dtype, device, shape, n) for value in values]
         weight = weight.contiguous()
         out = rows.forward(
-            prog, x_seq, weight.t().contiguous(), s_init, v_init, w_init, params, True, v_mode,
-            delay, rng,
-        )  # fmt: skip
+            prog,
+            x_seq,
+            weight.t().contiguous(),
+            s_init,
+            v_init,
+            w_init,
+            params,
+            True,
+            v_mode,
+            delay,
+            rng,
+        )
         inputs = {"x_seq": out.xeff_seq, "v_init": v_init, "w_init": w_init, "params": params}
         inputs["rng"] = rng  # the generator's state: the backward draws the same
         extra = {"weight": weight, "spike_seq": out.spike_seq, "s_init": s_init}
@@ -80,9 +99,14 @@ class RecurrentBinding(torch.autograd.Function):
         found = gradients(ctx, grad_spike.contiguous(), grad_v, grad_w, False, launch, kept)
         needs = dict(zip(RecurrentBinding.INPUTS, ctx.needs_input_grad, strict=False))
         grad_weight, grad_s = _connection_grads(
-            found["x_seq"], weight, spike_seq, kept["s_init"], ctx.delay,
-            needs["weight"], needs["s_init"],
-        )  # fmt: skip
+            found["x_seq"],
+            weight,
+            spike_seq,
+            kept["s_init"],
+            ctx.delay,
+            needs["weight"],
+            needs["s_init"],
+        )
         needed = ctx.needs_input_grad[len(RecurrentBinding.INPUTS) :]
         grads = [
             g.view(gshape) if g is not None and need else None
@@ -191,9 +215,14 @@ def _backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
     found = gradients(ctx, grad_spike, grad.v_seq, grad.w_out, True, launch, kept)
     needs = dict(zip(R_ARGS["rforward"], ctx.needs_input_grad, strict=False))
     grad_weight, grad_s = _connection_grads(
-        found["x_seq"], weight, spike_seq, kept["s_init"], ctx.delay,
-        needs["weight_t"], needs["s_init"],
-    )  # fmt: skip
+        found["x_seq"],
+        weight,
+        spike_seq,
+        kept["s_init"],
+        ctx.delay,
+        needs["weight_t"],
+        needs["s_init"],
+    )
     found.update(weight_t=None if grad_weight is None else grad_weight.t(), s_init=grad_s)
     given = len(ctx.needs_input_grad)  # the call's inputs: without rng when it left it out
     return tuple(found.get(name) for name in R_ARGS["rforward"][:given])
@@ -215,10 +244,17 @@ def run(
     if torch.compiler.is_compiling():  # the custom op, which compilation traces through
         params = [kernel_param(p, dtype, device, job.shape, n) for p in job.params]
         values = {
-            "x_seq": x_seq, "weight_t": weight.t().contiguous(), "s_init": s_init,
-            "v_init": job.v_init, "w_init": job.w_init, "params": params, "store_h": store,
-            "v_mode": job.v_mode, "D": delay, "rng": job.rng,
-        }  # fmt: skip
+            "x_seq": x_seq,
+            "weight_t": weight.t().contiguous(),
+            "s_init": s_init,
+            "v_init": job.v_init,
+            "w_init": job.w_init,
+            "params": params,
+            "store_h": store,
+            "v_mode": job.v_mode,
+            "D": delay,
+            "rng": job.rng,
+        }
         args = [values[name] for name in R_ARGS["rforward"][2:]]
         got = RFORWARD.returns(*rforward_op(job.neuron.key(), job.backend, *args))
         states = len(job.neuron.states) > 0
@@ -226,15 +262,33 @@ def run(
     prog = program(job.neuron, job.backend)
     if store:
         out = RecurrentBinding.apply(
-            prog, x_seq, weight, s_init, job.v_init, job.w_init, job.v_mode, job.shape, delay,
-            job.rng, *job.params,
-        )  # fmt: skip
+            prog,
+            x_seq,
+            weight,
+            s_init,
+            job.v_init,
+            job.w_init,
+            job.v_mode,
+            job.shape,
+            delay,
+            job.rng,
+            *job.params,
+        )
         spike, v_seq, *w_out = out  # (w_out only for a neuron with extra states)
         return spike, v_seq, w_out[0] if w_out else None
     params = [launch_param(p, dtype, device, job.shape, n) for p in job.params]
     weight_t = weight.detach().t().contiguous()
     got = rows.forward(
-        prog, x_seq, weight_t, s_init, job.v_init, job.w_init, params, False, job.v_mode,
-        delay, job.rng,
-    )  # fmt: skip
+        prog,
+        x_seq,
+        weight_t,
+        s_init,
+        job.v_init,
+        job.w_init,
+        params,
+        False,
+        job.v_mode,
+        delay,
+        job.rng,
+    )
     return got.spike_seq, got.v_seq, got.w_out

@@ -206,9 +206,14 @@ def _run(
         )
     else:
         result = simulate(
-            neuron, leaves["x_seq"], leaves["v_init"], params, backend=backend, states=w_init,
+            neuron,
+            leaves["x_seq"],
+            leaves["v_init"],
+            params,
+            backend=backend,
+            states=w_init,
             seed=rng,
-        )  # fmt: skip
+        )
     spikes, v_seq, *rest = result
     state_seqs = list(rest[0].values()) if rest else []
     loss = (spikes * weights[0].to(spikes.dtype)).sum()
@@ -365,9 +370,12 @@ def _noise_state(neuron: Neuron, gen: torch.Generator, device: torch.device) -> 
 
 
 def _against_reference(
-    neuron: Neuron, inputs: dict[str, torch.Tensor], got: list[torch.Tensor],
-    reference: list[torch.Tensor], tol: float,
-) -> list[CheckResult]:  # fmt: skip
+    neuron: Neuron,
+    inputs: dict[str, torch.Tensor],
+    got: list[torch.Tensor],
+    reference: list[torch.Tensor],
+    tol: float,
+) -> list[CheckResult]:
     """The backend's outputs and gradients, each against the reference's."""
     names = ["spike_seq", "v_seq", *[f"{w}_seq" for w in neuron.states]]
     names += [f"grad {k}" for k in inputs]

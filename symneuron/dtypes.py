@@ -68,9 +68,18 @@ _F64 = DType("float64", "double", "double", "double", torch.float64, torch.float
 
 def _half(name: str, dtype: torch.dtype, load: str, store: str) -> DType:
     return DType(
-        name, "unsigned short", "float", "float", dtype, torch.float32, torch.float32,
-        f"{load}({{}})", f"{store}({{}})", lanes=4, fast_draws=True,
-    )  # fmt: skip
+        name,
+        "unsigned short",
+        "float",
+        "float",
+        dtype,
+        torch.float32,
+        torch.float32,
+        f"{load}({{}})",
+        f"{store}({{}})",
+        lanes=4,
+        fast_draws=True,
+    )
 
 
 #: backend -> dtype name -> :class:`DType`

@@ -43,9 +43,15 @@ from .symbols import NOISE_STREAMS, RESERVED, XI, allowed_in, noise_symbol
 from .validate import check_expression, finite_float, named
 
 __all__ = [
-    "ODEState", "ODESystem", "METHODS", "TABLEAUS", "Discretised", "discretise", "phi1",
+    "ODEState",
+    "ODESystem",
+    "METHODS",
+    "TABLEAUS",
+    "Discretised",
+    "discretise",
+    "phi1",
     "PHI1_BAND",
-]  # fmt: skip
+]
 
 #: The integration methods, by Brian2's names.
 METHODS = ("euler", "exp_euler", "rk2", "rk4")

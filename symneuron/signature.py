@@ -243,8 +243,10 @@ def _allocator(outputs: tuple[Arg, ...], exists: tuple[bool, ...], returns: type
     items = [_allocation(a) if there else "None" for a, there in zip(outputs, exists, strict=True)]
     source = f"def allocate(like, dims, accum):\n    return new(returns, ({', '.join(items)},))\n"
     namespace: dict[str, Any] = {
-        "new": tuple.__new__, "returns": returns, "empty_like": torch.empty_like
-    }  # fmt: skip
+        "new": tuple.__new__,
+        "returns": returns,
+        "empty_like": torch.empty_like,
+    }
     exec(source, namespace)  # noqa: S102 (text built above from the signature's names)
     return namespace["allocate"]
 

@@ -15,9 +15,20 @@ from dataclasses import dataclass
 import sympy as sp
 
 __all__ = [
-    "V", "X", "H", "S", "NOISE", "XI", "PARTS", "Reserved", "RESERVED", "NOISE_STREAMS",
-    "allowed_in", "reserved_symbol", "noise_symbol",
-]  # fmt: skip
+    "V",
+    "X",
+    "H",
+    "S",
+    "NOISE",
+    "XI",
+    "PARTS",
+    "Reserved",
+    "RESERVED",
+    "NOISE_STREAMS",
+    "allowed_in",
+    "reserved_symbol",
+    "noise_symbol",
+]
 
 #: State before charging, V[t-1].
 V = sp.Symbol("V", real=True)

@@ -142,8 +142,9 @@ def assert_neuron_ok(
     [('torch', 'float64'), ('torch', 'float32')]
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not this function's
-    reports = _check_each(neuron, _pairs(neuron, backends, dtypes), T, shape, seed, tolerance,
-                          recurrent)  # fmt: skip
+    reports = _check_each(
+        neuron, _pairs(neuron, backends, dtypes), T, shape, seed, tolerance, recurrent
+    )
     _assert_all_passed(neuron.name, reports)
     return reports
 
@@ -169,7 +170,7 @@ def _check_each(
             tolerance=tolerance,
             seed=seed,
             recurrent=recurrent,
-        )  # fmt: skip
+        )
         for backend, name in pairs
     ]
 

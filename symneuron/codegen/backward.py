@@ -67,8 +67,10 @@ class BackwardPrinter(StepPrinter):
         out, previous = [], {*self.streams("h_prev"), *self.streams("wt_prev")}
         for s in io.reads:
             if s in previous:  # step t-1's values, carried to the next iteration
-                out += [f"{self.vec} {s.register};", f"if (t > 0) {s.register} = "
-                        f"*(const {self.vec}*)({self.array(s)} + k - N);"]  # fmt: skip
+                out += [
+                    f"{self.vec} {s.register};",
+                    f"if (t > 0) {s.register} = *(const {self.vec}*)({self.array(s)} + k - N);",
+                ]
             elif s.array == "grad_spike":
                 out += [f"{self.vec} gs_v;", "if (grad_spike_scalar) {"]
                 out += indent(self.dialect.lane_loop(["gs_v.v[j] = gs_scalar;"]))

@@ -75,9 +75,13 @@ class Dialect:
         raise NotImplementedError
 
     def kernels(
-        self, name: str, params: list[str], body: list[str], lanes: dict[int, str],
+        self,
+        name: str,
+        params: list[str],
+        body: list[str],
+        lanes: dict[int, str],
         one_lane: bool = False,
-    ) -> str:  # fmt: skip
+    ) -> str:
         """``body`` as one exported kernel per lane count (``lanes``: K -> exported name);
         ``one_lane``: the wide kernel runs one neuron per iteration (C only)."""
         raise NotImplementedError
@@ -87,9 +91,13 @@ class Dialect:
     votes = False
 
     def row_kernels(
-        self, name: str, params: list[str], body: list[str], lanes: dict[int, str],
+        self,
+        name: str,
+        params: list[str],
+        body: list[str],
+        lanes: dict[int, str],
         row_threads: str,
-    ) -> str:  # fmt: skip
+    ) -> str:
         """``body`` as the kernels of one batch row of ``F`` neurons each: it sees ``row0``
         (the row's first neuron), and runs its per-neuron parts in :meth:`threads`;
         ``row_threads``: the formula of the threads that own a row's neurons."""
@@ -174,9 +182,13 @@ class CDialect(Dialect):
         return ""
 
     def kernels(
-        self, name: str, params: list[str], body: list[str], lanes: dict[int, str],
+        self,
+        name: str,
+        params: list[str],
+        body: list[str],
+        lanes: dict[int, str],
         one_lane: bool = False,
-    ) -> str:  # fmt: skip
+    ) -> str:
         joined = f",\n{INDENT}".join(params)
         return "\n".join(
             self._function(joined, body, 1 if one_lane else k, exported)
@@ -184,9 +196,13 @@ class CDialect(Dialect):
         )
 
     def row_kernels(
-        self, name: str, params: list[str], body: list[str], lanes: dict[int, str],
+        self,
+        name: str,
+        params: list[str],
+        body: list[str],
+        lanes: dict[int, str],
         row_threads: str,
-    ) -> str:  # fmt: skip
+    ) -> str:
         """One thread runs a row's neurons in order at each step; rows run in parallel."""
         joined = f",\n{INDENT}".join(params)
         omp = f"#pragma omp parallel for schedule(static) if (N >= {self.parallel_from})"
@@ -279,9 +295,13 @@ class CUDADialect(Dialect):
         return ["#pragma unroll" + (f" {factor}" if factor else "")]
 
     def neuron_loop(
-        self, body: list[str], begin: str = "0", end: str = "N", parallel: bool = True,
+        self,
+        body: list[str],
+        begin: str = "0",
+        end: str = "N",
+        parallel: bool = True,
         early_exit: bool = True,
-    ) -> list[str]:  # fmt: skip
+    ) -> list[str]:
         """One thread's K neurons. ``early_exit``: threads past ``end`` return at once;
         a kernel with barriers keeps them (no ``return`` before a barrier) and guards
         their work instead."""
@@ -295,9 +315,13 @@ class CUDADialect(Dialect):
         return "__syncthreads();"
 
     def row_kernels(
-        self, name: str, params: list[str], body: list[str], lanes: dict[int, str],
+        self,
+        name: str,
+        params: list[str],
+        body: list[str],
+        lanes: dict[int, str],
         row_threads: str,
-    ) -> str:  # fmt: skip
+    ) -> str:
         """One block per batch row, one thread per K neurons of it; threads past the row
         stay (no ``return`` before a barrier) and skip the per-neuron parts."""
         head = [
@@ -376,15 +400,23 @@ class CUDADialect(Dialect):
         ]
 
     def kernels(
-        self, name: str, params: list[str], body: list[str], lanes: dict[int, str],
+        self,
+        name: str,
+        params: list[str],
+        body: list[str],
+        lanes: dict[int, str],
         one_lane: bool = False,
-    ) -> str:  # fmt: skip
+    ) -> str:
         return self._wrap(name, params, indent(self.neuron_loop(body)), lanes)
 
     def _wrap(
-        self, name: str, params: list[str], lines: list[str], lanes: dict[int, str],
+        self,
+        name: str,
+        params: list[str],
+        lines: list[str],
+        lanes: dict[int, str],
         bounds: str = "",
-    ) -> str:  # fmt: skip
+    ) -> str:
         """A device function template over K and one exported kernel per lane count
         (``bounds``: its ``__launch_bounds__``, if any)."""
         joined = f",\n{INDENT}".join(params)

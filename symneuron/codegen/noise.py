@@ -28,8 +28,14 @@ from ..stochastic import NOISES
 from .dialects import Dialect
 
 __all__ = [
-    "draws", "state", "step_draws", "backward_draws", "normals", "escape", "read_by",
-]  # fmt: skip
+    "draws",
+    "state",
+    "step_draws",
+    "backward_draws",
+    "normals",
+    "escape",
+    "read_by",
+]
 
 
 class _Printer(Protocol):

@@ -124,9 +124,13 @@ class StepPrinter:
         return str(self.printer.doprint(e))
 
     def block(
-        self, block: Block, h: str = "h", mutable: bool = False, rounded: bool = False,
+        self,
+        block: Block,
+        h: str = "h",
+        mutable: bool = False,
+        rounded: bool = False,
         declare: bool = True,
-    ) -> list[str]:  # fmt: skip
+    ) -> list[str]:
         """A CSE block: temporaries declared ``const``; each target declared (rounded to
         storage if ``rounded``), or assigned when ``mutable`` or not ``declare``."""
         subs = {K.h: sp.Symbol(h, real=True)}

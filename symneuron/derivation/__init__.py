@@ -34,8 +34,17 @@ from ..surrogate import u as U_SURROGATE
 from ..validate import check_expression
 from .program import Assign, Block, blocks, cse_block
 
-__all__ = ["KernelSpec", "Assign", "Block", "K", "StepMap", "Adjoint", "derive", "partials",
-           "partial_definitions"]  # fmt: skip
+__all__ = [
+    "KernelSpec",
+    "Assign",
+    "Block",
+    "K",
+    "StepMap",
+    "Adjoint",
+    "derive",
+    "partials",
+    "partial_definitions",
+]
 
 
 class K:
@@ -77,8 +86,15 @@ class StepMap(NamedTuple):
 
     @property
     def nodes(self) -> list[Node]:
-        return [*self.stages, self.charge, *self.updates, self.threshold, self.spike,
-                self.reset, *self.state_resets]  # fmt: skip
+        return [
+            *self.stages,
+            self.charge,
+            *self.updates,
+            self.threshold,
+            self.spike,
+            self.reset,
+            *self.state_resets,
+        ]
 
 
 class Adjoint(NamedTuple):
@@ -363,9 +379,13 @@ def derive(neuron: Definition) -> KernelSpec:
     seeds = {K.s: K.grad_s, K.v_new: K.grad_v, **{wn: grad_w_seed(i) for i, wn in enumerate(new)}}
     inputs = ["V", *neuron.states, "X", *neuron.learnable]
     adjoint = transpose(
-        step.nodes, seeds, _known_partials(neuron, found, symbol_of, as_internal),
-        neuron.detach_reset, neuron.firing == "crossing", [symbol_of[n] for n in inputs],
-    )  # fmt: skip
+        step.nodes,
+        seeds,
+        _known_partials(neuron, found, symbol_of, as_internal),
+        neuron.detach_reset,
+        neuron.firing == "crossing",
+        [symbol_of[n] for n in inputs],
+    )
     grad_names = {"V": "V", "X": "X", **cnames, **{w: f"W{i}" for i, w in enumerate(neuron.states)}}
     targets = [
         (grad_symbol(grad_names[n]), adjoint.values.get(symbol_of[n], sp.Integer(0)))

@@ -78,8 +78,9 @@ def program(
     lines it reads. Named values no target needs are left out, unless ``keep`` (later
     blocks read them)."""
     exprs = [e for _, e in [*named, *targets]]
-    temps, reduced = sp.cse(exprs, symbols=sp.numbered_symbols(prefix, real=True),
-                            optimizations="basic")  # fmt: skip
+    temps, reduced = sp.cse(
+        exprs, symbols=sp.numbered_symbols(prefix, real=True), optimizations="basic"
+    )
     value = {**dict(temps), **{z: e for (z, _), e in zip(named, reduced, strict=False)}}
     rank = {z: i for i, z in enumerate([*(t for t, _ in temps), *(z for z, _ in named)])}
     lines: list[Assign] = []

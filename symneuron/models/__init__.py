@@ -65,8 +65,24 @@ PAPERS = {
 ZOO = {**DISCRETE, **STATEFUL, **PAPERS}
 
 __all__ = [  # noqa: PLE0604
-    "IF", "LIF", "PLIF", "QIF", "EIF", "ThresholdLIF", "Izhikevich", "ALIF", "CuLIF", "AdEx",
+    "IF",
+    "LIF",
+    "PLIF",
+    "QIF",
+    "EIF",
+    "ThresholdLIF",
+    "Izhikevich",
+    "ALIF",
+    "CuLIF",
+    "AdEx",
     *PAPERS,
-    "ZOO", "DISCRETE", "STATEFUL", "PAPERS", "IZHIKEVICH_PRESETS", "vtrap",
-    "NoisyLIF", "EscapeLIF", "NOISY",
-]  # fmt: skip
+    "ZOO",
+    "DISCRETE",
+    "STATEFUL",
+    "PAPERS",
+    "IZHIKEVICH_PRESETS",
+    "vtrap",
+    "NoisyLIF",
+    "EscapeLIF",
+    "NOISY",
+]

@@ -48,8 +48,9 @@ def NoisyLIF(
     dv = (-V + mu_ + X) / tau_ + sigma_ * XI / sp.sqrt(tau_)
     kw.setdefault("name", "NoisyLIF")
     params = {tau_: tau, mu_: mu, sigma_: sigma}
-    return Neuron.from_ode(dv, dt=dt, method="euler", params=params, v_threshold=v_threshold,
-                           v_reset=v_reset, **kw)  # fmt: skip
+    return Neuron.from_ode(
+        dv, dt=dt, method="euler", params=params, v_threshold=v_threshold, v_reset=v_reset, **kw
+    )
 
 
 def EscapeLIF(
@@ -85,10 +86,17 @@ def EscapeLIF(
     kw.setdefault("name", "EscapeLIF")
     params = {tau_: tau, e_l_: e_l, theta_: theta, delta_: delta, tau_esc_: tau_esc}
     return Neuron.from_ode(
-        (e_l_ - V + X) / tau_, dt=dt, method="euler", params=params, firing="escape",
-        spike_probability=1 - sp.exp(-dt * rate), v_threshold=theta, v_reset=v_reset,
-        v_init=e_l, **kw,
-    )  # fmt: skip
+        (e_l_ - V + X) / tau_,
+        dt=dt,
+        method="euler",
+        params=params,
+        firing="escape",
+        spike_probability=1 - sp.exp(-dt * rate),
+        v_threshold=theta,
+        v_reset=v_reset,
+        v_init=e_l,
+        **kw,
+    )
 
 
 #: The noisy models: name -> constructor.

@@ -43,11 +43,15 @@ def _conv(node: Any, dtype: torch.dtype) -> nn.Module:
     kind = nn.Conv1d if weight.ndim == 3 else nn.Conv2d
     padding = node.padding if isinstance(node.padding, str) else tuple(np.atleast_1d(node.padding))
     layer = kind(
-        weight.shape[1] * int(node.groups), weight.shape[0], tuple(weight.shape[2:]),
-        stride=tuple(np.atleast_1d(node.stride).tolist()), padding=padding,
-        dilation=tuple(np.atleast_1d(node.dilation).tolist()), groups=int(node.groups),
+        weight.shape[1] * int(node.groups),
+        weight.shape[0],
+        tuple(weight.shape[2:]),
+        stride=tuple(np.atleast_1d(node.stride).tolist()),
+        padding=padding,
+        dilation=tuple(np.atleast_1d(node.dilation).tolist()),
+        groups=int(node.groups),
         dtype=dtype,
-    )  # fmt: skip
+    )
     with torch.no_grad():
         layer.weight.copy_(_tensor(weight, dtype))
         assert layer.bias is not None

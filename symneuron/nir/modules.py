@@ -162,8 +162,10 @@ class Graph(nn.Module):
             raise ValueError(f"Edges name nodes {unknown} that the graph does not have.")
         self.order = _topological(list(nodes), edges)
         self.edges = [tuple(e) for e in edges]
-        self.keys = {name: f"n{i}_" + "".join(c if c.isalnum() else "_" for c in name)
-                     for i, name in enumerate(nodes)}  # fmt: skip
+        self.keys = {
+            name: f"n{i}_" + "".join(c if c.isalnum() else "_" for c in name)
+            for i, name in enumerate(nodes)
+        }
         self.nodes = nn.ModuleDict({self.keys[n]: m for n, m in nodes.items() if m is not None})
         fed = {dst for _, dst in edges}
         feeding = {src for src, _ in edges}

@@ -203,8 +203,11 @@ def to_node(name: str, layer: nn.Module, shape: tuple[int, ...], dt: float, meth
         return nodes[spiking](
             tau_syn=_tau(syn_leak, dt, method, f"{where}, synaptic current"),
             tau_mem=_tau(leak, dt, method, where),
-            r=gain / leak, v_leak=drift / leak, w_in=value(q) / syn_leak, **common,
-        )  # fmt: skip
+            r=gain / leak,
+            v_leak=drift / leak,
+            w_in=value(q) / syn_leak,
+            **common,
+        )
     if np.all(leak == 0):
         if np.any(drift != 0):
             raise ValueError(

@@ -143,8 +143,16 @@ def node_of(
     else:
         w_rec = nir.Affine(weight=weight, bias=layer.bias.detach().cpu().double().numpy())
     size = np.array([layer.size])
-    nodes = dict(zip(_NODES, (
-        nir.Input(input_type={"input": size}), to_node(name, layer.cell, shape, dt, method),
-        w_rec, nir.Output(output_type={"output": size}),
-    ), strict=True))  # fmt: skip
+    nodes = dict(
+        zip(
+            _NODES,
+            (
+                nir.Input(input_type={"input": size}),
+                to_node(name, layer.cell, shape, dt, method),
+                w_rec,
+                nir.Output(output_type={"output": size}),
+            ),
+            strict=True,
+        )
+    )
     return nir.NIRGraph(nodes=nodes, edges=list(_EDGES))

@@ -47,14 +47,24 @@ def _conv(module: nn.Module, name: str, shape: tuple[int, ...]) -> Any:
             module.padding if isinstance(module.padding, str) else int(module.padding[0])
         )
         return nir.Conv1d(
-            input_shape=shape[1], weight=weight, stride=module.stride[0], padding=padding,
-            dilation=module.dilation[0], groups=module.groups, bias=bias,
-        )  # fmt: skip
+            input_shape=shape[1],
+            weight=weight,
+            stride=module.stride[0],
+            padding=padding,
+            dilation=module.dilation[0],
+            groups=module.groups,
+            bias=bias,
+        )
     padding_2d = module.padding if isinstance(module.padding, str) else tuple(module.padding)
     return nir.Conv2d(
-        input_shape=tuple(shape[1:]), weight=weight, stride=tuple(module.stride),
-        padding=padding_2d, dilation=tuple(module.dilation), groups=module.groups, bias=bias,
-    )  # fmt: skip
+        input_shape=tuple(shape[1:]),
+        weight=weight,
+        stride=tuple(module.stride),
+        padding=padding_2d,
+        dilation=tuple(module.dilation),
+        groups=module.groups,
+        bias=bias,
+    )
 
 
 def _pool(module: nn.AvgPool2d, name: str) -> Any:
@@ -91,8 +101,9 @@ def _stateless(module: nn.Module, name: str, shape: tuple[int, ...]) -> Any:
         if module.start_dim == 0 or module.end_dim == 0:
             raise ValueError(f"node {name!r}: a Flatten over the batch dimension is not in NIR.")
         end = module.end_dim - 1 if module.end_dim > 0 else module.end_dim
-        return nir.Flatten(input_type={"input": np.array(shape)}, start_dim=module.start_dim - 1,
-                           end_dim=end)  # fmt: skip
+        return nir.Flatten(
+            input_type={"input": np.array(shape)}, start_dim=module.start_dim - 1, end_dim=end
+        )
     if isinstance(module, Scale):
         scale = module.scale
         assert isinstance(scale, torch.Tensor)

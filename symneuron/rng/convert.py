@@ -18,9 +18,17 @@ import torch
 from .philox import Int, words
 
 __all__ = [
-    "Ops", "Torch", "box_muller", "box_muller_fast", "normal", "normal_fast", "rounded", "sqrt",
-    "uniform", "uniform_of",
-]  # fmt: skip
+    "Ops",
+    "Torch",
+    "box_muller",
+    "box_muller_fast",
+    "normal",
+    "normal_fast",
+    "rounded",
+    "sqrt",
+    "uniform",
+    "uniform_of",
+]
 
 #: torch dtype -> the C type of the same precision
 PRECISIONS = {torch.float32: "float", torch.float64: "double"}
@@ -270,9 +278,13 @@ def _precision(dtype: torch.dtype) -> str:
 
 
 def uniform(
-    seed: Int, offset: Int, stream: int, step: Int, neuron: Int,
+    seed: Int,
+    offset: Int,
+    stream: int,
+    step: Int,
+    neuron: Int,
     dtype: torch.dtype = torch.float32,
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """The uniform draw in (0, 1) of each (step, neuron): word ``neuron % 4`` of its
     block, as (2·(w div 2^9) + 1)·2^-24 (the same value in both dtypes).
 
@@ -294,9 +306,13 @@ def uniform(
 
 
 def normal(
-    seed: Int, offset: Int, stream: int, step: Int, neuron: Int,
+    seed: Int,
+    offset: Int,
+    stream: int,
+    step: Int,
+    neuron: Int,
     dtype: torch.dtype = torch.float32,
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """The standard normal draw of each (step, neuron): normal ``neuron % 4`` of its
     block, Box–Muller of its words (0, 1) for normals 0 and 1, of (2, 3) for 2 and 3.
 

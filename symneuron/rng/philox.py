@@ -11,9 +11,17 @@ from __future__ import annotations
 import torch
 
 __all__ = [
-    "ESCAPE_STREAM", "GROUP", "PHILOX_M", "PHILOX_W", "PRODUCTS", "ROUNDS", "WORDS", "Int",
-    "philox4x32_10", "words",
-]  # fmt: skip
+    "ESCAPE_STREAM",
+    "GROUP",
+    "PHILOX_M",
+    "PHILOX_W",
+    "PRODUCTS",
+    "ROUNDS",
+    "WORDS",
+    "Int",
+    "philox4x32_10",
+    "words",
+]
 
 #: Philox4x32 round multipliers and Weyl key increments (Random123)
 PHILOX_M = (0xD2511F53, 0xCD9E8D57)

@@ -36,8 +36,15 @@ __all__ = ["compiler", "available", "problem", "load", "launcher"]
 # -fno-math-errno: errno is never read, so sqrt is one instruction and a lane loop of
 # random draws vectorises (a noisy LIF's backward that reads its draws: 6.8x -> 2.9x the
 # noiseless LIF's time, T = 8, N = 4096); sqrt is correctly rounded either way.
-_BASE_FLAGS = ("-O2", "-std=c99", "-shared", "-fPIC", "-fno-fast-math", "-fno-trapping-math",
-               "-fno-math-errno")  # fmt: skip
+_BASE_FLAGS = (
+    "-O2",
+    "-std=c99",
+    "-shared",
+    "-fPIC",
+    "-fno-fast-math",
+    "-fno-trapping-math",
+    "-fno-math-errno",
+)
 _CTYPES = {"P": ctypes.c_void_p, "q": ctypes.c_longlong, "i": ctypes.c_int}
 #: source hash -> loaded library (loaded libraries stay mapped; the table is bounded)
 _LIBRARIES: BoundedTable[str, ctypes.CDLL] = BoundedTable(256, "runtime.cpu.libraries")

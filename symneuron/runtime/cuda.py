@@ -118,9 +118,11 @@ def shared_limits(device: int) -> tuple[int, int, int, int]:
     and threads per SM."""
     props = _cupy().cuda.runtime.getDeviceProperties(device)
     return (
-        props["sharedMemPerBlockOptin"], props["sharedMemPerMultiprocessor"],
-        props["multiProcessorCount"], props["maxThreadsPerMultiProcessor"],
-    )  # fmt: skip
+        props["sharedMemPerBlockOptin"],
+        props["sharedMemPerMultiprocessor"],
+        props["multiProcessorCount"],
+        props["maxThreadsPerMultiProcessor"],
+    )
 
 
 # cuLaunchKernel "extra" keys: CU_LAUNCH_PARAM_END, _BUFFER_POINTER, _BUFFER_SIZE

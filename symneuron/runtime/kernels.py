@@ -349,9 +349,15 @@ class Program:
         if n == 0:
             return out
         values = {
-            "x_seq": x_seq, "v_init": v_init, "w_init": w_init, "params": params,
-            "param_strides": self.check_params(params), "T": t_len, "N": n, **extra,
-        }  # fmt: skip
+            "x_seq": x_seq,
+            "v_init": v_init,
+            "w_init": w_init,
+            "params": params,
+            "param_strides": self.check_params(params),
+            "T": t_len,
+            "N": n,
+            **extra,
+        }
         self.run(FORWARD, (store_h, v_mode), out, values, n)
         return out
 
@@ -381,11 +387,21 @@ class Program:
             return out
         scalar = grad_spike.numel() > 1 and not any(grad_spike.stride())
         values = {
-            "grad_spike": grad_spike, "grad_v_seq": grad_v_seq, "grad_w_seq": grad_w_seq,
-            "h_seq": h_seq, "wt_seq": wt_seq, "x_seq": x_seq, "v_init": v_init,
-            "w_init": w_init, "params": params, "param_strides": self.check_params(params),
-            "grad_spike_scalar": int(scalar), "T": t_len, "N": n, **extra,
-        }  # fmt: skip
+            "grad_spike": grad_spike,
+            "grad_v_seq": grad_v_seq,
+            "grad_w_seq": grad_w_seq,
+            "h_seq": h_seq,
+            "wt_seq": wt_seq,
+            "x_seq": x_seq,
+            "v_init": v_init,
+            "w_init": w_init,
+            "params": params,
+            "param_strides": self.check_params(params),
+            "grad_spike_scalar": int(scalar),
+            "T": t_len,
+            "N": n,
+            **extra,
+        }
         self.run(BACKWARD, (grad_v_mode,), out, values, n)
         return out
 
