@@ -19,6 +19,7 @@ import torch
 from .. import dtypes
 from ..codegen import connection
 from ..codegen.layout import CHUNK, N_WORDS, ROW_THREADS, evaluate
+from ..memo import BoundedTable
 from ..signature import RBACKWARD, RFORWARD, Geometry, Variant
 from .kernels import Program
 
@@ -87,7 +88,7 @@ def _values(
 
 
 #: (variant, dtype, device, rows, F, D) -> its launch geometry (host time: computed once)
-_GEOMETRIES: dict[tuple[Any, ...], Geometry] = {}
+_GEOMETRIES: BoundedTable[tuple[Any, ...], Geometry] = BoundedTable(1024, "runtime.rows.geometries")
 
 
 def geometry(
@@ -97,7 +98,7 @@ def geometry(
     key = (variant, first.dtype, first.device, first.shape[1], features, delay)
     found = _GEOMETRIES.get(key)
     if found is None:
-        found = _GEOMETRIES[key] = launch_geometry(prog, variant, first, features, delay)
+        found = _GEOMETRIES.put(key, launch_geometry(prog, variant, first, features, delay))
     return found
 
 
