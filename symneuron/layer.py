@@ -22,11 +22,11 @@ import torch
 import torch.utils.checkpoint
 from torch import nn
 
-from .assumptions import check_assumption
+from .layer_params import ParamRecords, param_tensors, placement
 from .neuron import Neuron
 from .simulate import BACKENDS, simulate
 from .stochastic import check_seed, generator_state
-from .validate import finite_float, flag, named
+from .validate import flag
 
 __all__ = ["NeuronLayer"]
 
@@ -135,11 +135,9 @@ class NeuronLayer(nn.Module):
     store_v_seq : bool
         Keep V of every step of the last call in ``self.v_seq`` (multi-step mode).
     params : mapping, optional
-        Initial values (float, or tensor for per-channel/per-neuron values), each
-        checked against its symbol's SymPy assumptions as :func:`symneuron.simulate`
-        checks it; so is a value replaced or changed in place later, at the next call.
-        Learnable params become ``nn.Parameter`` named after their symbols; the
-        others are buffers.
+        Initial values (float, or tensor for per-channel/per-neuron values), checked as
+        :func:`symneuron.simulate` checks them. Learnable params become ``nn.Parameter``
+        named after their symbols; the others are buffers (:mod:`~.layer_params`).
     check_finite : bool
         Raise :class:`~symneuron.validate.NonFiniteError` naming the first step and
         neuron at which V (or an extra state) became NaN or ±inf (see
@@ -152,23 +150,11 @@ class NeuronLayer(nn.Module):
         generator when the layer is built (``torch.manual_seed`` first makes it
         reproducible; mixed with the DDP rank). An int seed: give each rank its own.
         ``reset()`` keeps it.
-    dtype : torch.dtype, optional
-        The floating-point dtype of the parameters and buffers (default: torch's
-        default dtype; a tensor in ``params`` keeps its own unless ``dtype`` is given).
-    device : torch.device or str, optional
-        Where the parameters and buffers are created, as for torch's own modules.
+    dtype, device : optional
+        Where params and buffers are made, as for ``nn.Linear`` (default dtype: torch's).
 
     Notes
     -----
-    A parameter given as a float (or a neuron's default) keeps the value given, whatever
-    the module's dtype: a fixed one that the module's dtype rounds runs as the float
-    itself, made in the dtype of each run (its buffer shows it rounded); a cast such as
-    ``.double()`` recreates its buffer, and a learnable one's ``nn.Parameter``, from the
-    float, as long as the value is still the one given (neither trained nor set since).
-    A value that changed is the model's own: a cast converts it as torch converts any
-    tensor. Under ``torch.compile`` the call reads the tensors, so give a float64 run a
-    float64 layer (``dtype=torch.float64`` or ``.double()``).
-
     ``copy.deepcopy(layer)`` works at any time; the copy's stored state is detached
     from the autograd graph of the original's last call.
 
@@ -218,13 +204,11 @@ class NeuronLayer(nn.Module):
         #: the params' names as a plain tuple (Dynamo of torch 2.4 cannot iterate the
         #: neuron's read-only mapping)
         self._param_names = tuple(neuron.params)
-        place = _placement(dtype, device)
-        self._register_params(params or {}, place)
+        self._register_params(params or {}, placement(dtype, device))
         if seed is not None:
             check_seed(seed)
         if neuron.draws:  # (seed, offset) on the layer's device, advanced on the device
-            state = generator_state(seed, torch.device("cpu"))
-            self.register_buffer("rng_state", state.to(device) if device is not None else state)
+            self.register_buffer("rng_state", generator_state(seed, torch.device(device or "cpu")))
         self.v: torch.Tensor | None = None
         self.v_seq: torch.Tensor | None = None
         #: The extra states' values after the last call (name -> [*shape]), if any.
@@ -235,119 +219,36 @@ class NeuronLayer(nn.Module):
         #: V as kept by a gradient-free checkpointed run (use_reentrant=True), until replaced
         self._ungraded: torch.Tensor | None = None
 
-    def _register_params(
-        self, params: Mapping[Any, float | torch.Tensor], place: dict[str, Any]
-    ) -> None:
-        """Register each param, created where ``place`` (dtype, device) says, its value
-        checked against its symbol's assumptions; keep the floats given (:attr:`_given`)."""
-        values: dict[str, float | torch.Tensor] = dict(self.neuron.params)
-        values.update(named(params, "parameter", self.neuron.params))
-        #: the floats given (the neuron's defaults included), by name: the values a fixed
-        #: param runs with and a cast recreates, while its tensor still holds them
-        self._given: dict[str, float] = {}
-        for name, value in values.items():
-            if isinstance(value, torch.Tensor):
-                if not value.is_floating_point():
-                    raise TypeError(
-                        f"Parameter {name!r} must be a floating-point tensor, got "
-                        f"{value.dtype}; use .float()"
-                    )
-                tensor = value.detach().to(copy=True, **place)
-            else:
-                value = self._given[name] = finite_float(value, f"Parameter {name!r}")
-                dtype = place.get("dtype", torch.get_default_dtype())
-                tensor = torch.tensor(value, dtype=dtype, device=place.get("device"))
-            if not bool(torch.isfinite(tensor).all()):
-                raise ValueError(f"Parameter {name!r} must be finite, got {value}")
-            kinds = self.neuron.param_assumptions.get(name)
-            if kinds:  # the value given, and as its dtype holds it (rounded to 0, say)
-                check_assumption(name, kinds, value)
-                check_assumption(name, kinds, tensor)
+    def _register_params(self, params: Mapping[Any, Any], place: dict[str, Any]) -> None:
+        tensors, given = param_tensors(self.neuron, params, place)
+        for name, tensor in tensors.items():
             if name in self.neuron.learnable:
                 self.register_parameter(name, nn.Parameter(tensor))
             else:
                 self.register_buffer(name, tensor)
-        self._note_values(checked=True)
-
-    def _note_values(self, checked: bool) -> None:
-        """Record the param tensors as they are now, for the calls: each fixed one holding
-        its float given rounded (:attr:`_exact`: the call runs with the float itself while
-        the tensor and its version stay these), and, ``checked``, those with assumptions
-        as checked (:attr:`_checked`: a call checks a value again once it changed)."""
-        tensors = {name: getattr(self, name) for name in self._param_names}
-        #: fixed param -> (its float given, its tensor, the tensor's version and dtype)
-        self._exact: dict[str, tuple[float, torch.Tensor, int, torch.dtype]] = {
-            name: (given, tensors[name], _version(tensors[name]), tensors[name].dtype)
-            for name, given in self._given.items()
-            if name not in self.neuron.learnable and _rounds(tensors[name], given)
-        }
-        assumed = self.neuron.param_assumptions if checked else {}
-        #: param with assumptions -> (its tensor, the tensor's version) when last checked
-        self._checked: dict[str, tuple[torch.Tensor, int]] = {
-            name: (tensors[name], _version(tensors[name])) for name in assumed
-        }
+        self._records = ParamRecords(self.neuron, given, self.param_values())
 
     def _apply(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> NeuronLayer:
-        """``nn.Module._apply`` (``.to()``, ``.double()``, ...), after which each param
-        still holding its float given holds it again, rounded once to its new dtype
-        (not the float32 rounding of it cast to float64); its values are checked again
-        at the next call (a cast can round a small value to 0)."""
-        given = self.__dict__.get("_given", {})
-        kept = {name: value for name, value in given.items() if _holds(getattr(self, name), value)}
-        dtypes = {name: getattr(self, name).dtype for name in kept}
+        """``nn.Module._apply`` (``.double()``, ``.to()``, ...), keeping the floats given."""
+        held = self._records.held(self.param_values())
         super()._apply(fn, *args, **kwargs)
-        for name, value in kept.items():
-            tensor = getattr(self, name)
-            if tensor.dtype != dtypes[name] and tensor.is_floating_point():
-                with torch.no_grad():
-                    tensor.fill_(value)
-        if "_given" in self.__dict__:
-            self._note_values(checked=False)
+        self._records.recast(self.param_values(), held)
         return self
 
     def param_values(self) -> dict[str, torch.Tensor]:
         """Current parameter tensors by name (parameters and buffers)."""
         return {name: getattr(self, name) for name in self._param_names}
 
-    def _param_values(
-        self, compiling: bool, dtype: torch.dtype | None = None
-    ) -> dict[str, float | torch.Tensor]:
-        """Each param's value for a call: its tensor, or for a fixed param whose tensor
-        holds the float given rounded, that float (the run makes it in its own dtype),
-        unless the run's ``dtype`` is the tensor's; outside compilation, a tensor replaced
-        or changed in place since the last call is first checked against its symbol's
-        assumptions."""
+    def _param_values(self, compiling: bool, dtype: torch.dtype | None = None) -> dict[str, Any]:
         if compiling:
-            return {name: getattr(self, name) for name in self._param_names}
+            return self.param_values()
         # the tables nn.Module.__getattr__ would search, read directly (host time)
-        params, buffers, attrs = self._parameters, self._buffers, self.__dict__
-        exact, checked = attrs.get("_exact", _NONE), attrs.get("_checked", _NONE)
-        assumed = self.neuron.param_assumptions
-        out: dict[str, float | torch.Tensor] = {}
+        params, buffers = self._parameters, self._buffers
+        out: dict[str, Any] = {}
         for name in self._param_names:
             value = params[name] if name in params else buffers.get(name, _MISSING)
-            if value is _MISSING:
-                value = getattr(self, name)
-            record = exact.get(name)
-            if record is not None:
-                if value is not record[1] or _version(value) != record[2]:
-                    del exact[name]  # changed: the tensor's value from now on
-                elif record[3] is not dtype:
-                    out[name] = record[0]  # (a float: simulate checks it)
-                    continue
-            if name in assumed:
-                seen = checked.get(name, _UNCHECKED)
-                if value is not seen[0] or _version(value) != seen[1]:
-                    self._check_changed(name, value)
-            out[name] = value  # type: ignore[assignment]
-        return out
-
-    def _check_changed(self, name: str, value: Any) -> None:
-        """Check a param's value replaced or changed in place since its last check
-        against its symbol's assumptions, and note it checked."""
-        if isinstance(value, torch.Tensor):
-            check_assumption(name, self.neuron.param_assumptions[name], value)
-            self.__dict__.setdefault("_checked", {})[name] = (value, _version(value))
+            out[name] = getattr(self, name) if value is _MISSING else value
+        return self._records.for_call(out, dtype)
 
     def _keep(
         self, v: torch.Tensor | None, v_seq: torch.Tensor | None, states: Any, compiling: bool
@@ -497,49 +398,3 @@ class NeuronLayer(nn.Module):
 
 def _detached(value: torch.Tensor | None) -> torch.Tensor | None:
     return None if value is None else value.detach()
-
-
-#: an empty record (a layer unpickled from before the records existed)
-_NONE: dict[str, Any] = {}
-#: the record of a value not checked yet (no tensor is it)
-_UNCHECKED = (None, -2)
-
-
-def _placement(dtype: Any, device: Any) -> dict[str, Any]:
-    """``dtype`` and ``device`` as keyword arguments of a tensor factory (those given)."""
-    place: dict[str, Any] = {}
-    if dtype is not None:
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise TypeError(
-                f"dtype must be a floating-point torch.dtype such as torch.float64 (or None "
-                f"for torch's default), got {dtype!r}"
-            )
-        place["dtype"] = dtype
-    if device is not None:
-        place["device"] = torch.device(device)
-    return place
-
-
-def _version(tensor: torch.Tensor) -> int:
-    """The tensor's version counter (bumped by every in-place change); -1 for an
-    inference tensor, which keeps none."""
-    try:
-        return tensor._version
-    except RuntimeError:
-        return -1
-
-
-def _rounds(tensor: Any, value: float) -> bool:
-    """Whether ``tensor`` holds the float ``value`` rounded to its dtype, not ``value``
-    itself (a run in a wider dtype takes the float instead)."""
-    return _holds(tensor, value) and float(tensor.detach()) != value
-
-
-def _holds(tensor: Any, value: float) -> bool:
-    """Whether ``tensor`` is one plain value equal to the float ``value`` rounded to the
-    tensor's dtype (reads it back: called at construction and casts only)."""
-    if type(tensor) not in (torch.Tensor, nn.Parameter) or tensor.numel() != 1:
-        return False
-    if tensor.device.type == "meta" or not tensor.is_floating_point():
-        return False
-    return float(tensor.detach()) == float(torch.tensor(value, dtype=tensor.dtype))

@@ -32,6 +32,7 @@ STAGES: dict[str, int] = {
     "definition": 1,
     "derivation": 2,
     "ode": 2,
+    "layer_params": 2,
     "reference": 2,
     "codegen": 3,
     "inputs": 3,

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 import symneuron as sn
-import symneuron.layer as layer_module
+import symneuron.layer_params as layer_params
 from symneuron.check_recurrent import recurrent_errors
 from tests.conftest import assert_fires_sometimes, generator, rel_err, seed_of
 
@@ -319,6 +319,31 @@ def test_a_value_its_dtype_rounds_to_zero_is_refused() -> None:
         layer(torch.rand(2, 4, dtype=torch.float16))
 
 
+class _TauTimes(nn.Module):
+    """x times the tau a layer's call would run with (to read it under torch.func)."""
+
+    def __init__(self, layer: sn.NeuronLayer) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer._param_values(False)["tau"] * x  # type: ignore[operator]
+
+
+def test_values_swapped_in_under_vmap_are_not_read_back() -> None:
+    """torch.func.functional_call inside vmap swaps in batched values, which cannot be
+    read back (.item()); the layer's own tensors are checked at the next call outside."""
+    layer = sn.NeuronLayer(sn.models.LIF(learnable=["tau"]), backend="torch")
+    wrapper = _TauTimes(layer)
+
+    def run(tau: torch.Tensor) -> torch.Tensor:
+        return torch.func.functional_call(wrapper, {"layer.tau": tau}, (torch.ones(()),))
+
+    taus = torch.tensor([2.0, 3.0])
+    assert torch.equal(torch.func.vmap(run)(taus), taus)
+    assert wrapper(torch.ones(())).item() == 2.0
+
+
 def test_a_loaded_state_dict_is_checked_at_the_call() -> None:
     layer = sn.NeuronLayer(sn.models.LIF(), backend="cpu")
     layer.load_state_dict({"tau": torch.tensor(-0.5)})
@@ -331,13 +356,13 @@ def test_unchanged_values_are_not_checked_again(monkeypatch: pytest.MonkeyPatch)
     layer = sn.NeuronLayer(sn.models.LIF(learnable=["tau"]), backend="cpu")
     layer(torch.rand(2, 4))
     seen: list[str] = []
-    check = layer_module.check_assumption
+    check = layer_params.check_assumption
 
     def counted(name: str, *args: Any, **kwargs: Any) -> None:
         seen.append(name)
         check(name, *args, **kwargs)
 
-    monkeypatch.setattr(layer_module, "check_assumption", counted)
+    monkeypatch.setattr(layer_params, "check_assumption", counted)
     layer(torch.rand(2, 4))
     assert seen == []
     with torch.no_grad():
