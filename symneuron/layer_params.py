@@ -8,7 +8,8 @@ in the dtype of each run (its buffer shows it rounded). A cast (``.double()``, `
 as long as it still holds it (neither trained nor set since): ``.double()`` gives 0.9,
 not the float32 rounding 0.8999999761581421. A value that changed is the model's own: a
 cast converts it as torch converts any tensor. Under ``torch.compile`` a call reads the
-tensors, so a float64 run wants a float64 layer.
+tensors, so a float64 run wants a float64 layer. A layer made on the ``meta`` device gets
+its floats from ``to_empty()`` (torch's own modules leave that to ``reset_parameters()``).
 
 Every value is checked at construction (the float given and its tensor: float16 holds
 tau = 1e-8 as 0) with :func:`symneuron.assumptions.check_assumption`, as
@@ -72,12 +73,14 @@ def param_tensors(
             value = given[name] = finite_float(value, f"Parameter {name!r}")
             dtype = place.get("dtype", torch.get_default_dtype())
             tensor = torch.tensor(value, dtype=dtype, device=place.get("device"))
-        if not bool(torch.isfinite(tensor).all()):
+        readable = not tensor.is_meta  # (a meta tensor holds no values: the float is checked)
+        if readable and not bool(torch.isfinite(tensor).all()):
             raise ValueError(f"Parameter {name!r} must be finite, got {value}")
         kinds = neuron.param_assumptions.get(name)
         if kinds:  # the value given, and as its dtype holds it (rounded to 0, say)
             check_assumption(name, kinds, value)
-            check_assumption(name, kinds, tensor)
+            if readable:
+                check_assumption(name, kinds, tensor)
         tensors[name] = tensor
     return tensors, given
 
@@ -111,22 +114,26 @@ class ParamRecords:
         assumed = self.assumptions if checked else {}
         self.checked = {name: (tensors[name], _version(tensors[name])) for name in assumed}
 
-    def held(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.dtype]:
-        """The params whose tensors still hold their floats given, with their dtypes (before
-        a cast; reads the values back)."""
+    def held(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.dtype | None]:
+        """The params whose tensors still hold their floats given, with their dtypes, None
+        for a meta tensor (made from the float, without values); before a cast, reading
+        the values back."""
         return {
-            name: tensors[name].dtype
+            name: None if tensors[name].is_meta else tensors[name].dtype
             for name, value in self.given.items()
-            if _holds(tensors[name], value)
+            if tensors[name].is_meta or _holds(tensors[name], value)
         }
 
-    def recast(self, tensors: Mapping[str, torch.Tensor], held: dict[str, torch.dtype]) -> None:
+    def recast(
+        self, tensors: Mapping[str, torch.Tensor], held: dict[str, torch.dtype | None]
+    ) -> None:
         """After a cast, each param :meth:`held` found holds its float again, rounded once
-        to its new dtype (not float32's rounding cast to float64); each value is checked
-        again at the next call (a cast can round a small value to 0)."""
+        to its new dtype (not float32's rounding cast to float64; a meta tensor made real
+        by ``to_empty`` gets its value); each value is checked again at the next call (a
+        cast can round a small value to 0)."""
         for name, dtype in held.items():
             tensor = tensors[name]
-            if tensor.dtype != dtype and tensor.is_floating_point():
+            if tensor.dtype != dtype and tensor.is_floating_point() and not tensor.is_meta:
                 with torch.no_grad():
                     tensor.fill_(self.given[name])
         self.note(tensors, checked=False)

@@ -209,6 +209,17 @@ def test_a_float32_layer_runs_a_float64_input_with_the_users_values() -> None:
         assert rel_err(layer.v_seq, want[1]) <= 1e-13  # type: ignore[arg-type]
 
 
+def test_a_layer_made_on_the_meta_device_gets_its_values_from_to_empty() -> None:
+    """device="meta" as for torch's modules (no values read); to_empty gives each float
+    given its value, which torch's own modules leave to reset_parameters()."""
+    layer = sn.NeuronLayer(sn.models.ALIF(learnable=["beta"]), device="meta", dtype=F64)
+    assert layer.rho.is_meta and layer.beta.is_meta
+    layer.to_empty(device="cpu")
+    assert layer.rho.item() == 0.9 and layer.beta.item() == 0.5 and layer.rho.dtype == F64
+    with torch.device("meta"):
+        assert sn.NeuronLayer(sn.models.LIF()).tau.is_meta
+
+
 def test_recurrent_weight_and_bias_take_dtype_and_device() -> None:
     rnn = sn.RecurrentNeuronLayer(
         sn.models.LIF(), 4, bias=True, mask=1 - torch.eye(4), dtype=F64, device="cpu"
