@@ -5,7 +5,8 @@ positive V, ``sqrt(tau**2)`` is ``tau`` for a positive tau, ``sin(pi*k)`` is 0 f
 integer k), and that cannot be undone. So a variable that takes any real value at run
 time (V, X, H, S, a state) must carry none (:func:`warn_narrowed`), and a parameter's
 value must satisfy its symbol's (:func:`check_assumption`, cheap enough for every run:
-plain float arithmetic on the names :func:`param_assumptions` found at construction).
+plain float arithmetic on the names :func:`param_assumptions` found at construction; a
+tensor of values is checked elementwise by torch).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from functools import partial
 from typing import Any
 
 import sympy as sp
+import torch
 
 __all__ = [
     "symbol_assumptions",
@@ -68,6 +70,38 @@ _HOLDS: dict[str, Callable[[float], bool]] = {
     "prime": _is_prime,
     "composite": _is_composite,
 }
+
+
+def _integer_elements(values: torch.Tensor) -> torch.Tensor:
+    return values == values.round()
+
+
+def _noninteger_elements(values: torch.Tensor) -> torch.Tensor:
+    return values != values.round()
+
+
+def _even_elements(values: torch.Tensor) -> torch.Tensor:
+    return _integer_elements(values) & (values % 2 == 0)
+
+
+def _odd_elements(values: torch.Tensor) -> torch.Tensor:
+    return _integer_elements(values) & (values % 2 == 1)
+
+
+#: :data:`_HOLDS` elementwise on a tensor of values (torch ops, no Python loop); the
+#: assumptions missing here (prime, composite) are asked of each value by :data:`_HOLDS`.
+_HOLDS_ELEMENTWISE: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "positive": partial(torch.gt, other=0.0),
+    "negative": partial(torch.lt, other=0.0),
+    "nonnegative": partial(torch.ge, other=0.0),
+    "nonpositive": partial(torch.le, other=0.0),
+    "zero": partial(torch.eq, other=0.0),
+    "nonzero": partial(torch.ne, other=0.0),
+    "integer": _integer_elements,
+    "noninteger": _noninteger_elements,
+    "even": _even_elements,
+    "odd": _odd_elements,
+}
 #: The assumption given as False that a real value can be checked against, by its name.
 _NEGATED = {
     "positive": "nonpositive", "negative": "nonnegative", "nonnegative": "negative",
@@ -105,16 +139,26 @@ def param_assumptions(names: Iterable[str], sources: Iterable[Any]) -> dict[str,
 
 
 def check_assumption(
-    name: str, assumptions: Iterable[str], value: float, what: str = "parameter"
+    name: str,
+    assumptions: Iterable[str],
+    value: float | torch.Tensor,
+    what: str = "parameter",
 ) -> None:
     """Refuse a ``value`` of parameter ``name`` that contradicts one of its symbol's
     ``assumptions`` (names from :func:`symbol_assumptions`, as a neuron keeps them in
-    ``param_assumptions``). Plain float arithmetic, no SymPy: cheap enough for every run.
+    ``param_assumptions``). A float: plain float arithmetic, no SymPy, cheap enough for
+    every run. A tensor: each of its values (torch ops; one value read back for one
+    element), the first that contradicts an assumption named in the error.
 
     SymPy has already simplified the equations with the assumptions (``sqrt(tau**2)`` is
     ``tau`` for a positive tau, ``sin(pi*k)`` is 0 for an integer k), so such a value
     would silently run a model other than the one written.
     """
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            _check_elements(name, assumptions, value, what)
+            return
+        value = float(value.detach())
     for assumption in assumptions:
         if not _HOLDS[assumption](value):
             raise ValueError(
@@ -124,6 +168,22 @@ def check_assumption(
                 f"different model: give a {assumption} value, or declare the symbol without "
                 f"the assumption (sympy.Symbol({name!r}, real=True))."
             )
+
+
+def _check_elements(name: str, assumptions: Iterable[str], values: torch.Tensor, what: str) -> None:
+    """:func:`check_assumption` of each of ``values``: the error names the first value
+    (in the tensor's order) that contradicts an assumption."""
+    flat = values.detach().reshape(-1)
+    for assumption in assumptions:
+        holds = _HOLDS_ELEMENTWISE.get(assumption)
+        if holds is None:  # (prime, composite: no torch op asks it)
+            bad = [v for v in flat.tolist() if not _HOLDS[assumption](v)]
+            if bad:
+                check_assumption(name, (assumption,), bad[0], what)
+        else:
+            ok = holds(flat)
+            if not bool(ok.all()):
+                check_assumption(name, (assumption,), float(flat[~ok][0]), what)
 
 
 #: assumptions a real symbol does not carry by itself, which let SymPy rewrite an

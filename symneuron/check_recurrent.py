@@ -25,8 +25,9 @@ def recurrent_errors(
     seed = int(torch.randint(0, 2**62, (), generator=gen))  # both layers draw one noise path
     runs = []
     for chosen, dtype in ((backend, x_seq.dtype), ("torch", torch.float64)):
-        layer = RecurrentNeuronLayer(neuron, size, backend=chosen, bias=True, seed=seed)
-        layer = layer.to(device=x_seq.device, dtype=dtype)
+        layer = RecurrentNeuronLayer(
+            neuron, size, backend=chosen, bias=True, seed=seed, dtype=dtype, device=x_seq.device
+        )
         with torch.no_grad():
             layer.weight.copy_(weight)
             layer.bias.copy_(bias)  # type: ignore[union-attr]

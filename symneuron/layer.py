@@ -10,17 +10,18 @@ it (:class:`~symneuron.RecurrentNeuronLayer`) run its neurons one step at a time
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import torch
 from torch import nn
 
 from .checkpointing import REENTRANT_FIX, REPLAYS, checkpoint_phase, keep_state, snapshot
+from .layer_params import ParamRecords, param_tensors, placement
 from .neuron import Neuron
 from .simulate import BACKENDS, simulate
 from .stochastic import check_seed, generator_state
-from .validate import finite_float, flag, named
+from .validate import flag
 
 __all__ = ["NeuronLayer"]
 
@@ -41,9 +42,9 @@ class NeuronLayer(nn.Module):
     store_v_seq : bool
         Keep V of every step of the last call in ``self.v_seq`` (multi-step mode).
     params : mapping, optional
-        Initial values (float, or tensor for per-channel/per-neuron values).
-        Learnable params become ``nn.Parameter`` named after their symbols; the
-        others are buffers.
+        Initial values (float, or tensor for per-channel/per-neuron values), checked as
+        :func:`symneuron.simulate` checks them. Learnable params become ``nn.Parameter``
+        named after their symbols; the others are buffers (:mod:`~.layer_params`).
     check_finite : bool
         Raise :class:`~symneuron.validate.NonFiniteError` naming the first step and
         neuron at which V (or an extra state) became NaN or ±inf (see
@@ -56,6 +57,8 @@ class NeuronLayer(nn.Module):
         generator when the layer is built (``torch.manual_seed`` first makes it
         reproducible; mixed with the DDP rank). An int seed: give each rank its own.
         ``reset()`` keeps it.
+    dtype, device : optional
+        Where params and buffers are made, as for ``nn.Linear`` (default dtype: torch's).
 
     Notes
     -----
@@ -88,6 +91,8 @@ class NeuronLayer(nn.Module):
         params: Mapping[Any, float | torch.Tensor] | None = None,
         check_finite: bool = False,
         seed: int | None = None,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(neuron, Neuron):
@@ -106,11 +111,11 @@ class NeuronLayer(nn.Module):
         #: the params' names as a plain tuple (Dynamo of torch 2.4 cannot iterate the
         #: neuron's read-only mapping)
         self._param_names = tuple(neuron.params)
-        self._register_params(params or {})
+        self._register_params(params or {}, placement(dtype, device))
         if seed is not None:
             check_seed(seed)
         if neuron.draws:  # (seed, offset) on the layer's device, advanced on the device
-            self.register_buffer("rng_state", generator_state(seed, torch.device("cpu")))
+            self.register_buffer("rng_state", generator_state(seed, torch.device(device or "cpu")))
         self.v: torch.Tensor | None = None
         self.v_seq: torch.Tensor | None = None
         #: The extra states' values after the last call (name -> [*shape]), if any.
@@ -121,41 +126,42 @@ class NeuronLayer(nn.Module):
         #: V as kept by a gradient-free checkpointed run (use_reentrant=True), until replaced
         self._ungraded: torch.Tensor | None = None
 
-    def _register_params(self, params: Mapping[Any, float | torch.Tensor]) -> None:
-        values: dict[str, float | torch.Tensor] = dict(self.neuron.params)
-        values.update(named(params, "parameter", self.neuron.params))
-        for name, value in values.items():
-            if isinstance(value, torch.Tensor):
-                if not value.is_floating_point():
-                    raise TypeError(
-                        f"Parameter {name!r} must be a floating-point tensor, got "
-                        f"{value.dtype}; use .float()"
-                    )
-                tensor = value.detach().clone()
-            else:
-                value = finite_float(value, f"Parameter {name!r}")
-                tensor = torch.tensor(value, dtype=torch.get_default_dtype())
-            if not bool(torch.isfinite(tensor).all()):
-                raise ValueError(f"Parameter {name!r} must be finite, got {value}")
+    def _register_params(self, params: Mapping[Any, Any], place: dict[str, Any]) -> None:
+        tensors, given = param_tensors(self.neuron, params, place)
+        for name, tensor in tensors.items():
             if name in self.neuron.learnable:
                 self.register_parameter(name, nn.Parameter(tensor))
             else:
                 self.register_buffer(name, tensor)
+        self._records = ParamRecords(self.neuron, given, self.param_values())
+
+    def _apply(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> NeuronLayer:
+        """``nn.Module._apply`` (``.double()``, ``.to()``, ...), keeping the floats given."""
+        held = self._records.held(self.param_values())
+        super()._apply(fn, *args, **kwargs)
+        self._records.recast(self.param_values(), held)
+        return self
 
     def param_values(self) -> dict[str, torch.Tensor]:
         """Current parameter tensors by name (parameters and buffers)."""
-        return self._param_values(torch.compiler.is_compiling())
+        return {name: getattr(self, name) for name in self._param_names}
 
-    def _param_values(self, compiling: bool) -> dict[str, torch.Tensor]:
+    def call_params(self, x_seq: torch.Tensor) -> dict[str, Any]:
+        """The parameter values a call on ``x_seq`` runs with (single-step API): the values
+        given, in the call's dtype, for the parameters left as given; the tensors
+        themselves for the others."""
+        return self._param_values(torch.compiler.is_compiling(), getattr(x_seq, "dtype", None))
+
+    def _param_values(self, compiling: bool, dtype: torch.dtype | None = None) -> dict[str, Any]:
         if compiling:
-            return {name: getattr(self, name) for name in self._param_names}
+            return self.param_values()
         # the tables nn.Module.__getattr__ would search, read directly (host time)
         params, buffers = self._parameters, self._buffers
-        out: dict[str, torch.Tensor] = {}
+        out: dict[str, Any] = {}
         for name in self._param_names:
             value = params[name] if name in params else buffers.get(name, _MISSING)
-            out[name] = getattr(self, name) if value is _MISSING else value  # type: ignore[assignment]
-        return out
+            out[name] = getattr(self, name) if value is _MISSING else value
+        return self._records.for_call(out, dtype)
 
     def keep(
         self, v: torch.Tensor | None, v_seq: torch.Tensor | None, states: Any, compiling: bool
@@ -250,7 +256,7 @@ class NeuronLayer(nn.Module):
                 self.neuron,
                 x_seq,
                 v,
-                self._param_values(compiling),
+                self._param_values(compiling, getattr(x_seq, "dtype", None)),
                 backend=self.backend,
                 store_v_seq=self.store_v_seq and self.step_mode == "m",
                 states=states or None,

@@ -88,6 +88,13 @@ class RecurrentNeuronLayer(nn.Module):
         two calls of T steps draw what one call of 2T draws, on every backend alike (the
         fused kernels draw step t at offset + t, the loop over steps one step a call).
         None: a seed drawn from torch's default generator when the layer is built.
+    dtype : torch.dtype, optional
+        The dtype of ``weight``, ``bias``, ``mask`` and the neuron's parameters, created
+        in it as ``nn.Linear(..., dtype=)`` creates its own (default: torch's default
+        dtype); parameters given as floats keep their values as
+        :class:`~symneuron.NeuronLayer` keeps them.
+    device : torch.device or str, optional
+        Where they are created.
 
     Attributes
     ----------
@@ -118,6 +125,8 @@ class RecurrentNeuronLayer(nn.Module):
         params: Mapping[Any, float | torch.Tensor] | None = None,
         seed: int | None = None,
         delay: int = 1,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
@@ -129,16 +138,28 @@ class RecurrentNeuronLayer(nn.Module):
             )
         self.size = size
         self.delay = delay
-        self.cell = NeuronLayer(neuron, backend=backend, step_mode="s", params=params, seed=seed)
-        weight = torch.empty(size, size)
+        self.cell = NeuronLayer(
+            neuron,
+            backend=backend,
+            step_mode="s",
+            params=params,
+            seed=seed,
+            dtype=dtype,
+            device=device,
+        )
+        weight = torch.empty(size, size, dtype=dtype, device=device)  # (the cell checked them)
         nn.init.kaiming_uniform_(weight, a=math.sqrt(5))  # as nn.Linear
         self.weight = nn.Parameter(weight, requires_grad=flag(learn_weight, "learn_weight"))
         if flag(bias, "bias"):
             bound = 1 / math.sqrt(size)
-            self.bias: nn.Parameter | None = nn.Parameter(torch.empty(size).uniform_(-bound, bound))
+            self.bias: nn.Parameter | None = nn.Parameter(
+                torch.empty(size, dtype=dtype, device=device).uniform_(-bound, bound)
+            )
         else:
             self.bias = None
-        self.register_buffer("mask", None if mask is None else self._checked_mask(mask))
+        if mask is not None:
+            mask = self._checked_mask(mask).to(dtype=dtype, device=device)
+        self.register_buffer("mask", mask)
         self.s: torch.Tensor | None = None
         #: the last spikes each checkpointed call started from, until its recomputation
         #: (beside the cell's records of V, the states and the generator state)
@@ -256,7 +277,7 @@ class RecurrentNeuronLayer(nn.Module):
             cell.neuron,
             drive,
             v,
-            cell.param_values(),
+            cell.call_params(drive),
             backend=cell.backend,
             store_v_seq=False,
             states=states or None,

@@ -32,6 +32,7 @@ STAGES: dict[str, int] = {
     "definition": 1,
     "derivation": 2,
     "ode": 2,
+    "layer_params": 2,
     "reference": 2,
     "codegen": 3,
     "inputs": 3,
@@ -209,8 +210,8 @@ def test_a_new_row_in_the_table_is_a_new_reserved_symbol(monkeypatch: pytest.Mon
         definition.Definition(sn.V + sn.X + xi)
 
 
-#: named-tuple methods (public API despite the underscore)
-_NAMEDTUPLE = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
+#: named-tuple methods and a tensor's version counter (public API despite the underscore)
+_NAMEDTUPLE = {"_replace", "_asdict", "_fields", "_make", "_field_defaults", "_version"}
 
 
 def _third_party(tree: ast.Module) -> set[str]:
