@@ -157,11 +157,14 @@ class ParamRecords:
     def _check(self, name: str, value: Any) -> None:
         """Check a changed tensor and note it checked (:func:`symneuron.simulate` checks a
         float); not under a functorch transform (``torch.func.functional_call`` inside
-        ``vmap``: its values cannot be read), where the layer's own tensors are checked at
-        the next call outside it."""
-        if isinstance(value, torch.Tensor) and not torch._C._are_functorch_transforms_active():
-            check_assumption(name, self.assumptions[name], value)
-            self.checked[name] = (value, _version(value))
+        ``vmap``: its values cannot be read) nor in a CUDA graph capture, where the
+        layer's own tensors are checked at the next call outside them."""
+        if not isinstance(value, torch.Tensor) or torch._C._are_functorch_transforms_active():
+            return
+        if value.is_cuda and torch.cuda.is_current_stream_capturing():
+            return  # (a CUDA graph capture reads nothing back: checked at a call outside it)
+        check_assumption(name, self.assumptions[name], value)
+        self.checked[name] = (value, _version(value))
 
 
 def _version(tensor: Any) -> int:

@@ -355,6 +355,30 @@ def test_values_swapped_in_under_vmap_are_not_read_back() -> None:
     assert wrapper(torch.ones(())).item() == 2.0
 
 
+@pytest.mark.cuda
+def test_a_value_changed_before_a_cuda_graph_capture_is_not_read_back_in_it() -> None:
+    """A capture cannot read a value back (an optimizer step before capturing a training
+    step changes tau in place): the check waits for the next call outside the capture."""
+    layer = sn.NeuronLayer(sn.models.LIF(learnable=["tau"]), backend="cuda", device="cuda")
+    x = torch.rand(8, 256, generator=generator(seed_of("capture")), dtype=torch.float32)
+    x = 1.5 * x.cuda()
+    with torch.no_grad():
+        layer(x)
+        layer.reset()
+        layer.tau.add_(0.5)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            spikes = layer(x)
+            layer.reset()
+        graph.replay()
+        want = sn.simulate(sn.models.LIF(), x, params={"tau": 2.5}, backend="cuda")[0]
+        assert_fires_sometimes(spikes)
+        assert torch.equal(spikes, want)
+        layer.tau.fill_(-1.0)
+        with pytest.raises(ValueError, match=r"'tau' is declared positive.*-1\.0"):
+            layer(x)
+
+
 def test_a_loaded_state_dict_is_checked_at_the_call() -> None:
     layer = sn.NeuronLayer(sn.models.LIF(), backend="cpu")
     layer.load_state_dict({"tau": torch.tensor(-0.5)})
