@@ -133,7 +133,7 @@ def _connection_grads(
     if t_len == 0:
         return None, None
     grad_weight = grad_s = None
-    if need_weight:
+    if need_weight and (s_init is not None or t_len > delay):  # (else no step read R)
         first = spike_seq.new_zeros(delay, spike_seq.shape[1]) if s_init is None else s_init
         before = torch.cat([first, spike_seq])[:t_len]  # s[t − D] for t = 0..T−1
         grad_weight = grad_x.reshape(-1, features).t() @ before.reshape(-1, features)

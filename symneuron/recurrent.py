@@ -325,8 +325,8 @@ class RecurrentNeuronLayer(nn.Module):
             if len(cell.neuron.states):
                 states = {name: seq[-1] for name, seq in result[2].items()}
             out.append(result[0][0])
-        if not out:
-            return x_seq.new_zeros(x_seq.shape), (s, v, states)
+        if not out:  # (no step: empty spikes, in x_seq's graph as simulate's are)
+            return x_seq * 0, (s, v, states)
         spikes = torch.stack(out)
         return spikes, (self._last_steps(s, spikes), v, states)
 

@@ -230,3 +230,32 @@ def test_nir_export_refuses_a_delay_it_cannot_carry() -> None:
     layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 4, delay=2)
     with pytest.raises(ValueError, match="delay=2 has no NIR form"):
         sn.nir.export(torch.nn.Sequential(layer), torch.rand(3, 1, 4), dt=1.0)
+
+
+@pytest.mark.parametrize("delay", [1, 3])
+def test_backends_agree_on_a_weight_no_step_read(delay: int) -> None:
+    """With T <= delay after a reset, no step reads R: its gradient is None on every
+    backend, as torch gives an unused parameter (the fused path gave zeros); one step
+    more and every backend gives the same tensor."""
+    grads = {}
+    for backend in ("cpu", "torch"):
+        for t_len in (delay, delay + 1):
+            layer = _layer("LIF", backend, delay)
+            x = _input(t_len).requires_grad_()
+            layer(x).sum().backward()
+            grads[backend, t_len] = layer.weight.grad
+    assert grads["cpu", delay] is None and grads["torch", delay] is None
+    torch.testing.assert_close(grads["cpu", delay + 1], grads["torch", delay + 1])
+
+
+@pytest.mark.parametrize("backend", ["cpu", "torch"])
+def test_an_empty_call_stays_in_the_graph(backend: str) -> None:
+    """T = 0: the empty output is attached to the input's graph, as simulate's and a
+    NeuronLayer's are, and the state stays as it was."""
+    layer = _layer("ALIF", backend, 2)
+    layer(_input(3))
+    kept = layer.s
+    x = _input(0).requires_grad_()
+    out = layer(x)
+    assert out.shape == x.shape and out.requires_grad
+    assert layer.s is kept
