@@ -55,6 +55,20 @@ Start = tuple[torch.Tensor | None, Any, dict[str, torch.Tensor], str | None, Any
 End = tuple[torch.Tensor | None, Any, dict[str, torch.Tensor]]
 
 
+def _spiking_sum(s: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Σ_m R[c, m] over the neurons m with s[m] = 1: R·s as the fused kernels compute it,
+    where a weight of a neuron that did not spike is not read (0·NaN would be NaN)."""
+    return torch.where(s.bool().unsqueeze(-2), weight, 0).sum(-1)
+
+
+def _recurrent_input(weight: torch.Tensor) -> Any:
+    """How the loop computes R·s: one matrix product, or where R holds a non-finite value
+    the sum over the spiking neurons (the kernels' result; checked once per call)."""
+    if torch.compiler.is_compiling() or bool(torch.isfinite(weight).all()):
+        return nn.functional.linear
+    return _spiking_sum
+
+
 class RecurrentNeuronLayer(nn.Module):
     r"""``size`` neurons whose input adds their own previous spikes through ``weight``.
 
@@ -314,10 +328,11 @@ class RecurrentNeuronLayer(nn.Module):
             steps = torch.arange(x_seq.shape[0], device=rng.device)
             rng = rng + torch.stack((torch.zeros_like(steps), steps), dim=1)
         before = [None] * self.delay if s is None else list(s.unbind(0))
+        product = _recurrent_input(weight)
         out: list[torch.Tensor] = []
         for t, x in enumerate(x_seq):
             fed = before[t] if t < self.delay else out[t - self.delay]
-            drive = x if fed is None else x + nn.functional.linear(fed, weight)
+            drive = x if fed is None else x + product(fed, weight)
             drive = drive if bias is None else drive + bias
             step_rng = None if rng is None else rng[t]
             result = cell.run_from(drive.unsqueeze(0), v, states, compiling, step_rng)

@@ -259,3 +259,20 @@ def test_an_empty_call_stays_in_the_graph(backend: str) -> None:
     out = layer(x)
     assert out.shape == x.shape and out.requires_grad
     assert layer.s is kept
+
+
+def test_a_nan_weight_of_a_silent_neuron_is_never_read_on_any_backend() -> None:
+    """R·s sums the weights of the neurons that spiked: a NaN weight from a neuron that
+    never fires leaves V finite on every backend (the torch loop's 0·NaN gave NaN)."""
+    outs = {}
+    for backend in ("cpu", "torch"):
+        layer = _layer("LIF", backend, 2)
+        x = _input(10)
+        x[..., 0] = 0.0  # neuron 0 never fires
+        with torch.no_grad():
+            layer.weight[:, 0] = float("nan")
+        outs[backend] = (layer(x), layer.cell.v)
+    assert outs["torch"][0].sum() > 0
+    assert torch.isfinite(outs["torch"][1]).all()
+    assert torch.equal(outs["cpu"][0], outs["torch"][0])
+    torch.testing.assert_close(outs["cpu"][1], outs["torch"][1], rtol=1e-12, atol=1e-12)
