@@ -27,6 +27,16 @@ f the right-hand sides, h = dt):
                  and does not cancel when A is zero or small at run time). An
                  equation not linear in its own variable raises a ``ValueError``
                  (use ``"euler"``, ``"rk2"`` or ``"rk4"``): no silent linearisation.
+``"exact"``      the closed-form propagator of a linear system (Brian2's ``exact``,
+                 NEST's ``iaf_psc_exp``): with dy/dt = A y + b (A and b free of the
+                 variables; X and the params may enter both),
+                 y' = e^{A h} y + ∫₀^h e^{A s} ds · b, both read off SymPy's matrix
+                 exponential of [[A, b], [0, 0]]·h; the whole system at once, so that a
+                 current synapse feeding V is integrated exactly, not variable by
+                 variable as ``exp_euler`` does. A system that is not linear raises a
+                 ``ValueError`` naming the term; where its closed form divides by a
+                 difference of time constants (``tau_m - tau_s``), equal values at run
+                 time are outside it (Brian2 and NEST's generic propagator alike).
 """
 
 from __future__ import annotations
@@ -54,7 +64,7 @@ __all__ = [
 ]
 
 #: The integration methods, by Brian2's names.
-METHODS = ("euler", "exp_euler", "rk2", "rk4")
+METHODS = ("euler", "exp_euler", "rk2", "rk4", "exact")
 
 
 @dataclass(frozen=True)
@@ -199,6 +209,62 @@ def _exp_euler(
     return stages, z + h * phi_z * (a_z * z + b)
 
 
+def _linear_system(rhs: dict[sp.Symbol, sp.Expr]) -> tuple[sp.Matrix, sp.Matrix]:
+    """A and b of dy/dt = A y + b, or a ``ValueError`` naming the first nonlinear term."""
+    zs = list(rhs)
+    rows = []
+    for z, f in rhs.items():
+        row = []
+        for w in zs:
+            a = sp.diff(f, w)
+            if a.has(*zs) and sp.count_ops(a) <= _SIMPLIFY_OPS:
+                a = sp.simplify(a)
+            if a.has(*zs):
+                raise ValueError(
+                    f"method='exact' integrates linear systems (dy/dt = A y + b, A and b free "
+                    f"of the variables), but d{z}/dt = {f} is not linear in {w} (its partial "
+                    f"{a} depends on {sorted(map(str, a.free_symbols & set(zs)))}); use "
+                    "method='exp_euler', 'rk2' or 'rk4'."
+                )
+            row.append(a)
+        rows.append(row)
+    b = sp.Matrix([f.xreplace({z: 0 for z in zs}) for f in rhs.values()])
+    return sp.Matrix(rows), b
+
+
+def _exact(
+    rhs: dict[sp.Symbol, sp.Expr], h: sp.Expr, taken: set[str]
+) -> tuple[list[Stage], dict[sp.Symbol, sp.Expr]]:
+    """The exact step of the linear system dy/dt = A y + b: y' = Φ y + Γ with
+    [[Φ, Γ], [0, 1]] = exp([[A, b], [0, 0]]·h); each entry of Φ and Γ that is not a
+    number is a stage (``e_<z>_<w>``, ``g_<z>``), so the backward goes through them."""
+    zs = list(rhs)
+    a, b = _linear_system(rhs)
+    n = len(zs)
+    block = sp.zeros(n + 1, n + 1)
+    block[:n, :n] = a * h
+    block[:n, n] = b * h
+    power = block.exp()
+    stages: list[Stage] = []
+
+    def named(entry: sp.Expr, prefix: str, z: sp.Symbol) -> sp.Expr:
+        if entry.has(sp.I, sp.re, sp.im):  # complex eigenvalues: the real form
+            entry = sp.simplify(sp.expand_complex(entry))
+        if entry.has(sp.exp):  # e^{a}·e^{b} as e^{a+b}: no overflow of a part alone
+            entry = sp.powsimp(sp.expand(entry), combine="exp")
+        if entry.is_number:
+            return entry
+        symbol = _stage_symbol(prefix, z, taken)
+        stages.append((symbol, entry))
+        return symbol
+
+    new = {}
+    for i, z in enumerate(zs):
+        terms = [named(power[i, j], f"e_{w.name}", z) * w for j, w in enumerate(zs)]
+        new[z] = sp.Add(*terms) + named(power[i, n], "g", z)
+    return stages, new
+
+
 class Discretised(NamedTuple):
     """The discrete step map of an ODE neuron: V's new value (the charge), each state's
     pre-spike :class:`~symneuron.State`, and the integrator's stages (``symbol = expr``,
@@ -267,6 +333,8 @@ def _integrated(
         )
     if method == "euler":
         return [], {z: _euler_maruyama(z, f, h, i) for i, (z, f) in enumerate(rhs.items())}
+    if method == "exact":
+        return _exact(rhs, h, taken)
     if method != "exp_euler":
         return _staged(method, rhs, h, taken)
     stages: list[Stage] = []

@@ -27,7 +27,13 @@ import sys
 import brian2 as b2
 import numpy as np
 
-METHODS = {"euler": "euler", "exp_euler": "exponential_euler", "rk2": "rk2", "rk4": "rk4"}
+METHODS = {
+    "euler": "euler",
+    "exp_euler": "exponential_euler",
+    "rk2": "rk2",
+    "rk4": "rk4",
+    "exact": "exact",
+}
 
 
 def run(model: dict) -> dict:
