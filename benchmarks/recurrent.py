@@ -297,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=core.csv_list(str, ROWS), default=ROWS, help=",".join(ROWS))
     p.add_argument("--steps", type=int, default=None, help="timed steps (default 20; quick 3)")
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument(
+        "--configs", default=None, help="B,H,T;B,H,T;... (default: the four of CONFIGS)"
+    )
     p.add_argument("--out", type=Path, default=None, help="default results/recurrent_<gpu>.json")
     args = p.parse_args(argv)
     args.steps = args.steps or (3 if args.quick else 20)
@@ -310,7 +313,10 @@ def main(argv: list[str] | None = None) -> int:
             setattr(torch._dynamo.config, name, 64)
     refused = check_gradients(args.device, rows)
     timer, records = core.Timer(torch.device(args.device)), []
-    for b, h, t in QUICK if args.quick else CONFIGS:
+    configs = QUICK if args.quick else CONFIGS
+    if args.configs:
+        configs = [tuple(int(v) for v in c.split(",")) for c in args.configs.split(";")]
+    for b, h, t in configs:
         case = Case(b, h, t, args.device, torch.float32)
         records.append(copy_floor(case, timer))
         for row in rows:

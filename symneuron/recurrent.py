@@ -55,6 +55,16 @@ Start = tuple[torch.Tensor | None, Any, dict[str, torch.Tensor], str | None, Any
 End = tuple[torch.Tensor | None, Any, dict[str, torch.Tensor]]
 
 
+#: Batch rows × neurons² from which a layer called inside a CUDA graph capture runs the
+#: loop over steps: on an H200 (benchmarks/recurrent.py, one training step graphed, T =
+#: 100, fp32) the fused kernels took 0.90 / 2.47 / 15.95 / 35.9 ms at 64×256, 64×512,
+#: 256×1024, 128×2048 (B×F) and the loop 3.32 / 3.87 / 9.73 / 14.7 ms (a torch loop
+#: 5.70 / 6.35 / 12.6 / 17.5): the fused kernels read all of R for every batch row each
+#: step, the loop's product once for all rows. Eager, the loop's launches cost 0.5 ms a
+#: step of host time (52-74 ms at every size): the fused kernels win there.
+LOOP_FROM = 100_000_000
+
+
 def _spiking_sum(s: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """Σ_m R[c, m] over the neurons m with s[m] = 1: R·s as the fused kernels compute it,
     where a weight of a neuron that did not spike is not read (0·NaN would be NaN)."""
@@ -63,8 +73,10 @@ def _spiking_sum(s: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 def _recurrent_input(weight: torch.Tensor) -> Any:
     """How the loop computes R·s: one matrix product, or where R holds a non-finite value
-    the sum over the spiking neurons (the kernels' result; checked once per call)."""
-    if torch.compiler.is_compiling() or bool(torch.isfinite(weight).all()):
+    the sum over the spiking neurons (the kernels' result; checked once per call, not
+    where the check cannot read the value: compiled, or in a CUDA graph capture)."""
+    capturing = weight.is_cuda and torch.cuda.is_current_stream_capturing()
+    if torch.compiler.is_compiling() or capturing or bool(torch.isfinite(weight).all()):
         return nn.functional.linear
     return _spiking_sum
 
@@ -91,6 +103,12 @@ class RecurrentNeuronLayer(nn.Module):
     delay : int
         The connection's delay ``d`` in steps (>= 1): a spike at step t reaches the
         layer's input at step t + d. The layer keeps the last ``d`` steps of spikes.
+    fused : bool, optional
+        On the ``cpu`` and ``cuda`` backends, whether a call runs the fused kernels (one
+        launch a sequence each way) or the loop over steps (a matrix product and the
+        neuron's step kernel a step). None (default): the fused kernels, except inside a
+        CUDA graph capture for a layer of at least :data:`LOOP_FROM` batch rows × size²,
+        where the loop was measured faster (docs/performance_recurrent.md).
     backend : {"auto", "cuda", "cpu", "torch"}
     params : mapping, optional
         The neuron's parameter values, as for :class:`~symneuron.NeuronLayer` (they live
@@ -139,6 +157,7 @@ class RecurrentNeuronLayer(nn.Module):
         params: Mapping[Any, float | torch.Tensor] | None = None,
         seed: int | None = None,
         delay: int = 1,
+        fused: bool | None = None,
         dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
     ) -> None:
@@ -152,6 +171,7 @@ class RecurrentNeuronLayer(nn.Module):
             )
         self.size = size
         self.delay = delay
+        self.fused = None if fused is None else flag(fused, "fused")
         self.cell = NeuronLayer(
             neuron,
             backend=backend,
@@ -238,7 +258,7 @@ class RecurrentNeuronLayer(nn.Module):
         start = self._start(x_seq, history, compiling)
         phase = start[3]
         drive = x_seq if bias is None else x_seq + bias
-        fused = self._fused(drive, weight, start, compiling)
+        fused = None if self._per_step(x_seq) else self._fused(drive, weight, start, compiling)
         spikes, end = fused or self._loop(x_seq, weight, bias, start, compiling)
         if phase != "recompute":  # a recomputation leaves the memory as the first run did
             cell.keep(end[1], None, end[2], compiling)
@@ -246,6 +266,18 @@ class RecurrentNeuronLayer(nn.Module):
             if phase == "reentrant":
                 cell.mark_ungraded()
         return spikes
+
+    def _per_step(self, x_seq: torch.Tensor) -> bool:
+        """Whether this call runs the loop over steps (one product and one step kernel a
+        step) rather than the fused kernels: as ``fused`` says, else inside a CUDA graph
+        capture for a layer of at least :data:`LOOP_FROM` batch rows × neurons², where the
+        loop's launches cost no host time and its products read R once for all rows."""
+        if self.fused is not None:
+            return not self.fused
+        if not x_seq.is_cuda or not torch.cuda.is_current_stream_capturing():
+            return False
+        rows = x_seq[0].numel() // self.size if x_seq.shape[0] else 0
+        return rows * self.size**2 >= LOOP_FROM
 
     def _last_steps(self, before: torch.Tensor | None, spikes: torch.Tensor) -> torch.Tensor:
         """The spikes of the last ``delay`` steps after a call: the call's last ones,

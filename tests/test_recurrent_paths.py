@@ -1,0 +1,87 @@
+"""The recurrent layer's two paths on the kernel backends: the fused kernels (one launch a
+sequence each way) and the loop over steps (a matrix product and the neuron's step
+kernel a step), chosen by ``fused=`` or, by default, by size inside a CUDA graph capture
+(``LOOP_FROM``, measured). Both give the same spikes and gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import generator
+
+import symneuron as sn
+from symneuron import binding_recurrent
+from symneuron import recurrent as rec
+from symneuron.runtime import cpu
+
+pytestmark = pytest.mark.skipif(not cpu.available(), reason="needs a C compiler")
+
+
+def _run(fused: bool | None, backend: str = "cpu", device: str = "cpu") -> dict:
+    torch.manual_seed(61)
+    layer = sn.RecurrentNeuronLayer(
+        sn.models.ALIF(learnable=["tau"]), 12, backend=backend, bias=True, delay=2, fused=fused
+    ).to(device=device, dtype=torch.float64)
+    with torch.no_grad():
+        layer.weight.mul_(3.0)
+    x = 1.3 * torch.rand(14, 3, 12, generator=generator(62), dtype=torch.float64)
+    x = x.to(device).requires_grad_()
+    s = layer(x)
+    s.sum().backward()
+    grads = {name: p.grad for name, p in layer.named_parameters()}
+    return {"s": s.detach(), "x": x.grad, **grads}
+
+
+def test_the_loop_over_steps_gives_the_fused_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = binding_recurrent.run
+    monkeypatch.setattr(binding_recurrent, "run", lambda *a, **k: calls.append(1) or real(*a, **k))
+    fused = _run(True)
+    assert calls == [1]
+    loop = _run(False)
+    assert calls == [1], "fused=False must not launch the fused kernels"
+    assert 0 < float(fused["s"].mean()) < 0.8
+    assert torch.equal(loop["s"], fused["s"])
+    for key in fused:
+        torch.testing.assert_close(loop[key], fused[key], rtol=1e-12, atol=1e-12, msg=key)
+
+
+def test_by_default_eager_calls_take_the_fused_kernels() -> None:
+    layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 8, backend="cpu")
+    assert layer.fused is None and not layer._per_step(torch.rand(3, 2, 8))
+    with pytest.raises(TypeError):
+        sn.RecurrentNeuronLayer(sn.models.LIF(), 8, fused="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.cuda
+def test_a_large_layer_in_a_cuda_graph_runs_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside a capture, a layer of LOOP_FROM batch rows × size² or more runs the loop over
+    steps (measured faster there); replayed, its spikes equal the eager fused call's."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    size, rows = 1024, -(-rec.LOOP_FROM // 1024**2)
+    x = 1.2 * torch.rand(20, rows, size, generator=generator(63), dtype=torch.float64).cuda()
+    outs = []
+    for captured in (False, True):
+        torch.manual_seed(64)
+        layer = sn.RecurrentNeuronLayer(sn.models.LIF(), size, backend="cuda").cuda().double()
+        loops: list[int] = []
+        real = layer._loop
+        monkeypatch.setattr(layer, "_loop", lambda *a: loops.append(1) or real(*a))
+        with torch.no_grad():
+            if not captured:
+                outs.append(layer(x))
+                assert loops == []
+                continue
+            layer(x[:1])  # warm-up (compiles) outside the capture
+            layer.reset()
+            graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream), torch.cuda.graph(graph):
+                out = layer(x)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph.replay()
+            outs.append(out.clone())
+            assert loops == [1]  # (the warm-up, eager, took the fused kernels)
+    assert outs[0].sum() > 0
+    assert torch.equal(outs[0], outs[1])
