@@ -19,6 +19,7 @@ import torch
 from .check_recurrent import recurrent_errors
 from .definition import H, V, X
 from .derivation import partial_definitions
+from .models import require_neuron
 from .neuron import Neuron
 from .reference import simulate_reference, torch_function
 from .simulate import resolve_backend, simulate
@@ -323,6 +324,7 @@ def check(
     >>> report = sn.check(sn.models.QIF())
     >>> assert report.passed, str(report)
     """
+    require_neuron(neuron)
     shape = _arguments(T, shape, points, tolerance)
     device = torch.device(device)
     gen = _generator(seed)

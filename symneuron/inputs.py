@@ -16,7 +16,7 @@ from .assumptions import check_assumption
 from .definition import Definition
 from .memo import BoundedTable
 from .reference import as_tensor, level_value
-from .validate import finite_float, named
+from .validate import dense, finite_float, named
 
 __all__ = ["check_x", "v_init_of", "default_v_init", "param_values", "w_init_of"]
 
@@ -34,10 +34,7 @@ def check_x(x_seq: Any) -> torch.Tensor:
             f"x_seq must be [T, *shape] with at least 2 dims, got shape {tuple(x_seq.shape)}; "
             "for one step use x.unsqueeze(0) or NeuronLayer(step_mode='s')."
         )
-    if x_seq.layout != torch.strided:
-        raise TypeError(
-            f"x_seq must be a dense tensor, got layout {x_seq.layout}; use x_seq.to_dense()"
-        )
+    dense(x_seq, "x_seq")
     if not x_seq.is_floating_point():
         raise TypeError(
             f"x_seq must be a floating-point tensor, got {x_seq.dtype}; use x_seq.float()"
@@ -54,6 +51,7 @@ def _check_tensor(
 ) -> None:
     """Same device as ``x_seq``, floating point, broadcastable to ``shape``; the errors
     name ``kind`` followed by ``name`` quoted, or ``name`` alone without ``kind``."""
+    dense(value, _label(name, kind))
     if value.device != x_seq.device:
         raise ValueError(
             f"{_label(name, kind)} is on {value.device} but x_seq is on {x_seq.device}; "

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import symneuron as sn
-from symneuron.compiling import MARK, constant_result
+from symneuron.memo import CONSTANT_MARK, constant_result
 
 REPO = Path(sn.__file__).parents[1]
 #: modules of torch's compiler stack that ``import torch`` leaves unloaded
@@ -25,7 +25,7 @@ COMPILER = ("torch._dynamo", "torch._inductor.config", "torch._functorch.aot_aut
 RUNTIME_PENDING = pytest.mark.xfail(
     strict=True,
     reason="symneuron/runtime/cpu.py and cuda.py must decorate available() with "
-    "symneuron.compiling.constant_result instead of torch.compiler.assume_constant_result",
+    "symneuron.memo.constant_result instead of torch.compiler.assume_constant_result",
 )
 
 
@@ -54,7 +54,7 @@ def test_constant_result_marks_as_torch_does() -> None:
 
     constant_result(ours)
     torch._dynamo.assume_constant_result(torchs)
-    assert vars(torchs) == {MARK: True}
+    assert vars(torchs) == {CONSTANT_MARK: True}
     assert vars(ours) == vars(torchs)
 
 

@@ -175,7 +175,7 @@ def describe(neuron: Neuron, latex: bool = False) -> list[tuple[str, str]]:
         rows.append(("step", f"{system.method}, dt = {system.dt}"))
     rows.append(("H", fmt(neuron.charge)))
     for name, state in neuron.states.items():
-        new = state.update if state.update is not None else neuron.state_symbols[name]
+        new = neuron.view(state.update) if state.update is not None else neuron.state_symbols[name]
         rows.append((fmt(tilde[neuron.state_symbols[name]]), fmt(new)))
     if getattr(neuron, "firing", "level") == "crossing":
         crossing = f"H \\text{{ crosses }} {fmt(threshold)} \\text{{ upwards}}" if latex else (

@@ -17,6 +17,8 @@ from sympy.codegen.ast import float32, float64, real
 from sympy.printing.c import C99CodePrinter
 from sympy.printing.precedence import precedence
 
+from ..validate import check_total_piecewise
+
 __all__ = ["KernelPrinter"]
 
 _ALIASES = {"float": float32, "double": float64}
@@ -69,8 +71,7 @@ class KernelPrinter(C99CodePrinter):
         return str(super()._print_Pow(typed))
 
     def _print_Piecewise(self, expr: sp.Piecewise) -> str:
-        if expr.args[-1].cond != sp.true:
-            raise ValueError(f"Piecewise needs a final (expr, True) branch to be total: {expr}")
+        check_total_piecewise(expr)
         text = self._print(expr.args[-1].expr)
         for branch in reversed(expr.args[:-1]):
             cond = self._print(branch.cond)
