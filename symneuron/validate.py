@@ -36,6 +36,7 @@ __all__ = [
     "check_draws",
     "MAX_DEPTH",
     "dense",
+    "in_range",
 ]
 
 
@@ -295,8 +296,9 @@ def check_draws(unknown: Iterable[str], what: str, part: str) -> None:
         )
     if XI.name in drawn:
         raise ValueError(
-            f"The {what} uses sn.xi, white noise of a differential equation, in a discrete "
-            "step; use sn.noise there (one standard normal draw per step), or write the ODE "
+            f"The {what} uses unknown symbols {drawn}: sn.xi is white noise of a differential "
+            "equation, not of a discrete step; use sn.noise there (one standard normal draw "
+            "per step), or write the ODE "
             "with sn.xi and build the neuron with Neuron.from_ode(dv, dt=..., "
             "method='euler')."
         )
@@ -311,6 +313,18 @@ def check_total_piecewise(expr: sp.Piecewise) -> None:
             f"Piecewise needs a final (expr, True) branch to be total: {expr}; add one, "
             "e.g. Piecewise((a, V < 0), (b, True))."
         )
+
+
+def in_range(value: float, dtype: torch.dtype, what: str) -> float:
+    """``value`` if ``dtype`` holds it, else a ``ValueError`` naming both (torch's own
+    error, "value cannot be converted to type float without overflow", names neither)."""
+    limit = torch.finfo(dtype).max
+    if abs(value) > limit:
+        raise ValueError(
+            f"{what} = {value:g} is beyond the range of {str(dtype).removeprefix('torch.')} "
+            f"(±{limit:.3g}), which this run computes in; use float64 inputs, or rescale."
+        )
+    return value
 
 
 def dense(value: torch.Tensor, what: str) -> None:

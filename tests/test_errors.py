@@ -193,3 +193,37 @@ def test_nested_charge_past_the_depth_limit_is_a_clear_error() -> None:
         v = h * (1 - s)
         assert torch.equal(spikes[t], s)
         torch.testing.assert_close(v_seq[t], v, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["torch", "cpu"])
+@pytest.mark.parametrize(
+    ("kw", "what"),
+    [({"params": {"tau": 1e39}}, "param 'tau'"), ({"v_init": 1e39}, "v_init")],
+    ids=["param", "v_init"],
+)
+def test_a_value_beyond_float32_says_so(backend: str, kw: dict[str, object], what: str) -> None:
+    x = torch.rand(3, 2)
+    with pytest.raises(ValueError, match=rf"{what} = 1e\+39 is beyond the range of float32"):
+        sn.simulate(sn.models.LIF(), x, backend=backend, **kw)  # type: ignore[arg-type]
+    sn.simulate(sn.models.LIF(), x.double(), backend=backend, **kw)  # type: ignore[arg-type]
+
+
+def test_error_table_rows_match_the_messages() -> None:
+    """The user guide's error table quotes the messages these raise."""
+    from pathlib import Path
+
+    guide = (Path(__file__).parents[1] / "docs" / "user_guide.md").read_text()
+    cases = [
+        (lambda: sn.Neuron(0.5 * sn.V + 1.0), "The neuron does not depend on the input X"),
+        (lambda: sn.Neuron(sn.X + 1.0), "The charge does not depend on V; H = f(V, X, params)"),
+        (
+            lambda: sn.simulate(sn.models.LIF(), torch.rand(3, 2), params={"tau": 1e39}),
+            "param 'tau' = 1e+39 is beyond the range of float32 (±3.4e+38), which this run "
+            "computes in",
+        ),
+    ]
+    for make, message in cases:
+        with pytest.raises(ValueError) as info:
+            make()
+        assert str(info.value).startswith(message)
+        assert f"`ValueError: {message}" in guide, message
