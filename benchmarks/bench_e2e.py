@@ -95,18 +95,19 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def neuron_factory(library: str, model: str, ctx: dict[str, Any]) -> Any:
     """Per-sample shape -> a neuron module of ``library`` (the floor: nn.ReLU)."""
-    import bench_neurons as bn
     import networks
 
     if library in FLOORS:
         return networks.relu
     if library in ("symneuron", "symneuron-cg"):
         backend = "cuda" if ctx["cuda"] else "auto" if ctx["precision"] == "fp32" else "torch"
-        return networks.symneuron_neurons(model, backend=backend, **bn.MODEL_KWARGS.get(model, {}))
+        return networks.symneuron_neurons(
+            model, backend=backend, **core.MODEL_KWARGS.get(model, {})
+        )
     sj = ctx["sj"]
     kw = {"backend": "cupy" if library == "sj-cupy" else "torch"}
     kw = kw if sj.version == "0.0.0.0.14" else {}
-    return lambda shape: bn.sj_node(sj, model, **kw)
+    return lambda shape: core.sj_node(sj, model, **kw)
 
 
 class Entry:

@@ -20,37 +20,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import core  # noqa: E402
-from core import Rec, csv_list, log, parse_n  # noqa: E402
+from core import ALL_MODELS, SINGLE_MODELS, SJ_CLASSES, Rec, csv_list, log, parse_n  # noqa: E402
 
-SINGLE_MODELS = ["IF", "LIF", "PLIF", "QIF", "EIF"]
-STATEFUL_MODELS = ["Izhikevich", "ALIF"]
-#: paper models and the rest of the zoo (symneuron only), each counted with its own floor
-PAPER_MODELS = ["Izhikevich2003", "HodgkinHuxley"]
-OTHER_MODELS = ["ThresholdLIF", "CuLIF", "AdEx", "AdEx2005", "FitzHughNagumo",
-                "ResonateAndFire", "AdLIF", "IafCondExp", "IafPscExp", "ThetaNeuron",
-                "RefractoryLIF"]  # fmt: skip
-ALL_MODELS = SINGLE_MODELS + STATEFUL_MODELS + PAPER_MODELS + OTHER_MODELS
-#: input scale of the models in their own units (mV/pA models need a current that fires):
-#: the inputs are scale * U(-0.2, 2), scales chosen so that the float64 reference fires
-#: (rates over 64 steps: CuLIF 0.10, AdEx2005 0.09, FitzHugh-Nagumo 0.02, resonate-and-fire
-#: 0.19, AdLIF 0.24, iaf_cond_exp 0.17, iaf_psc_exp 0.08, theta 0.15; unlisted: scale 1)
-INPUT_SCALE = {"Izhikevich2003": 10.0, "HodgkinHuxley": 25.0, "CuLIF": 0.25,
-               "AdEx2005": 1e4, "ResonateAndFire": 16.0, "AdLIF": 16.0, "IafCondExp": 300.0,
-               "IafPscExp": 3e3, "ThetaNeuron": 64.0}  # fmt: skip
-#: constructor arguments of the benchmarked neuron (the same constants on every side)
-MODEL_KWARGS: dict[str, dict[str, float]] = {"Izhikevich": {"a": 0.3, "b": 0.2}}
 ALL_T, ALL_N = [4, 16, 64, 256], [2**20, 2**14]
 ALL_DTYPES, ALL_MODES = ["fp32", "fp16", "bf16"], ["inference", "training"]
 ALL_PEERS = ["symneuron", "sj014", "sj200", "torch"]
 QUICK = dict(models=["LIF", "PLIF", "QIF"], T=[4, 16, 64], N=ALL_N, dtypes=["fp32", "bf16"])
 DRY = dict(models=["LIF", "PLIF"], T=[4, 8], N=[2**8, 2**10], dtypes=["fp32", "bf16"])
 #: SpikingJelly's class of each model, and the constants it takes from the zoo's params
-SJ_CLASSES = {"IF": "IFNode", "LIF": "LIFNode", "PLIF": "ParametricLIFNode", "QIF": "QIFNode",
-              "EIF": "EIFNode", "Izhikevich": "IzhikevichNode"}  # fmt: skip
-SJ_PARAMS = {"LIF": ("tau",), "QIF": ("tau", "v_c", "a0", "v_rest"),
-             "EIF": ("tau", "delta_T", "theta_rh", "v_rest"),
-             "Izhikevich": ("tau", "v_c", "a0", "v_rest", "tau_w", "a", "b")}  # fmt: skip
-SURROGATE_ALPHA = 4.0  # sn.surrogate.Sigmoid() and SpikingJelly's Sigmoid() default
 SCHEMA = "symneuron-bench/1"
 WORKER_OF = {"symneuron": "main", "torch": "main"}  # others: their own
 NOTES = [
@@ -105,48 +82,6 @@ def _models(text: str) -> list[str]:
 def worker_settings(args: argparse.Namespace) -> dict[str, Any]:
     out = dict(dry_run=args.dry_run, target_ms=args.target_ms, **SETTINGS)
     return {**out, **(dict(rotate_mb=1.0) if args.dry_run else {})}
-
-
-# --------------------------------------------------------------- the models on every side
-
-
-def make_neuron(model: str, **kw: Any) -> Any:
-    """The zoo model with the benchmark's constants (``MODEL_KWARGS``); the peers use
-    SpikingJelly's default Sigmoid(alpha=4) surrogate, so the zoo's default must be it."""
-    import symneuron as sn
-
-    neuron = getattr(sn.models, model)(**MODEL_KWARGS.get(model, {}), **kw)
-    expected = f"Sigmoid(alpha={SURROGATE_ALPHA})"
-    if not kw and getattr(neuron.surrogate, "name", "") != expected:
-        raise RuntimeError(f"{model}: default surrogate is {neuron.surrogate.name}, not {expected}")
-    return neuron
-
-
-def sj_node(sj: Any, model: str, **kw: Any) -> Any:
-    """SpikingJelly's multi-step node of ``model`` with the zoo's constants and surrogate."""
-    if model not in SJ_CLASSES:
-        raise NotImplementedError(f"SpikingJelly has no {model} neuron")
-    neuron = make_neuron(model)
-    p = {k: float(v) for k, v in neuron.params.items()}
-    kw.update({name: p[name] for name in SJ_PARAMS.get(model, ())}, step_mode="m")
-    kw.update(v_threshold=float(neuron.v_threshold), v_reset=neuron.v_reset,
-              detach_reset=bool(neuron.detach_reset))  # fmt: skip
-    if model in ("LIF", "PLIF"):
-        kw["decay_input"] = True
-    if model == "PLIF":
-        kw["init_tau"] = 1.0 + math.exp(-p["w"])
-    if model == "Izhikevich":
-        kw["w_rest"] = float(neuron.states["W"].init)
-    kw["surrogate_function"] = sj.surrogate.Sigmoid(alpha=SURROGATE_ALPHA)
-    return getattr(sj.neuron, SJ_CLASSES[model])(**kw)
-
-
-def bench_input(model: str, shape: tuple[int, ...], gen: Any, device: Any) -> Any:
-    """The benchmark's input for ``model``: U(-0.2, 2) times its ``INPUT_SCALE`` (float32)."""
-    import torch
-
-    scale = INPUT_SCALE.get(model, 1.0)
-    return scale * (2.2 * torch.rand(shape, generator=gen, device=device) - 0.2)
 
 
 # ----------------------------------------------------------------------- the parent

@@ -343,6 +343,101 @@ class SpikingJelly:
             return f"unknown ({type(exc).__name__}: {exc})"[:200]
 
 
+# ---------------------------------------------------------- the models on every side
+#: the benchmarked models and their constants, shared by bench_neurons.py, peers.py,
+#: bench_e2e.py, report.py and profile_ncu.py (here, so that none imports another)
+
+SINGLE_MODELS = ["IF", "LIF", "PLIF", "QIF", "EIF"]
+STATEFUL_MODELS = ["Izhikevich", "ALIF"]
+#: paper models and the rest of the zoo (symneuron only), each counted with its own floor
+PAPER_MODELS = ["Izhikevich2003", "HodgkinHuxley"]
+OTHER_MODELS = [
+    "ThresholdLIF",
+    "CuLIF",
+    "AdEx",
+    "AdEx2005",
+    "FitzHughNagumo",
+    "ResonateAndFire",
+    "AdLIF",
+    "IafCondExp",
+    "IafPscExp",
+    "ThetaNeuron",
+    "RefractoryLIF",
+]
+ALL_MODELS = SINGLE_MODELS + STATEFUL_MODELS + PAPER_MODELS + OTHER_MODELS
+#: input scale of the models in their own units (mV/pA models need a current that fires):
+#: the inputs are scale * U(-0.2, 2), scales chosen so that the float64 reference fires
+#: (rates over 64 steps: CuLIF 0.10, AdEx2005 0.09, FitzHugh-Nagumo 0.02, resonate-and-fire
+#: 0.19, AdLIF 0.24, iaf_cond_exp 0.17, iaf_psc_exp 0.08, theta 0.15; unlisted: scale 1)
+INPUT_SCALE = {
+    "Izhikevich2003": 10.0,
+    "HodgkinHuxley": 25.0,
+    "CuLIF": 0.25,
+    "AdEx2005": 1e4,
+    "ResonateAndFire": 16.0,
+    "AdLIF": 16.0,
+    "IafCondExp": 300.0,
+    "IafPscExp": 3e3,
+    "ThetaNeuron": 64.0,
+}
+#: constructor arguments of the benchmarked neuron (the same constants on every side)
+MODEL_KWARGS: dict[str, dict[str, float]] = {"Izhikevich": {"a": 0.3, "b": 0.2}}
+SJ_CLASSES = {
+    "IF": "IFNode",
+    "LIF": "LIFNode",
+    "PLIF": "ParametricLIFNode",
+    "QIF": "QIFNode",
+    "EIF": "EIFNode",
+    "Izhikevich": "IzhikevichNode",
+}
+SJ_PARAMS = {
+    "LIF": ("tau",),
+    "QIF": ("tau", "v_c", "a0", "v_rest"),
+    "EIF": ("tau", "delta_T", "theta_rh", "v_rest"),
+    "Izhikevich": ("tau", "v_c", "a0", "v_rest", "tau_w", "a", "b"),
+}
+SURROGATE_ALPHA = 4.0  # sn.surrogate.Sigmoid() and SpikingJelly's Sigmoid() default
+
+
+def make_neuron(model: str, **kw: Any) -> Any:
+    """The zoo model with the benchmark's constants (``MODEL_KWARGS``); the peers use
+    SpikingJelly's default Sigmoid(alpha=4) surrogate, so the zoo's default must be it."""
+    import symneuron as sn
+
+    neuron = getattr(sn.models, model)(**MODEL_KWARGS.get(model, {}), **kw)
+    expected = f"Sigmoid(alpha={SURROGATE_ALPHA})"
+    if not kw and getattr(neuron.surrogate, "name", "") != expected:
+        raise RuntimeError(f"{model}: default surrogate is {neuron.surrogate.name}, not {expected}")
+    return neuron
+
+
+def sj_node(sj: Any, model: str, **kw: Any) -> Any:
+    """SpikingJelly's multi-step node of ``model`` with the zoo's constants and surrogate."""
+    if model not in SJ_CLASSES:
+        raise NotImplementedError(f"SpikingJelly has no {model} neuron")
+    neuron = make_neuron(model)
+    p = {k: float(v) for k, v in neuron.params.items()}
+    kw.update({name: p[name] for name in SJ_PARAMS.get(model, ())}, step_mode="m")
+    kw.update(v_threshold=float(neuron.v_threshold), v_reset=neuron.v_reset,
+              detach_reset=bool(neuron.detach_reset))  # fmt: skip
+    if model in ("LIF", "PLIF"):
+        kw["decay_input"] = True
+    if model == "PLIF":
+        kw["init_tau"] = 1.0 + math.exp(-p["w"])
+    if model == "Izhikevich":
+        kw["w_rest"] = float(neuron.states["W"].init)
+    kw["surrogate_function"] = sj.surrogate.Sigmoid(alpha=SURROGATE_ALPHA)
+    return getattr(sj.neuron, SJ_CLASSES[model])(**kw)
+
+
+def bench_input(model: str, shape: tuple[int, ...], gen: Any, device: Any) -> Any:
+    """The benchmark's input for ``model``: U(-0.2, 2) times its ``INPUT_SCALE`` (float32)."""
+    import torch
+
+    scale = INPUT_SCALE.get(model, 1.0)
+    return scale * (2.2 * torch.rand(shape, generator=gen, device=device) - 0.2)
+
+
 # --------------------------------------------------------------------- worker processes
 
 

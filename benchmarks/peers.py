@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-import bench_neurons as bn
+import core
 from core import Rec, SpikingJelly, Timer, WorkerBase, is_sticky_cuda, torch_dtype
 
 
@@ -37,14 +37,14 @@ class Inputs:
         import torch
 
         self.cfg, self.dtype = cfg, torch_dtype(cfg["dtype"])
-        self.neuron = bn.make_neuron(cfg["model"])
+        self.neuron = core.make_neuron(cfg["model"])
         t_len, n = cfg["T"], cfg["N"]
         gen = torch.Generator(device=device)
         gen.manual_seed(zlib.crc32(f"{cfg['model']}/{t_len}/{n}/{cfg['dtype']}".encode()))
         x_bytes = t_len * n * torch.empty((), dtype=self.dtype).element_size()
         nbuf = math.ceil(settings["rotate_mb"] * 2**20 / x_bytes)
         self.nbuf = int(max(1, min(settings["max_bufs"], nbuf)))
-        self.raw = [bn.bench_input(cfg["model"], (t_len, n), gen, device).to(self.dtype)
+        self.raw = [core.bench_input(cfg["model"], (t_len, n), gen, device).to(self.dtype)
                     for _ in range(self.nbuf)]  # fmt: skip
         self.half = self.dtype in (torch.float16, torch.bfloat16)
         with torch.no_grad():
@@ -109,7 +109,7 @@ class SymneuronRunner(Runner):
 
         import symneuron as sn
 
-        self.simulate, self.neuron = sn.simulate, bn.make_neuron(model)
+        self.simulate, self.neuron = sn.simulate, core.make_neuron(model)
         if backend == "torch":
             self.note = "symneuron reference (backend='torch')"
         elif device.type != "cuda":  # dry run: the C backend where it can, else torch
@@ -136,7 +136,7 @@ class SJRunner(Runner):
         if version == "sj014":
             kw["backend"] = "cupy" if device.type == "cuda" else "torch"
             self.note = "" if device.type == "cuda" else "dry run: backend=torch"
-        self.node, self.dtype = bn.sj_node(sj, model, **kw).to(device), dtype
+        self.node, self.dtype = core.sj_node(sj, model, **kw).to(device), dtype
 
     def cast_params(self) -> SJRunner:
         self.node.to(self.dtype)

@@ -26,7 +26,7 @@ from typing import Any
 
 import core
 import floor
-from bench_neurons import ALL_MODELS, bench_input, make_neuron
+from core import ALL_MODELS, bench_input, make_neuron
 
 SECTIONS = ["SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats"]
 METRICS = (

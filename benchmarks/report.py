@@ -22,14 +22,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import core  # noqa: E402
 import floor  # noqa: E402  (benchmarks/floor.py: the one floor model)
-from bench_neurons import ALL_MODELS  # noqa: E402
-from core import Rec, grouped_bars, md_table, pyplot, save_figure  # noqa: E402
+from core import ALL_MODELS, SINGLE_MODELS, Rec, grouped_bars, md_table, pyplot, save_figure  # noqa: E402  # noqa: E402
 from core import pow2 as _n  # noqa: E402
 
 PEERS = ["symneuron", "sj014", "sj200", "torch", "compile"]
 PEER_LABEL = {"symneuron": "symneuron", "sj014": "SJ 0.0.0.0.14 CuPy", "sj200": "SJ 2.0.0",
               "torch": "torch eager", "compile": "torch.compile"}  # fmt: skip
-SINGLE_MODELS = ["IF", "LIF", "PLIF", "QIF", "EIF"]
 MODELS = [*SINGLE_MODELS, "Izhikevich", "ALIF"]  # the plot's
 ORDER = {m: i for i, m in enumerate(ALL_MODELS)}  # the rows' (the others after, by name)
 DTYPES = ["fp32", "bf16", "fp16"]

@@ -4,6 +4,8 @@ Write a neuron's charge H = f(V, X; θ) in SymPy; symneuron derives every
 gradient, generates CUDA and C kernels for the forward and backward passes
 through time, and returns torch-ready functions and layers.
 
+Examples
+--------
 >>> import sympy as sp, symneuron as sn
 >>> tau = sp.Symbol("tau", positive=True)
 >>> lif = sn.Neuron(sn.V + (sn.X - sn.V) / tau, params={tau: 2.0}, learnable=[tau])

@@ -18,7 +18,8 @@ import torch
 
 from .check_recurrent import recurrent_errors
 from .definition import H, V, X
-from .derivation import partial_definitions
+from .derivation import partial_definitions, partials
+from .models import require_neuron
 from .neuron import Neuron
 from .reference import simulate_reference, torch_function
 from .simulate import resolve_backend, simulate
@@ -134,7 +135,7 @@ def check_partials(
     point = _point(neuron, points, gen)
     definitions = partial_definitions(neuron)
     out = []
-    for key, expr in neuron.derivatives().items():
+    for key, expr in partials(neuron).items():  # the kernels' (staged) partials
         function, wrt = definitions[key]
         fd = _finite_difference(function, wrt, point)
         out.append(
@@ -328,6 +329,7 @@ def check(
     >>> report = sn.check(sn.models.QIF())
     >>> assert report.passed, str(report)
     """
+    require_neuron(neuron)
     shape = _arguments(T, shape, points, tolerance)
     device = torch.device(device)
     gen = _generator(seed)

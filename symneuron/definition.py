@@ -31,16 +31,6 @@ from .validate import check_expression, finite_float, named
 __all__ = ["V", "X", "H", "S", "State", "Definition", "find"]
 
 
-def _surrogate_or_default(surrogate: Any) -> _surrogate.Surrogate:
-    if surrogate is None:
-        return _surrogate.Sigmoid(alpha=4.0)
-    if not isinstance(surrogate, _surrogate.Surrogate):
-        raise TypeError(
-            f"surrogate must be a symneuron.surrogate.Surrogate, got {type(surrogate).__name__}"
-        )
-    return surrogate
-
-
 def _user_expressions(given: Mapping[str, Any]) -> list[Any]:
     """The parameters' keys and the expressions as the user wrote them: their symbols
     carry the assumptions SymPy simplified with."""
@@ -93,7 +83,7 @@ class Definition:
         set_(self, "state_symbols", MappingProxyType(self._validate_state_names(states)))
         set_(self, "stages", ())
         set_(self, "stages", self._validate_stages(stages))
-        set_(self, "charge", self._validate_expr(charge, "charge", "charge"))
+        set_(self, "step_charge", self._validate_expr(charge, "charge", "charge"))
         set_(self, "v_threshold", self._validate_level(v_threshold, "v_threshold", "threshold"))
         set_(self, "firing", firing_mode(firing, v_reset, spike_probability))
         set_(self, "spike_probability", self._validate_probability(spike_probability))
@@ -109,12 +99,12 @@ class Definition:
         set_(self, "param_assumptions", MappingProxyType(assumptions))
         check_crossing_states(self.firing, self.states, self.state_symbols)
         updates = [st.update for st in self.states.values() if st.update is not None]
-        check_uses_x([self.charge, *updates, *(e for _, e in self.stages)])
-        for what, e in [("charge", self.charge), *(("state update", u) for u in updates)]:
+        check_uses_x([self.step_charge, *updates, *(e for _, e in self.stages)])
+        for what, e in [("charge", self.step_charge), *(("state update", u) for u in updates)]:
             _stochastic.check_linear_noise(e, what)
-        set_(self, "noise_streams", _stochastic.noise_streams([self.charge, *updates]))
+        set_(self, "noise_streams", _stochastic.noise_streams([self.step_charge, *updates]))
         set_(self, "learnable", _validate.learnable_names(learnable, self.params, self._used()))
-        set_(self, "surrogate", _surrogate_or_default(surrogate))
+        set_(self, "surrogate", _surrogate.or_default(surrogate))
         if not isinstance(detach_reset, bool):
             raise TypeError(f"detach_reset must be a bool, got {detach_reset!r}")
         set_(self, "detach_reset", detach_reset)
@@ -129,7 +119,8 @@ class Definition:
     """Each parameter's name -> its symbol in the expressions."""
     state_symbols: Mapping[str, sp.Symbol]
     """Each extra state's name -> its symbol."""
-    charge: sp.Expr
+    step_charge: sp.Expr
+    """H as the kernels evaluate it: it may read the :attr:`stages`."""
     v_threshold: float | sp.Expr
     v_reset: float | sp.Expr | None
     firing: str
@@ -250,6 +241,7 @@ class Definition:
         if part in ("charge", "update", "ode"):
             allowed |= {s.name for s, _ in self.stages}
         unknown = sorted(names - set(self.params) - allowed)
+        _validate.check_draws(unknown, what, part)
         if unknown and part == "charge":
             raise ValueError(
                 f"The charge uses unknown symbols {unknown}; give each a default in "
@@ -260,16 +252,12 @@ class Definition:
                 f"The {what} uses unknown symbols {unknown}; it may use the params and "
                 f"{sorted(allowed)}."
             )
-        if part == "charge" and "V" not in names:
-            raise ValueError(
-                "The charge does not depend on V; H = f(V, X, params) must use the previous "
-                "state V."
-            )
+        _validate.check_depth(expr, what)
         _assumptions.warn_narrowed(expr, what, {*RESERVED, *self.state_symbols})
         out = expr.xreplace({s: self._canonical(s.name) for s in expr.free_symbols})
+        check_expression(out, what)
         if part == "charge":
             _validate.check_depends_on_v(expr, out, V)
-        check_expression(out, what)
         return out
 
     def _validate_level(self, value: Any, what: str, part: str) -> float | sp.Expr:
@@ -282,6 +270,7 @@ class Definition:
         states = set(self.state_symbols) if part == "threshold" else set()
         names = {s.name for s in value.free_symbols}
         unknown = sorted(names - set(self.params) - states - allowed_in(part))
+        _validate.check_draws(unknown, what, part)
         if unknown:
             raise ValueError(
                 f"{what} uses {unknown}, which are not params; a threshold or reset level may "
@@ -309,15 +298,22 @@ class Definition:
 
     def _used(self) -> set[str]:
         """The names of the symbols the charge, the levels and the states use."""
-        exprs = [self.charge, self.v_threshold, self.v_reset, self.spike_probability]
+        exprs = [self.step_charge, self.v_threshold, self.v_reset, self.spike_probability]
         exprs += [e for st in self.states.values() for e in (st.update, st.on_spike)]
         exprs += [e for _, e in self.stages]
         return {s.name for e in exprs if isinstance(e, sp.Expr) for s in e.free_symbols}
 
+    @property
+    def charge(self) -> sp.Expr:
+        """H as a user reads it: :attr:`step_charge` through :meth:`view`."""
+        return self.view(self.step_charge)
+
+    def view(self, expr: sp.Expr) -> sp.Expr:
+        """``expr`` as a user reads it (:class:`~symneuron.Neuron` substitutes stages)."""
+        return expr
+
     def inline_stages(self, expr: sp.Expr) -> sp.Expr:
-        """``expr`` (the charge, an update) with the stages substituted, latest first: one
-        expression in V, X, the states and the params. It grows with the stages, as SymPy
-        re-evaluates each substitution: for inspecting small models."""
+        """``expr`` with the stages substituted, latest first (slow for large systems)."""
         for z, e in reversed(self.stages):
             expr = expr.xreplace({z: e})
         return expr
@@ -325,8 +321,8 @@ class Definition:
     # -- identity -----------------------------------------------------------
     @property
     def soft_reset(self) -> bool:
-        """V ← H − θ·S after a spike (``v_reset=None`` with level firing)."""
-        return self.v_reset is None and self.firing == "level"
+        """V ← H − θ·S after a spike (``v_reset=None`` with level or escape firing)."""
+        return self.v_reset is None and self.firing != "crossing"
 
     @property
     def v_start(self) -> float | sp.Expr:
@@ -345,7 +341,7 @@ class Definition:
         stages = self.stages
         text = repr(
             (
-                sp.srepr(self.charge),
+                sp.srepr(self.step_charge),
                 sorted(self.params.items()),
                 self.learnable,
                 _level_key(self.v_threshold),

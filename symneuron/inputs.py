@@ -16,7 +16,7 @@ from .assumptions import check_assumption
 from .definition import Definition
 from .memo import BoundedTable
 from .reference import as_tensor, level_value
-from .validate import finite_float, named
+from .validate import dense, finite_float, in_range, named
 
 __all__ = ["check_x", "v_init_of", "default_v_init", "param_values", "w_init_of"]
 
@@ -34,10 +34,7 @@ def check_x(x_seq: Any) -> torch.Tensor:
             f"x_seq must be [T, *shape] with at least 2 dims, got shape {tuple(x_seq.shape)}; "
             "for one step use x.unsqueeze(0) or NeuronLayer(step_mode='s')."
         )
-    if x_seq.layout != torch.strided:
-        raise TypeError(
-            f"x_seq must be a dense tensor, got layout {x_seq.layout}; use x_seq.to_dense()"
-        )
+    dense(x_seq, "x_seq")
     if not x_seq.is_floating_point():
         raise TypeError(
             f"x_seq must be a floating-point tensor, got {x_seq.dtype}; use x_seq.float()"
@@ -54,6 +51,7 @@ def _check_tensor(
 ) -> None:
     """Same device as ``x_seq``, floating point, broadcastable to ``shape``; the errors
     name ``kind`` followed by ``name`` quoted, or ``name`` alone without ``kind``."""
+    dense(value, _label(name, kind))
     if value.device != x_seq.device:
         raise ValueError(
             f"{_label(name, kind)} is on {value.device} but x_seq is on {x_seq.device}; "
@@ -97,7 +95,7 @@ def v_init_of(
     if v_init is None:
         return None
     if not isinstance(v_init, torch.Tensor):
-        value = finite_float(v_init, "v_init")
+        value = in_range(finite_float(v_init, "v_init"), x_seq.dtype, "v_init")
         v_init = torch.full((), value, dtype=x_seq.dtype, device=x_seq.device)
     _check_tensor("v_init", v_init, x_seq, shape)
     return v_init.to(x_seq.dtype).expand(shape)
@@ -121,6 +119,11 @@ def _given(neuron: Definition, params: Mapping[Any, Any] | None) -> Mapping[str,
     return named(params, "parameter", neuron.params)
 
 
+def _compute(x_seq: torch.Tensor) -> torch.dtype:
+    """The dtype params are computed in: float64 for float64 inputs, else float32."""
+    return torch.float64 if x_seq.dtype == torch.float64 else torch.float32
+
+
 def param_values(
     neuron: Definition, params: Mapping[Any, Any] | None, x_seq: torch.Tensor, shape: torch.Size
 ) -> dict[str, float | torch.Tensor]:
@@ -138,7 +141,9 @@ def param_values(
                     "Neuron(learnable=[...]) or pass value.detach()."
                 )
         else:
-            value = finite_float(value, f"param {name!r}")
+            value = in_range(
+                finite_float(value, f"param {name!r}"), _compute(x_seq), f"param {name!r}"
+            )
             kinds = neuron.param_assumptions.get(name)
             if kinds:  # plain float arithmetic, no SymPy
                 check_assumption(name, kinds, value)
@@ -162,9 +167,8 @@ def w_init_of(
     for name, state in neuron.states.items():
         value = given.get(name, state.init)
         if not isinstance(value, torch.Tensor):
-            value = torch.full(
-                (), finite_float(value, f"state {name!r}"), dtype=x_seq.dtype, device=x_seq.device
-            )
+            value = in_range(finite_float(value, f"state {name!r}"), x_seq.dtype, f"state {name!r}")
+            value = torch.full((), value, dtype=x_seq.dtype, device=x_seq.device)
         _check_tensor(name, value, x_seq, shape, "state")
         rows.append(value.to(x_seq.dtype).expand(shape))
     return torch.stack(rows)

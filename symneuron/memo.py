@@ -4,7 +4,8 @@ Every table symneuron keeps for the life of a process (derived specs, programs,
 loaded libraries and modules, dtype rows, parameter scalars, the warnings already
 given) is a :class:`BoundedTable`, so each has a bound, forgets its oldest entries
 beyond it, and can be listed and cleared in one place (:data:`TABLES`, :func:`clear`).
-A function whose results are kept is decorated with :func:`memoized`.
+A function whose results are kept is decorated with :func:`memoized`; one whose result
+``torch.compile`` keeps as a constant, with :func:`constant_result`.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-__all__ = ["BoundedTable", "TABLES", "clear", "memoized"]
+__all__ = ["BoundedTable", "TABLES", "clear", "memoized", "constant_result", "CONSTANT_MARK"]
 
 K = TypeVar("K")
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., object])
 
 #: name -> every table made in this process (for :func:`clear` and inspection)
 TABLES: dict[str, BoundedTable[Any, Any]] = {}
@@ -101,3 +103,28 @@ def memoized(bound: int, name: str) -> Callable[[Callable[..., T]], Callable[...
         return wrapper
 
     return decorate
+
+
+#: the attribute ``torch._dynamo.assume_constant_result`` sets (tests/test_import_time.py
+#: checks that torch still marks a function with it and nothing else)
+CONSTANT_MARK = "_dynamo_marked_constant"
+
+
+def constant_result(fn: F) -> F:
+    """Mark ``fn`` as ``torch.compiler.assume_constant_result`` does, without importing
+    ``torch._dynamo`` (which loads AOTAutograd, FX passes and inductor's config: most of
+    what ``import symneuron`` would cost beyond ``import torch, sympy``): compilation
+    calls it eagerly while tracing and keeps its result as a constant (host-side probes,
+    such as "is a C compiler installed"; work SymPy does, which Dynamo cannot trace).
+
+    Examples
+    --------
+    >>> from symneuron.memo import constant_result
+    >>> @constant_result
+    ... def probe() -> bool:
+    ...     return True
+    >>> probe._dynamo_marked_constant
+    True
+    """
+    setattr(fn, CONSTANT_MARK, True)
+    return fn

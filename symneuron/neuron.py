@@ -17,7 +17,7 @@ import sympy as sp
 
 from . import derivation, ode
 from .codegen import render_source
-from .definition import Definition
+from .definition import Definition, H, V, X
 
 if TYPE_CHECKING:
     import torch
@@ -27,6 +27,8 @@ __all__ = ["Neuron"]
 
 class Neuron(Definition):
     """A spiking neuron defined by its charge function H = f(V, X; θ).
+
+    A neuron is immutable: :meth:`replace` builds a changed copy.
 
     Parameters
     ----------
@@ -74,8 +76,6 @@ class Neuron(Definition):
         stages). :meth:`from_ode` writes a Runge–Kutta method's stages here, so that the
         step and its derivative stay a short program instead of one expression per state.
 
-    A neuron is immutable: :meth:`replace` builds a changed copy.
-
     Examples
     --------
     >>> import sympy as sp, symneuron as sn
@@ -119,6 +119,7 @@ class Neuron(Definition):
         0.3934693402873666
         """
         step = ode.discretise(dv, dt=dt, method=method, states=states, params=params)
+        _check_step_keeps_v(step, dv, dt, method)
         neuron = cls(
             step.charge, params=params, states=step.states or None, stages=step.stages, **kw
         )
@@ -160,10 +161,36 @@ class Neuron(Definition):
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild_with_ode, (type(self), self._given, self.ode))
 
+    def view(self, expr: sp.Expr) -> sp.Expr:
+        """``expr`` (the step charge, a state's update) as a user reads it. A neuron built
+        with ``method="exp_euler"`` shows the exact step of each linear equation
+        (:func:`~symneuron.ode.exact_step`) for the stages its kernels evaluate;
+        ``rk2``/``rk4`` keep their stages (:meth:`inline_stages` expands them)."""
+        system = self.ode
+        if system is None or system.method != "exp_euler" or not self.stages:
+            return expr
+        own = self.state_symbols
+        steps = {self.step_charge: V, **{st.update: own[n] for n, st in self.states.items()}}
+        z = steps.get(expr)
+        if z is None:
+            return expr
+        rhs = {V: system.dv, **{own[n]: st.ode for n, st in system.states.items()}}
+        return ode.exact_step(z, rhs[z], system.dt)
+
     def derivatives(self) -> dict[str, sp.Expr]:
         """The derived partials, keyed ``'dH/dV'``, ``'dH/dX'``, ``'dH/d<θ>'`` (and, for
-        extra states, ``'dW~/d<z>'``)."""
-        return dict(derivation.partials(self))
+        extra states, ``'dW~/d<z>'``), of the expressions :meth:`view` shows."""
+        if self.charge is self.step_charge:
+            return dict(derivation.partials(self))
+        learn = [self.symbols[n] for n in self.learnable]
+        states = list(self.state_symbols.values())
+        out = {f"dH/d{z}": sp.diff(self.charge, z) for z in [V, X, *states, *learn]}
+        for name, state in self.states.items():
+            update = self.view(state.update) if state.update is not None else None
+            for z in [V, X, H, *states, *learn]:
+                if update is not None and update.has(z):
+                    out[f"d{name}~/d{z}"] = sp.diff(update, z)
+        return out
 
     def spec(self) -> derivation.KernelSpec:
         """The :class:`~symneuron.derivation.KernelSpec` (derived once per process)."""
@@ -176,6 +203,20 @@ class Neuron(Definition):
         and ``dtype``; ``recurrent``: the kernels of a recurrent layer of this neuron (its
         forward and backward with the connection's stage, for every delay)."""
         return render_source(self.spec(), backend, dtype, recurrent=recurrent)
+
+
+def _check_step_keeps_v(step: ode.Discretised, dv: Any, dt: float, method: str) -> None:
+    """Reject a discretisation in which V cancels (Euler with dt equal to the time
+    constant jumps to the fixed point), showing the discretised charge and dt. Only an
+    unstaged (Euler) step can: the exponential step keeps V·e^{a dt}, and the Runge–Kutta
+    polynomials of a dt have no real root."""
+    charge = sp.sympify(step.charge)
+    if not step.stages and (not charge.has(V) or sp.diff(charge, V) == 0):
+        raise ValueError(
+            f"With dt = {dt}, the {method} step of dV/dt = {dv} is H = {charge}, in which V "
+            "cancels: the step lands on the fixed point whatever V was (dt equals the time "
+            "constant, for a linear ODE). Use a smaller dt, or method='exp_euler'."
+        )
 
 
 def _rebuild_with_ode(cls: type[Neuron], given: dict[str, Any], system: Any) -> Neuron:

@@ -265,6 +265,22 @@ def _exact(
     return stages, new
 
 
+def exact_step(z: sp.Symbol, rhs: sp.Expr, dt: float) -> sp.Expr:
+    """z after one step of dz/dt = rhs = a z + b (a, b held over the step), written as
+    mathematics: z∞ + (z − z∞) e^{a dt} with z∞ = −b/a (z + dt b for a = 0). It equals
+    the exponential Euler step the kernels evaluate through stages (``X + (V -
+    X)*exp(-1.0/tau)`` for a LIF neuron with dt = 1)."""
+    h = sp.Float(dt)
+    a = sp.diff(rhs, z)
+    if a.has(z) and sp.count_ops(a) <= _SIMPLIFY_OPS:
+        a = sp.simplify(a)
+    b = rhs.xreplace({z: 0})
+    if a == 0:
+        return z + h * b
+    z_inf = -b / a
+    return z_inf + (z - z_inf) * sp.exp(a * h)
+
+
 class Discretised(NamedTuple):
     """The discrete step map of an ODE neuron: V's new value (the charge), each state's
     pre-spike :class:`~symneuron.State`, and the integrator's stages (``symbol = expr``,

@@ -1,7 +1,7 @@
 """Where randomness may enter a neuron's equations, checked (stage 0: imports only the
 reserved symbols).
 
-Two kinds (DESIGN §3c, docs/noise.md):
+Two kinds (docs/noise.md):
 
 * a standard-normal draw per neuron and step (:data:`symneuron.noise`; ``noise<i>`` for
   the other streams), which may enter a charge or a state's update only linearly
@@ -28,7 +28,8 @@ from .symbols import NOISE_STREAMS, H, noise_symbol
 
 __all__ = [
     "NOISES", "SEED_LIMIT", "stream_of", "noise_streams", "check_linear_noise",
-    "call_state", "check_probability", "check_seed", "generator_state", "rank_seed",
+    "call_state", "check_probability", "check_seed", "check_state_values", "generator_state",
+    "rank_seed",
 ]  # fmt: skip
 
 #: seeds and offsets are integers in [0, 2^63)
@@ -142,6 +143,18 @@ def check_seed(seed: Any, what: str = "seed") -> int:
     return seed
 
 
+def check_state_values(seed: int, offset: int) -> None:
+    """Refuse a generator state [seed, offset] with an entry outside [0, 2^63) (a
+    negative int64), on every backend alike: the cpu backend's state is checked where it
+    enters (:func:`generator_state`), the torch reference's where it reads it."""
+    for what, value in (("seed", seed), ("offset", offset)):
+        if not 0 <= value < SEED_LIMIT:
+            raise ValueError(
+                f"a generator state [seed, offset] must hold values in [0, 2**63), got "
+                f"{what} {value}; pass an int seed instead, or take the entries modulo 2**63."
+            )
+
+
 def generator_state(seed: Any, device: torch.device) -> torch.Tensor:
     """The kernels' generator state, an int64 [seed, offset] tensor on ``device``: from an
     int seed (offset 0), from None (a fresh seed drawn from torch's default generator, so
@@ -153,6 +166,8 @@ def generator_state(seed: Any, device: torch.device) -> torch.Tensor:
                 f"a generator state must be an int64 tensor [seed, offset] on {device}, got "
                 f"{seed.dtype} {tuple(seed.shape)} on {seed.device}"
             )
+        if seed.device.type == "cpu" and not torch.compiler.is_compiling():  # no device sync
+            check_state_values(*(int(v) for v in seed.tolist()))
         return seed
     if seed is None:  # a tensor op: under torch.compile, a fresh seed at every call
         drawn = torch.randint(0, SEED_LIMIT - 1, (1,), dtype=torch.int64)

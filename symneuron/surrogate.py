@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import sympy as sp
 
@@ -180,3 +181,14 @@ def SuperSpike(alpha: float = 1.0) -> Surrogate:
     """
     a = _positive(alpha, "alpha")
     return Surrogate(a * u / (1 + sp.Abs(u)), u, name=f"SuperSpike(alpha={alpha})")
+
+
+def or_default(surrogate: Any) -> Surrogate:
+    """``surrogate`` checked, or the default ``Sigmoid(alpha=4.0)`` for None."""
+    if surrogate is None:
+        return Sigmoid(alpha=4.0)
+    if not isinstance(surrogate, Surrogate):
+        raise TypeError(
+            f"surrogate must be a symneuron.surrogate.Surrogate, got {type(surrogate).__name__}"
+        )
+    return surrogate

@@ -16,7 +16,7 @@ import sympy as sp
 import torch
 from sympy.core.function import AppliedUndef
 
-from .symbols import RESERVED
+from .symbols import NOISE_STREAMS, RESERVED, XI, noise_symbol
 
 __all__ = [
     "NonFiniteError",
@@ -31,6 +31,12 @@ __all__ = [
     "constants_beyond",
     "check_depends_on_v",
     "raise_if_not_finite",
+    "check_total_piecewise",
+    "check_depth",
+    "check_draws",
+    "MAX_DEPTH",
+    "dense",
+    "in_range",
 ]
 
 
@@ -207,7 +213,12 @@ def constants_beyond(expr: sp.Basic, limit: float) -> list[str]:
 
 
 def check_depends_on_v(given: sp.Expr, charge: sp.Expr, v: sp.Symbol) -> None:
-    """Reject a ``charge`` (the user's ``given`` one, canonical symbols) in which V cancels."""
+    """Reject a ``charge`` (the user's ``given`` one, canonical symbols) without V, or in
+    which V cancels."""
+    if v.name not in {s.name for s in given.free_symbols}:
+        raise ValueError(
+            "The charge does not depend on V; H = f(V, X, params) must use the previous state V."
+        )
     if not charge.has(v) or sp.diff(charge, v) == 0:
         raise ValueError(
             f"The charge does not depend on V once simplified ({given} is {charge}): V "
@@ -238,6 +249,90 @@ def check_expression(expr: sp.Expr, what: str) -> None:
         raise ValueError(
             f"The {what} contains the constants {huge}, beyond float64's range "
             f"(±{sys.float_info.max:.3g}); no dtype can hold them. Rescale the equations."
+        )
+
+
+#: the deepest expression tree a definition takes: SymPy recurses once or more per
+#: level (simplification, differentiation, printing), and Python's stack ends near
+#: 1,000 frames, which a charge nested about 150 deep reaches in SymPy's own code
+MAX_DEPTH = 100
+
+
+def expression_depth(expr: sp.Basic) -> int:
+    """The number of levels of ``expr``'s tree (a symbol: 1), found without recursion."""
+    depth, level = 0, [expr]
+    while level:
+        depth += 1
+        level = list({id(a): a for e in level for a in e.args}.values())
+    return depth
+
+
+def check_depth(expr: sp.Basic, what: str) -> None:
+    """Reject an expression nested deeper than :data:`MAX_DEPTH` levels, before SymPy
+    would fail on it with a RecursionError."""
+    depth = expression_depth(expr)
+    if depth > MAX_DEPTH:
+        raise ValueError(
+            f"The {what} is nested {depth} levels deep, more than the {MAX_DEPTH} that "
+            "SymPy's recursive simplification, derivatives and printing handle; write it "
+            "flatter (e.g. a sum or product instead of a chain of nested functions), or "
+            "keep a part as an extra state (sn.State) updated each step."
+        )
+
+
+#: the names of the symbols that draw random numbers (noise, noise1, ..., xi)
+DRAWS = frozenset({XI.name, *(noise_symbol(i).name for i in range(NOISE_STREAMS))})
+
+
+def check_draws(unknown: Iterable[str], what: str, part: str) -> None:
+    """The errors for draws where ``part`` takes none (``unknown``: the names it may not
+    use): ``sn.xi`` in a discrete step, any draw in a threshold or reset level."""
+    drawn = sorted(set(unknown) & DRAWS)
+    if drawn and part in ("threshold", "v_reset"):
+        raise ValueError(
+            f"{what} uses {drawn}: a {part} cannot draw noise. Put the noise into the "
+            "charge (V >= theta + sigma*noise is H - sigma*noise >= theta), or fire by "
+            "escape noise with spike_probability=...; a fixed level is a number or a param."
+        )
+    if XI.name in drawn:
+        raise ValueError(
+            f"The {what} uses unknown symbols {drawn}: sn.xi is white noise of a differential "
+            "equation, not of a discrete step; use sn.noise there (one standard normal draw "
+            "per step), or write the ODE "
+            "with sn.xi and build the neuron with Neuron.from_ode(dv, dt=..., "
+            "method='euler')."
+        )
+
+
+def check_total_piecewise(expr: sp.Piecewise) -> None:
+    """Reject a ``Piecewise`` without a final ``(expr, True)`` branch: it has no value
+    where no condition holds (the kernels' printer and the torch reference's refuse it
+    alike, with this message)."""
+    if expr.args[-1].cond != sp.true:
+        raise ValueError(
+            f"Piecewise needs a final (expr, True) branch to be total: {expr}; add one, "
+            "e.g. Piecewise((a, V < 0), (b, True))."
+        )
+
+
+def in_range(value: float, dtype: torch.dtype, what: str) -> float:
+    """``value`` if ``dtype`` holds it, else a ``ValueError`` naming both (torch's own
+    error, "value cannot be converted to type float without overflow", names neither)."""
+    limit = torch.finfo(dtype).max
+    if abs(value) > limit:
+        raise ValueError(
+            f"{what} = {value:g} is beyond the range of {str(dtype).removeprefix('torch.')} "
+            f"(±{limit:.3g}), which this run computes in; use float64 inputs, or rescale."
+        )
+    return value
+
+
+def dense(value: torch.Tensor, what: str) -> None:
+    """Reject a sparse (or otherwise non-strided) tensor: the kernels and the reference
+    read dense memory. Call where a tensor enters (params, v_init, states, weights)."""
+    if value.layout != torch.strided:
+        raise TypeError(
+            f"{what} must be a dense tensor, got layout {value.layout}; convert it with .to_dense()"
         )
 
 

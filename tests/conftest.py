@@ -14,10 +14,12 @@ Every random draw comes from a seeded generator (:func:`generator`,
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -46,6 +48,17 @@ def kernel_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SYMNEURON_CACHE", str(path))
         yield path
+
+
+def nvrtc_or_skip() -> ModuleType:
+    """:mod:`symneuron.runtime.nvrtc` where NVRTC loads; skips the test where it does not,
+    and fails it under CI, which must compile every CUDA source."""
+    nvrtc = pytest.importorskip("symneuron.runtime.nvrtc")
+    if not nvrtc.nvrtc_available():
+        if os.environ.get("CI"):
+            pytest.fail("CI must compile CUDA sources: install 'symneuron[cuda]' (NVRTC)")
+        pytest.skip("NVRTC not installed (pip install 'symneuron[cuda]')")
+    return nvrtc
 
 
 # -- random draws ----------------------------------------------------------------------

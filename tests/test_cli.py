@@ -41,6 +41,7 @@ def lines(text: str) -> set[str]:
 def test_zoo_is_read_from_the_models_module() -> None:
     names = set(cli.zoo())
     assert set(sn.models.ZOO) <= names
+    assert set(sn.models.NOISY) <= names
     assert set(getattr(sn.models, "STATEFUL", {})) <= names
     assert {"LIF", "Izhikevich"} <= names
 
@@ -59,6 +60,8 @@ def test_model_with_keyword_arguments() -> None:
         ("LIF(tua=3.0)", "tua"),
         ("LIF(tau=", "cannot read the model"),
         ("os.system('true')", "cannot read the model"),
+        ("LIF(tau=", "path/to/file.py:name"),
+        ("coba.py", "as 'coba.py:name'"),
     ],
 )
 def test_bad_model_exits_2(capsys: pytest.CaptureFixture[str], model: str, message: str) -> None:
@@ -147,6 +150,14 @@ def test_show_prints_sympys_partials(capsys: pytest.CaptureFixture[str]) -> None
             == 0
         )
     assert "param tau = 2.0 (learnable)" in lines(out)
+
+
+@pytest.mark.parametrize("name", sorted(sn.models.NOISY))
+def test_show_noisy_model(capsys: pytest.CaptureFixture[str], name: str) -> None:
+    code, out, err = run(capsys, "show", name)
+    neuron = sn.models.NOISY[name]()
+    assert code == 0, err
+    assert f"H = {sp.sstr(neuron.charge)}" in lines(out)
 
 
 def test_show_latex(capsys: pytest.CaptureFixture[str]) -> None:

@@ -66,3 +66,17 @@ def test_docstring_roles_and_math_become_markdown() -> None:
     )
     rows = markdown(".. math::\n    a &= b \\\\\n    c &= d")
     assert rows == "$$\n\\begin{aligned}\na &= b \\\\\nc &= d\n\\end{aligned}\n$$"
+
+
+@pytest.mark.parametrize("obj", [sn, sn.Neuron], ids=["package", "Neuron"])
+def test_docstrings_parse_into_described_parameters_and_examples(obj: object) -> None:
+    """Every listed parameter has a description (a paragraph after the list was read as
+    a parameter ``A``), and the example is an Examples section (a code block on the API
+    page, not one paragraph)."""
+    griffe = pytest.importorskip("griffe")
+    sections = griffe.Docstring(obj.__doc__ or "", parser="numpy").parse()
+    kinds = [section.kind.value for section in sections]
+    assert "examples" in kinds, kinds
+    for section in sections:
+        if section.kind.value == "parameters":
+            assert all(p.description for p in section.value), [p.name for p in section.value]

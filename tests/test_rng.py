@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import ctypes
 import math
-import os
 import re
 
 import mpmath
 import numpy as np
 import pytest
 import torch
+from conftest import nvrtc_or_skip
 
 from symneuron import rng
 from symneuron.runtime import cpu
@@ -414,18 +414,9 @@ def test_the_uniform_prints_as_one_operation_per_statement() -> None:
             assert call not in text, call
 
 
-def _nvrtc():  # type: ignore[no-untyped-def]
-    nvrtc = pytest.importorskip("symneuron.runtime.nvrtc")
-    if not nvrtc.nvrtc_available():
-        if os.environ.get("CI"):
-            pytest.fail("CI must compile the CUDA text: install 'symneuron[cuda]' (NVRTC)")
-        pytest.skip("NVRTC not installed (pip install 'symneuron[cuda]')")
-    return nvrtc
-
-
 def test_the_cuda_text_compiles_with_nvrtc_and_nothing_is_fused() -> None:
     """Six kernels; no multiply-add in the PTX (a fused a·b + c rounds once, torch twice)."""
-    ptx = _nvrtc().compile_to_ptx(rng.source("cuda") + CUDA_DRIVER, name="rng.cu")
+    ptx = nvrtc_or_skip().compile_to_ptx(rng.source("cuda") + CUDA_DRIVER, name="rng.cu")
     assert ptx.count(".entry") == 6
     assert "fma" not in ptx
     assert ptx.count("mul.rn.f32") >= 20 and ptx.count("add.rn.f64") >= 20
@@ -434,7 +425,7 @@ def test_the_cuda_text_compiles_with_nvrtc_and_nothing_is_fused() -> None:
 def test_the_cuda_lane_templates_compile_and_share_one_block_per_four_lanes() -> None:
     """K = 4: one Philox call (ten products of each multiplier's high half) and two
     Box–Muller pairs (one division each, or one approximate reciprocal when fast)."""
-    ptx = _nvrtc().compile_to_ptx(rng.source("cuda") + CUDA_DRIVER + LANES, name="lanes.cu")
+    ptx = nvrtc_or_skip().compile_to_ptx(rng.source("cuda") + CUDA_DRIVER + LANES, name="lanes.cu")
     entries = dict(re.findall(r"\.entry (\w+)\((.*?)\n\}\n", ptx, re.S))
     four, fast = entries["test_lanes4_float"], entries["test_lanes4_fast"]
     assert four.count("mul.hi.u32") == 20 and four.count("div.rn.f32") == 2, four.count("div")

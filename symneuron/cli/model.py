@@ -25,7 +25,10 @@ from ..neuron import Neuron
 
 __all__ = ["UsageError", "zoo", "load_model", "describe"]
 
-_SYNTAX = "write NAME or NAME(key=value, ...), e.g. 'LIF(tau=3.0, v_reset=None)'"
+_SYNTAX = (
+    "write NAME or NAME(key=value, ...), e.g. 'LIF(tau=3.0, v_reset=None)', or "
+    "path/to/file.py:name for a neuron of your own"
+)
 
 
 class UsageError(Exception):
@@ -36,15 +39,22 @@ class UsageError(Exception):
 
 
 def zoo() -> dict[str, Callable[..., Neuron]]:
-    """Every zoo model by name, read from :mod:`symneuron.models` when called."""
+    """Every model of :mod:`symneuron.models` by name, the noisy ones included, read
+    when called."""
     found: dict[str, Callable[..., Neuron]] = {}
-    for table in ("ZOO", "STATEFUL"):  # STATEFUL: older symneuron kept it apart
+    # STATEFUL: older symneuron kept it apart; NOISY: out of ZOO, whose tests run unseeded
+    for table in ("ZOO", "STATEFUL", "NOISY"):
         found.update(getattr(models, table, None) or {})
     return found
 
 
 def _parse_call(text: str) -> tuple[str, dict[str, Any]]:
     """``'LIF(tau=3.0)'`` -> ``("LIF", {"tau": 3.0})``; values by :func:`ast.literal_eval`."""
+    if text.strip().endswith(".py"):
+        raise UsageError(
+            f"cannot read the model {text!r}: name the neuron in the file, as "
+            f"'{text.strip()}:name' (a Neuron, or a function returning one, defined there)"
+        )
     try:
         node = ast.parse(text.strip(), mode="eval").body
     except SyntaxError:
@@ -165,7 +175,7 @@ def describe(neuron: Neuron, latex: bool = False) -> list[tuple[str, str]]:
         rows.append(("step", f"{system.method}, dt = {system.dt}"))
     rows.append(("H", fmt(neuron.charge)))
     for name, state in neuron.states.items():
-        new = state.update if state.update is not None else neuron.state_symbols[name]
+        new = neuron.view(state.update) if state.update is not None else neuron.state_symbols[name]
         rows.append((fmt(tilde[neuron.state_symbols[name]]), fmt(new)))
     if getattr(neuron, "firing", "level") == "crossing":
         crossing = f"H \\text{{ crosses }} {fmt(threshold)} \\text{{ upwards}}" if latex else (

@@ -235,7 +235,7 @@ def partial_definitions(neuron: Definition) -> dict[str, tuple[sp.Expr, sp.Symbo
             for z in [V, X, *states, *learn]
             if expr.has(z)
         }
-    out = {f"dH/d{z}": (neuron.charge, z) for z in [V, X, *states, *learn]}
+    out = {f"dH/d{z}": (neuron.step_charge, z) for z in [V, X, *states, *learn]}
     for wname, state in neuron.states.items():
         update = state.update
         assert update is not None
@@ -282,7 +282,7 @@ def step_map(neuron: Definition, rename: dict[sp.Symbol, sp.Symbol]) -> StepMap:
     states = list(neuron.states.values())
     return StepMap(
         stages=tuple(Node(as_prev[z], e.xreplace(as_prev), stage=True) for z, e in neuron.stages),
-        charge=Node(K.h, neuron.charge.xreplace(as_prev)),
+        charge=Node(K.h, neuron.step_charge.xreplace(as_prev)),
         updates=tuple(
             Node(wt, sp.sympify(st.update).xreplace({**as_prev, H: K.h}))
             for wt, st in zip(tilde, states, strict=True)

@@ -13,6 +13,9 @@ them, mostly differential equations discretised by :meth:`~symneuron.Neuron.from
 ['h', 'm', 'n']
 """
 
+from typing import Any
+
+from ..neuron import Neuron
 from .conductance import MorrisLecar, Pospischil2008, WangBuzsaki
 from .discrete import (
     ALIF,
@@ -64,6 +67,24 @@ PAPERS = {
 #: Every model in the zoo: name -> constructor (each callable with no arguments).
 ZOO = {**DISCRETE, **STATEFUL, **PAPERS}
 
+
+def require_neuron(value: Any, what: str = "neuron") -> None:
+    """Refuse a ``value`` that is not a :class:`~symneuron.Neuron` with a ``TypeError``
+    naming the model to build when it is a model's name (``"LIF"``) or its uncalled
+    constructor (``sn.models.LIF``)."""
+    if isinstance(value, Neuron):
+        return
+    known = {**ZOO, **NOISY}
+    hint = "; build one with sn.Neuron(...) or a zoo model, e.g. sn.models.LIF()"
+    if isinstance(value, str) and value in known:
+        hint = f"; build the zoo model first: sn.models.{value}()"
+    elif callable(value) and getattr(value, "__name__", None) in known:
+        hint = f"; call it to build the neuron: sn.models.{value.__name__}()"
+    raise TypeError(
+        f"{what} must be a symneuron.Neuron, got {type(value).__name__} {value!r}{hint}"
+    )
+
+
 __all__ = [  # noqa: PLE0604
     "IF",
     "LIF",
@@ -85,4 +106,5 @@ __all__ = [  # noqa: PLE0604
     "NoisyLIF",
     "EscapeLIF",
     "NOISY",
+    "require_neuron",
 ]

@@ -21,9 +21,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
-import torch
-
-from ..memo import BoundedTable
+from ..memo import BoundedTable, constant_result
 from ..signature import Geometry
 from . import cache
 
@@ -123,7 +121,7 @@ def problem() -> str | None:
     return None if flags is not None else error
 
 
-@torch.compiler.assume_constant_result
+@constant_result
 def available() -> bool:
     """Whether a working C compiler was found (see :func:`problem`)."""
     return problem() is None

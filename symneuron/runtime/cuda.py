@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ..memo import BoundedTable
+from ..memo import BoundedTable, constant_result
 from ..signature import Geometry
 from . import cache, nvrtc
 
@@ -42,7 +42,7 @@ def _cupy() -> Any:
     return cupy
 
 
-@torch.compiler.assume_constant_result
+@constant_result
 def available() -> bool:
     """Whether torch sees a CUDA device and CuPy imports."""
     if not torch.cuda.is_available():

@@ -5,106 +5,80 @@ and torch autograd for the backward. The surrogate enters as a straight-through
 term, S = Θ(u) + σ(u) − stop_grad(σ(u)), so torch differentiates the primitive σ
 itself: nothing here uses a SymPy derivative, which makes this an independent
 oracle for the generated kernels.
+
+The equations as torch functions come from :mod:`.equations`, built before tracing
+under ``torch.compile``, so that a ``backend="torch"`` layer compiles with
+``fullgraph=True``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from typing import Any, NamedTuple
 
 import sympy as sp
 import torch
-from sympy.printing.pytorch import TorchPrinter
 
-from . import rng as _rng
-from .definition import Definition, H, S, V, X
-from .stochastic import NOISES
-from .surrogate import Surrogate
-from .surrogate import u as U
+from .. import rng as _rng
+from ..definition import Definition
+from ..stochastic import check_state_values
+from ..surrogate import Surrogate
+from ..surrogate import u as U
+from .equations import Equations, equations, torch_function
 
 __all__ = ["torch_function", "spike", "level_value", "simulate_reference"]
 
 
-class _Printer(TorchPrinter):
-    """SymPy's torch printer plus the special functions it lacks."""
-
-    _kf = {**TorchPrinter._kf, "erfc": "torch.special.erfc", "erf": "torch.special.erf"}
-
-    def _print_erfc(self, expr: sp.Expr) -> str:
-        return f"torch.special.erfc({self._print(expr.args[0])})"
-
-    def _print_erf(self, expr: sp.Expr) -> str:
-        return f"torch.special.erf({self._print(expr.args[0])})"
-
-    def _print_expm1(self, expr: sp.Expr) -> str:
-        return f"torch.expm1({self._print(expr.args[0])})"
-
-    def _extremum(self, expr: sp.Expr, pairwise: str, bound: str) -> str:
-        """Max/Min: tensors pairwise, numbers as a clamp (torch's max/min take no numbers)."""
-        numbers = [a for a in expr.args if a.is_number]
-        tensors = [self._print(a) for a in expr.args if not a.is_number]
-        if not tensors:
-            return self._print(sp.Float(expr.evalf(20), 20))
-        text = tensors[0]
-        for other in tensors[1:]:
-            text = f"{pairwise}({text}, {other})"
-        for number in numbers:
-            text = f"torch.clamp({text}, {bound}={self._print(sp.Float(number.evalf(20), 20))})"
-        return text
-
-    def _print_Max(self, expr: sp.Expr) -> str:
-        return self._extremum(expr, "torch.maximum", "min")
-
-    def _print_Min(self, expr: sp.Expr) -> str:
-        return self._extremum(expr, "torch.minimum", "max")
-
-
-def _numbers_as_floats(expr: sp.Expr) -> sp.Expr:
-    """Constant subexpressions (sqrt(2), exp(-1), pi**2) as floats: torch ops need tensors."""
-    return expr.replace(
-        lambda e: isinstance(e, sp.Expr) and e.is_number and not e.is_Number,
-        lambda e: sp.Float(e.evalf(20), 20),
-    )
-
-
-def torch_function(args: Sequence[sp.Symbol], expr: sp.Expr) -> Callable[..., torch.Tensor]:
-    """``expr`` as a Python function of torch tensors (SymPy's lambdify, once per
-    arguments and expression: a reference run builds one per equation)."""
-    return _lambdified(tuple(args), sp.sympify(expr))
-
-
-@lru_cache(maxsize=1024)
-def _lambdified(args: tuple[sp.Symbol, ...], expr: sp.Expr) -> Callable[..., torch.Tensor]:
-    expr = _numbers_as_floats(expr)
-    return sp.lambdify(list(args), expr, modules=[{"torch": torch}], printer=_Printer)
-
-
-@lru_cache(maxsize=256)
-def _surrogate_primitive(surrogate: Surrogate) -> Callable[..., torch.Tensor]:
-    return torch_function([U], surrogate.primitive_in_u())
-
-
 class _ZeroValue(torch.autograd.Function):
     """0 forward, the gradient unchanged backward: the straight-through term, whose value
-    stays exactly 0 where the primitive is not finite (σ − stop_grad(σ) would be NaN)."""
+    stays exactly 0 where the primitive is not finite (σ − stop_grad(σ) would be NaN).
+    Its forward takes no ``ctx`` (``setup_context`` keeps nothing), so ``torch.vmap`` and
+    ``torch.func.jacrev`` transform it, with the vmap rule generated. No ``jvp``: Dynamo
+    cannot trace a Function that has one; eager runs use :class:`_ZeroValueJvp`."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx: Any, primitive: torch.Tensor) -> torch.Tensor:
+    def forward(primitive: torch.Tensor) -> torch.Tensor:
         return torch.zeros_like(primitive)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        return None
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
         return grad
 
 
+class _ZeroValueJvp(_ZeroValue):
+    """:class:`_ZeroValue` with its forward-mode rule (the tangent unchanged), for
+    ``torch.func.jacfwd``, ``jvp`` and ``torch.autograd.forward_ad`` outside compilation."""
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: torch.Tensor) -> torch.Tensor:
+        return tangent
+
+
+def _straight_through(value: torch.Tensor) -> torch.Tensor:
+    """0, with ``value``'s derivative: the Function that the current mode can run."""
+    if torch.compiler.is_compiling():
+        return _ZeroValue.apply(value)
+    return _ZeroValueJvp.apply(value)
+
+
 def spike(u: torch.Tensor, surrogate: Surrogate) -> torch.Tensor:
     """Θ(u) (Θ(0) = 1, Θ(NaN) = 0: always exactly 0 or 1) forward; the derivative of the
     surrogate primitive backward (NaN where u is NaN, as in the kernels)."""
-    primitive = _surrogate_primitive(surrogate)(u)
+    return _spike(u, torch_function([U], surrogate.primitive_in_u()))
+
+
+def _spike(u: torch.Tensor, primitive_of: Callable[..., torch.Tensor]) -> torch.Tensor:
+    """:func:`spike` with the surrogate's primitive σ(u) as a torch function."""
+    primitive = primitive_of(u)
     if not isinstance(primitive, torch.Tensor):
         primitive = torch.as_tensor(primitive, dtype=u.dtype, device=u.device)
-    return (u >= 0).to(u.dtype) + _ZeroValue.apply(primitive)
+    return (u >= 0).to(u.dtype) + _straight_through(primitive)
 
 
 def as_tensor(value: float | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -132,7 +106,9 @@ def level_value(
     """A threshold or reset level: the number, or its expression at the param values."""
     if not isinstance(level, sp.Expr):
         return level
-    fn = torch_function([neuron.symbols[n] for n in neuron.params], level)
+    fn = equations(neuron).levels.get(str(level))
+    if fn is None:  # a level other than the neuron's own (not under torch.compile)
+        fn = torch_function([neuron.symbols[n] for n in neuron.params], level)
     return as_tensor(fn(*theta), like)
 
 
@@ -166,30 +142,22 @@ def draws_of(
         return None
     neuron = torch.arange(like[0].numel(), device=like.device).reshape(like.shape[1:])
     dtype = torch.float64 if like.dtype == torch.float64 and not emulated else torch.float32
-    return Draws(int(state[0]), int(state[1]), neuron, dtype)
+    seed, offset = int(state[0]), int(state[1])
+    check_state_values(seed, offset)
+    return Draws(seed, offset, neuron, dtype)
 
 
 class _Step(NamedTuple):
-    """One time step of a neuron at fixed param values θ, as torch functions.
-
-    In the kernels' order: the integrator's stages K (each from the earlier ones);
-    H = f(V, X, W, θ, K); each W̃ = g(V, X, H, W, θ, K);
-    S = Θ(H − V_th(W̃, θ)) (for ``firing="crossing"`` only where V was below V_th);
-    then the reset of V and each W after the spike. ``round_h_to`` rounds H and each
-    W̃ in value only (``_round_through``). A NamedTuple, which torch.compile traces.
-    """
+    """One time step of a neuron at fixed param values θ: its :class:`Equations`, θ and
+    the reset level as tensors. ``round_h_to`` rounds H and each W̃ in value only
+    (``_round_through``). A NamedTuple, which torch.compile traces."""
 
     neuron: Definition
-    stages: list[Callable[..., torch.Tensor]]  # (V, X, *W, *θ, *K earlier) -> K_i
-    charge: Callable[..., torch.Tensor]  # (V, X, *W, *θ, *K) -> H
-    updates: list[Callable[..., torch.Tensor]]  # (V, X, H, *W, *θ, *K) -> W̃, one per state
-    resets: list[Callable[..., torch.Tensor]]  # (S, *W̃, *θ) -> W after the spike
-    threshold: Callable[..., torch.Tensor]  # (*W̃, *θ) -> V_th
+    equations: Equations
     theta: list[torch.Tensor]
     v_reset: float | torch.Tensor | None
     round_h_to: torch.dtype | None
     draws: Draws | None = None  # the generator's state, for a neuron that draws
-    probability: Callable[..., torch.Tensor] | None = None  # (H, *θ) -> p(H), escape
 
 
 def _make_step(
@@ -199,32 +167,17 @@ def _make_step(
     round_h_to: torch.dtype | None,
     draws: Draws | None = None,
 ) -> _Step:
-    """``neuron``'s equations as torch functions, with ``params`` as tensors like ``like``;
-    the draws (``noise<i>``) are the last arguments of the charge and the updates."""
+    """``neuron``'s step with ``params`` as tensors like ``like``."""
     names = list(neuron.params)  # a list: Dynamo cannot iterate the mappingproxy itself
-    p_syms = [neuron.symbols[n] for n in names]
-    w_syms = list(neuron.state_symbols.values())
-    states = neuron.states.values()
     theta = [as_tensor(params[n], like) for n in names]
     v_reset = neuron.v_reset
-    base = [*w_syms, *p_syms]
-    k_syms = [z for z, _ in neuron.stages]
-    z_syms = [NOISES[i] for i in neuron.noise_streams]
-    p = neuron.spike_probability
     return _Step(
         neuron=neuron,
-        stages=[
-            torch_function([V, X, *base, *k_syms[:i]], e) for i, (_, e) in enumerate(neuron.stages)
-        ],
-        charge=torch_function([V, X, *base, *k_syms, *z_syms], neuron.charge),
-        updates=[torch_function([V, X, H, *base, *k_syms, *z_syms], s.update) for s in states],
-        resets=[torch_function([S, *w_syms, *p_syms], s.on_spike) for s in states],
-        threshold=torch_function([*w_syms, *p_syms], sp.sympify(neuron.v_threshold)),
+        equations=equations(neuron),
         theta=theta,
         v_reset=None if v_reset is None else level_value(neuron, v_reset, theta, like),
         round_h_to=round_h_to,
         draws=draws,
-        probability=None if p is None else torch_function([H, *p_syms], p),
     )
 
 
@@ -236,31 +189,32 @@ def _take_step(
     Each use indexes ``x_seq[t]`` anew: one select per use fixes the order in which
     autograd sums the gradient of ``x_seq`` (one shared select changes it by an ulp).
     """
-    neuron, theta, round_h_to = step.neuron, step.theta, step.round_h_to
+    neuron, theta, round_h_to, eqs = step.neuron, step.theta, step.round_h_to, step.equations
     k: list[torch.Tensor] = []  # the stages, each from the earlier ones
-    for stage in step.stages:
+    for stage in eqs.stages:
         k.append(as_tensor(stage(v, x_seq[t], *w, *theta, *k), x_seq))
     z = [] if step.draws is None else step.draws.normals(neuron.noise_streams, t, x_seq)
-    h = _round_through(as_tensor(step.charge(v, x_seq[t], *w, *theta, *k, *z), x_seq), round_h_to)
+    h = _round_through(as_tensor(eqs.charge(v, x_seq[t], *w, *theta, *k, *z), x_seq), round_h_to)
     w_tilde = [
         _round_through(as_tensor(g(v, x_seq[t], h, *w, *theta, *k, *z), x_seq), round_h_to)
-        for g in step.updates
+        for g in eqs.updates
     ]
-    v_th = as_tensor(step.threshold(*w_tilde, *theta), x_seq)
-    s = spike(h - v_th, neuron.surrogate) if step.probability is None else _escape(step, h, t)
+    v_th = as_tensor(eqs.threshold(*w_tilde, *theta), x_seq)
+    s = _spike(h - v_th, eqs.primitive) if eqs.probability is None else _escape(step, h, t)
     if neuron.firing == "crossing":  # from below only: the gate is a constant
         s = s * (v < v_th).to(s.dtype).detach()
     s_reset = s.detach() if neuron.detach_reset else s
     v = _reset_v(step, h, v_th, s_reset)
-    w = [as_tensor(r(s_reset, *w_tilde, *theta), x_seq).expand_as(v) for r in step.resets]
+    w = [as_tensor(r(s_reset, *w_tilde, *theta), x_seq).expand_as(v) for r in eqs.resets]
     return s, v, w
 
 
 def _escape(step: _Step, h: torch.Tensor, t: int) -> torch.Tensor:
     """Escape firing: S = [u < p(H)] forward, dp/dH backward (straight through p)."""
-    assert step.draws is not None and step.probability is not None
-    p = as_tensor(step.probability(h, *step.theta), h)
-    return (step.draws.uniform(t, h) < p).to(h.dtype) + _ZeroValue.apply(p)
+    probability = step.equations.probability
+    assert step.draws is not None and probability is not None
+    p = as_tensor(probability(h, *step.theta), h)
+    return (step.draws.uniform(t, h) < p).to(h.dtype) + _straight_through(p)
 
 
 def _reset_v(
