@@ -43,3 +43,19 @@ def test_without_tangents_the_kernels_run_inside_a_dual_level() -> None:
     with fwAD.dual_level():
         s, v = sn.simulate(sn.models.LIF(), _x(), backend="cpu")
     assert s.shape == (5, 3)
+
+
+def test_the_recommended_backend_propagates_the_tangent() -> None:
+    """backend='torch', which the refusal names, gives the tangent reverse mode agrees with:
+    <J·t, u> = <t, Jᵀ·u> for V's sequence (surrogate gradients alike both ways)."""
+    x = _x()
+    tangent = torch.rand(x.shape, generator=generator(42), dtype=torch.float64)
+    probe = torch.rand(5, 3, generator=generator(43), dtype=torch.float64)
+    with fwAD.dual_level():
+        _, v = sn.simulate(sn.models.LIF(), fwAD.make_dual(x, tangent), backend="torch")
+        jvp = fwAD.unpack_dual(v).tangent
+    assert jvp is not None
+    xr = x.clone().requires_grad_()
+    _, vr = sn.simulate(sn.models.LIF(), xr, backend="torch")
+    (vjp,) = torch.autograd.grad((vr * probe).sum(), xr)
+    torch.testing.assert_close((jvp * probe).sum(), (tangent * vjp).sum(), rtol=1e-12, atol=1e-12)
