@@ -18,6 +18,7 @@ from torch import nn
 
 from .checkpointing import REENTRANT_FIX, REPLAYS, checkpoint_phase, keep_state, snapshot
 from .layer_params import ParamRecords, param_tensors, placement
+from .models import require_neuron
 from .neuron import Neuron
 from .simulate import BACKENDS, simulate
 from .stochastic import check_seed, generator_state
@@ -95,8 +96,7 @@ class NeuronLayer(nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(neuron, Neuron):
-            raise TypeError(f"neuron must be a symneuron.Neuron, got {type(neuron).__name__}")
+        require_neuron(neuron)
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if step_mode not in _STEP_MODES:

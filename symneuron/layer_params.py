@@ -28,7 +28,7 @@ import torch
 
 from .assumptions import check_assumption
 from .definition import Definition
-from .validate import finite_float, named
+from .validate import dense, finite_float, named
 
 __all__ = ["placement", "param_tensors", "ParamRecords"]
 
@@ -63,6 +63,7 @@ def param_tensors(
     given: dict[str, float] = {}
     for name, value in values.items():
         if isinstance(value, torch.Tensor):
+            dense(value, f"Parameter {name!r}")
             if not value.is_floating_point():
                 raise TypeError(
                     f"Parameter {name!r} must be a floating-point tensor, got "

@@ -36,7 +36,7 @@ from .checkpointing import REPLAYS, checkpoint_phase
 from .layer import NeuronLayer
 from .neuron import Neuron
 from .simulate import prepare
-from .validate import flag, raise_if_not_finite
+from .validate import dense, flag, raise_if_not_finite
 
 __all__ = ["RecurrentNeuronLayer"]
 
@@ -202,6 +202,7 @@ class RecurrentNeuronLayer(nn.Module):
     def _checked_mask(self, mask: Any) -> torch.Tensor:
         if not isinstance(mask, torch.Tensor):
             raise TypeError(f"mask must be a tensor [size, size], got {type(mask).__name__}")
+        dense(mask, "mask")
         if tuple(mask.shape) != (self.size, self.size):
             raise ValueError(
                 f"mask must be [size, size] = [{self.size}, {self.size}], got "

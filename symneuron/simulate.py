@@ -17,6 +17,7 @@ from .binding import Run, run
 from .definition import Definition
 from .inputs import check_x, default_v_init, param_values, v_init_of, w_init_of
 from .memo import BoundedTable
+from .models import require_neuron
 from .reference import simulate_reference
 from .runtime import cpu, cuda
 from .stochastic import call_state
@@ -167,7 +168,7 @@ def prepare(
     :class:`~symneuron.binding.Run` of the kernels, or the torch reference as a call
     with no arguments; and whether the results are checked for non-finite values."""
     if not isinstance(neuron, Definition):
-        raise TypeError(f"neuron must be a symneuron.Neuron, got {type(neuron).__name__}")
+        require_neuron(neuron)
     if store_v_seq is not True and store_v_seq is not False:  # (a bool: no call)
         store_v_seq = flag(store_v_seq, "store_v_seq")
     if check_finite is not True and check_finite is not False:
@@ -340,7 +341,7 @@ def _warn_constants(neuron: Definition, dtype: torch.dtype, backend: str) -> Non
     _CONSTANTS_CHECKED.put(key, True)
     compute = dtype if backend == "torch" else dtypes.lookup(backend, dtype).torch_compute
     limit = torch.finfo(compute).max
-    exprs = [neuron.charge, neuron.v_threshold, neuron.v_reset]
+    exprs = [neuron.step_charge, neuron.v_threshold, neuron.v_reset]
     exprs += [e for st in neuron.states.values() for e in (st.update, st.on_spike)]
     huge = {c for e in exprs if isinstance(e, sp.Basic) for c in constants_beyond(e, limit)}
     huge |= {f"{n}={v:g}" for n, v in neuron.params.items() if not abs(v) <= limit}

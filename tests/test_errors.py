@@ -227,3 +227,24 @@ def test_error_table_rows_match_the_messages() -> None:
             make()
         assert str(info.value).startswith(message)
         assert f"`ValueError: {message}" in guide, message
+
+
+@pytest.mark.parametrize("given", ["LIF", sn.models.LIF])
+def test_layers_and_simulate_name_the_model_to_build(given: object) -> None:
+    """The layers and simulate refuse a model's name or uncalled constructor as sn.check
+    does, naming the call that builds it."""
+    for build in (
+        lambda: sn.NeuronLayer(given),  # type: ignore[arg-type]
+        lambda: sn.RecurrentNeuronLayer(given, 4),  # type: ignore[arg-type]
+        lambda: sn.simulate(given, torch.rand(3, 2)),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(TypeError, match=r"sn\.models\.LIF\(\)"):
+            build()
+
+
+def test_sparse_tensors_entering_a_layer_are_refused() -> None:
+    sparse = torch.tensor(2.0).to_sparse()
+    with pytest.raises(TypeError, match=r"Parameter 'tau' must be a dense tensor.*to_dense"):
+        sn.NeuronLayer(sn.models.LIF(), params={"tau": sparse})
+    with pytest.raises(TypeError, match=r"mask must be a dense tensor"):
+        sn.RecurrentNeuronLayer(sn.models.LIF(), 3, mask=torch.ones(3, 3).to_sparse())
