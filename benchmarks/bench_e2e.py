@@ -32,25 +32,56 @@ ALL_MODELS = ["LIF", "PLIF", "Izhikevich"]
 ALL_LIBRARIES = ["floor", "symneuron", "sj-cupy", "sj-triton", "sj-torch"]
 #: library -> the worker process that runs it (sj-torch: sj014, with backend='torch', when
 #: SpikingJelly 0.0.0.0.14 is found)
-WORKER_OF = {"floor": "main", "floor-cg": "main", "symneuron": "main", "symneuron-cg": "main",
-             "sj-cupy": "sj014", "sj-triton": "sj200", "sj-torch": "sjtorch"}  # fmt: skip
+WORKER_OF = {
+    "floor": "main",
+    "floor-cg": "main",
+    "symneuron": "main",
+    "symneuron-cg": "main",
+    "sj-cupy": "sj014",
+    "sj-triton": "sj200",
+    "sj-torch": "sjtorch",
+}
 KINDS = ["main", "sj014", "sj200", "sjtorch"]
 FLOORS = report.E2E_FLOORS
 ROUND_CAP_MS = 1500.0  # at most this much time per round and entry in the event-timed steps
 #: (networks' batch, per-network kwargs) of each size preset; T comes from networks.INPUTS
 FULL = dict(batch=64, cnn={}, mlp={}, data={"cnn": {}, "mlp": {}})
-DRY = dict(batch=2, cnn=dict(channels=(4, 8, 8), in_shape=(3, 8, 8)), mlp=dict(sizes=(16, 8, 8, 4)),
-           data={"cnn": dict(steps=2, shape=(3, 8, 8)),
-                 "mlp": dict(steps=5, shape=(16,), classes=4)})  # fmt: skip
+DRY = dict(
+    batch=2,
+    cnn=dict(channels=(4, 8, 8), in_shape=(3, 8, 8)),
+    mlp=dict(sizes=(16, 8, 8, 4)),
+    data={"cnn": dict(steps=2, shape=(3, 8, 8)), "mlp": dict(steps=5, shape=(16,), classes=4)},
+)
 #: defaults of each mode: (models, precisions, rounds, steps, wall steps, warm-up, budget s)
 MODES = {
-    "full": dict(models=ALL_MODELS, precisions=["fp32", "fp16"], rounds=5, steps=40,
-                 wall_steps=20, warmup=10, time_budget_s=1500.0),
-    "quick": dict(models=["LIF", "PLIF"], precisions=["fp32", "fp16"], rounds=3, steps=20,
-                  wall_steps=10, warmup=5, time_budget_s=170.0),
-    "dry": dict(models=["LIF", "PLIF"], precisions=["fp32", "bf16"], rounds=1, steps=2,
-                wall_steps=2, warmup=1, time_budget_s=120.0),
-}  # fmt: skip
+    "full": dict(
+        models=ALL_MODELS,
+        precisions=["fp32", "fp16"],
+        rounds=5,
+        steps=40,
+        wall_steps=20,
+        warmup=10,
+        time_budget_s=1500.0,
+    ),
+    "quick": dict(
+        models=["LIF", "PLIF"],
+        precisions=["fp32", "fp16"],
+        rounds=3,
+        steps=20,
+        wall_steps=10,
+        warmup=5,
+        time_budget_s=170.0,
+    ),
+    "dry": dict(
+        models=["LIF", "PLIF"],
+        precisions=["fp32", "bf16"],
+        rounds=1,
+        steps=2,
+        wall_steps=2,
+        warmup=1,
+        time_budget_s=120.0,
+    ),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,12 +97,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precisions", type=csv_list(str, ALL_PRECISIONS), default=None)
     p.add_argument("--models", type=csv_list(str, ALL_MODELS), default=None)
     p.add_argument("--libraries", type=csv_list(str, ALL_LIBRARIES), default=ALL_LIBRARIES)
-    p.add_argument("--cudagraphs", action="store_true", help="also symneuron under "
-                   "torch.compile(mode='reduce-overhead')")  # fmt: skip
+    p.add_argument(
+        "--cudagraphs",
+        action="store_true",
+        help="also symneuron under torch.compile(mode='reduce-overhead')",
+    )
     for flag in ("rounds", "steps", "wall-steps", "warmup"):
         p.add_argument(f"--{flag}", type=int, default=None)
-    p.add_argument("--time-budget-s", type=float, default=None,
-                   help="start no configuration after this many seconds")  # fmt: skip
+    p.add_argument(
+        "--time-budget-s",
+        type=float,
+        default=None,
+        help="start no configuration after this many seconds",
+    )
     return p
 
 
@@ -79,8 +117,7 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The run's settings: the mode's defaults, overridden by explicit flags."""
     mode = "dry" if args.dry_run else "quick" if args.quick else "full"
     out = dict(MODES[mode], mode=mode, dry_run=args.dry_run, networks=args.networks)
-    for key in ("models", "precisions", "rounds", "steps", "wall_steps", "warmup",
-                "time_budget_s"):  # fmt: skip
+    for key in ("models", "precisions", "rounds", "steps", "wall_steps", "warmup", "time_budget_s"):
         if getattr(args, key) is not None:
             out[key] = getattr(args, key)
     libraries = list(args.libraries)
@@ -222,8 +259,9 @@ class Worker(core.WorkerBase):
             entry.step()
         steps = self.timer.events(lambda i: entry.step(), n_steps) if self.cuda else []
         walls = self.timer.wall(lambda i: entry.step(), max(3, min(s["wall_steps"], n_steps // 2)))
-        return dict(step_ms=statistics.median(steps or walls) * 1e3,
-                    wall_ms=statistics.median(walls) * 1e3)  # fmt: skip
+        return dict(
+            step_ms=statistics.median(steps or walls) * 1e3, wall_ms=statistics.median(walls) * 1e3
+        )
 
     def status_of(self, exc: BaseException) -> str:
         return "n/a"  # a failure while building; one while timing is an error (run_config)
@@ -317,13 +355,17 @@ class Bench(core.Parent):
 
     def over_budget(self, left: list[Any]) -> None:
         budget = self.settings["time_budget_s"]
-        self.results["stopped"] += [f"{c['network']}/{c['precision']} not run: time budget "
-                                    f"({budget:.0f} s) spent" for c in left]  # fmt: skip
+        self.results["stopped"] += [
+            f"{c['network']}/{c['precision']} not run: time budget ({budget:.0f} s) spent"
+            for c in left
+        ]
 
     def main(self) -> dict[str, Any]:
         s = self.settings
-        self.event(f"mode {s['mode']}: {s['networks']} x {s['precisions']}, models "
-                   f"{s['models']}, libraries {s['libraries']}, {s['rounds']} rounds")  # fmt: skip
+        self.event(
+            f"mode {s['mode']}: {s['networks']} x {s['precisions']}, models "
+            f"{s['models']}, libraries {s['libraries']}, {s['rounds']} rounds"
+        )
         if "sj-torch" in s["libraries"]:
             with contextlib.suppress(Exception):  # prefer SpikingJelly 0.0.0.0.14's backend='torch'
                 locate_sj("sj014", Path(self.args.wheels))

@@ -43,8 +43,16 @@ NOTES = [
 #: rotate_mb MiB in all (L2 defeat); fp32 passes with at most fp32_max_mismatch of the spikes
 #: differing from the float64 reference (threshold ties flip a few per 10^7), 16-bit with at
 #: least half_min_match equal; dL/dX compared on grad_slice neurons
-SETTINGS = dict(min_reps=5, max_reps=200, warmup=2, rotate_mb=256.0, max_bufs=8,
-                fp32_max_mismatch=1e-5, half_min_match=0.99, grad_slice=4096)  # fmt: skip
+SETTINGS = dict(
+    min_reps=5,
+    max_reps=200,
+    warmup=2,
+    rotate_mb=256.0,
+    max_bufs=8,
+    fp32_max_mismatch=1e-5,
+    half_min_match=0.99,
+    grad_slice=4096,
+)
 
 
 # fmt: off
@@ -139,8 +147,9 @@ class Bench(core.Parent):
             got if "bandwidth_Bps" in got else {"error": self.workers["main"].dead}
         )
         bw, meta = got.get("bandwidth_Bps") or math.nan, self.results["meta"]
-        self.event(f"device {meta.get('gpu')} driver {meta.get('driver')}; "
-                   f"copy floor {bw / 1e9:.0f} GB/s")  # fmt: skip
+        self.event(
+            f"device {meta.get('gpu')} driver {meta.get('driver')}; copy floor {bw / 1e9:.0f} GB/s"
+        )
 
     def run_config(self, cfg: dict[str, Any]) -> None:
         t0, by_kind = time.monotonic(), {}
@@ -164,13 +173,16 @@ class Bench(core.Parent):
 
     def over_budget(self, left: list[Any]) -> None:
         skipped = dict(status="skipped", error="time budget spent")
-        self.results["records"] += [{**c, "peer": p, **skipped} for c in left
-                                    for p in self.matrix["peers"]]  # fmt: skip
+        self.results["records"] += [
+            {**c, "peer": p, **skipped} for c in left for p in self.matrix["peers"]
+        ]
 
     def main(self) -> int:
         args = self.args
-        self.event(f"{len(self.configs)} configurations x {len(self.matrix['peers'])} peers; "
-                   f"budget {args.time_budget_s:.0f} s")  # fmt: skip
+        self.event(
+            f"{len(self.configs)} configurations x {len(self.matrix['peers'])} peers; "
+            f"budget {args.time_budget_s:.0f} s"
+        )
         kinds = {WORKER_OF.get(p, p) for p in self.matrix["peers"]}
         import peers
 

@@ -83,8 +83,9 @@ def _child(model: str, method: str, backend: str, warm: bool) -> dict[str, Any]:
     return {**out, "accepted": True}
 
 
-def _run_child(model: str, method: str, backend: str, cache: str, warm: bool,
-               timeout: float) -> dict[str, Any]:  # fmt: skip
+def _run_child(
+    model: str, method: str, backend: str, cache: str, warm: bool, timeout: float
+) -> dict[str, Any]:
     env = {**os.environ, "SYMNEURON_CACHE": cache, "PYTHONPATH": str(ROOT)}
     args = [sys.executable, __file__, "--one", model, method, backend] + ["--warm"] * warm
     t = time.perf_counter()
@@ -132,9 +133,18 @@ def table(records: list[dict[str, Any]]) -> str:
         warm = r.get("warm", {}).get("warm_start")
         per_stage = r["source_chars"] // {"rk2": 2, "rk4": 4}.get(r["method"], 1)
         times = [f"{r[k]:.2f}" for k in ("build", "derive", "first_step", "to_first_step")]
-        rows.append([r["model"], r["method"], *times[:3], f"**{times[3]}**",
-                     f"{r['first_backward']:.2f}", "" if warm is None else f"{warm * 1e3:.0f} ms",
-                     f"{r['source_chars']:,}", f"{per_stage:,}"])  # fmt: skip
+        rows.append(
+            [
+                r["model"],
+                r["method"],
+                *times[:3],
+                f"**{times[3]}**",
+                f"{r['first_backward']:.2f}",
+                "" if warm is None else f"{warm * 1e3:.0f} ms",
+                f"{r['source_chars']:,}",
+                f"{per_stage:,}",
+            ]
+        )
     head = ["model", "method", "build", "derive", "first step", "**to first step**"]
     head += ["first backward", "warm start", "source (chars)", "per stage"]
     return core.md_table(head, rows, "ll" + "r" * 8) + "\n"

@@ -40,9 +40,16 @@ DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "flo
 DTYPE_ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
 #: worker kind -> the SpikingJelly version it imports (sjtorch: any, its torch backend)
 SJ_VERSION = {"sj014": "0.0.0.0.14", "sj200": "2.0.0", "sjtorch": "2.0.0"}
-STICKY_CUDA = ("illegal memory access", "CUDA error: an illegal", "unspecified launch failure",
-               "misaligned address", "CUDA_ERROR_ILLEGAL", "cudaErrorIllegalAddress",
-               "device-side assert", "CUDA_ERROR_LAUNCH_FAILED")  # fmt: skip
+STICKY_CUDA = (
+    "illegal memory access",
+    "CUDA error: an illegal",
+    "unspecified launch failure",
+    "misaligned address",
+    "CUDA_ERROR_ILLEGAL",
+    "cudaErrorIllegalAddress",
+    "device-side assert",
+    "CUDA_ERROR_LAUNCH_FAILED",
+)
 Rec = dict[str, Any]
 
 
@@ -136,14 +143,23 @@ def device_info(device: Any) -> dict[str, Any]:
     if device.type != "cuda":
         return {"device": str(device), "gpu": f"cpu-{platform.machine()}"}
     p = torch.cuda.get_device_properties(device)
-    info: dict[str, Any] = dict(device=str(device), gpu=p.name, total_memory=p.total_memory,
-                                sm_count=p.multi_processor_count, capability=f"{p.major}.{p.minor}",
-                                l2_bytes=getattr(p, "L2_cache_size", None))  # fmt: skip
+    info: dict[str, Any] = dict(
+        device=str(device),
+        gpu=p.name,
+        total_memory=p.total_memory,
+        sm_count=p.multi_processor_count,
+        capability=f"{p.major}.{p.minor}",
+        l2_bytes=getattr(p, "L2_cache_size", None),
+    )
     fields = ("nvidia_smi_name", "driver", "max_sm_clock", "max_mem_clock", "power_limit")
     query = "--query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit"
     try:
-        q = subprocess.run(["nvidia-smi", query, "--format=csv,noheader"], capture_output=True,
-                           text=True, timeout=20)  # fmt: skip
+        q = subprocess.run(
+            ["nvidia-smi", query, "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         info.update(
             zip(fields, [f.strip() for f in q.stdout.splitlines()[0].split(",")], strict=False)
         )
@@ -276,8 +292,20 @@ def locate_sj(kind: str, wheels: Path) -> list[str]:
     found_wheels = sorted(wheels.glob(f"spikingjelly-{version}-*.whl"))[:1]
     for wheel in found_wheels + sorted(wheels.glob("loguru-*.whl"))[: len(found_wheels)]:
         if not (target / wheel.name.split("-")[0]).is_dir():
-            cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
-                   "--no-compile", "--upgrade", "--target", str(target), str(wheel)]  # fmt: skip
+            cmd = [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--no-deps",
+                "--no-compile",
+                "--upgrade",
+                "--target",
+                str(target),
+                str(wheel),
+            ]
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
             if proc.returncode:
                 raise RuntimeError(f"pip could not install {wheel.name}: {proc.stderr[-400:]}")
@@ -418,8 +446,11 @@ def sj_node(sj: Any, model: str, **kw: Any) -> Any:
     neuron = make_neuron(model)
     p = {k: float(v) for k, v in neuron.params.items()}
     kw.update({name: p[name] for name in SJ_PARAMS.get(model, ())}, step_mode="m")
-    kw.update(v_threshold=float(neuron.v_threshold), v_reset=neuron.v_reset,
-              detach_reset=bool(neuron.detach_reset))  # fmt: skip
+    kw.update(
+        v_threshold=float(neuron.v_threshold),
+        v_reset=neuron.v_reset,
+        detach_reset=bool(neuron.detach_reset),
+    )
     if model in ("LIF", "PLIF"):
         kw["decay_input"] = True
     if model == "PLIF":
@@ -487,8 +518,12 @@ class WorkerBase:
         """The status of an entry that failed to build (one that fails to run: error)."""
         return "error"
 
-    def _each(self, names: list[str], work: Callable[[str, Rec], None],
-              status_of: Callable[[BaseException], str]) -> dict[str, Any]:  # fmt: skip
+    def _each(
+        self,
+        names: list[str],
+        work: Callable[[str, Rec], None],
+        status_of: Callable[[BaseException], str],
+    ) -> dict[str, Any]:
         """``work(name, rec)`` per entry, failures recorded; after one that leaves the CUDA
         context unusable the rest are not run and the worker exits (the parent restarts it)."""
         records: list[Rec] = []
@@ -533,8 +568,14 @@ class WorkerBase:
         return {"records": []}
 
 
-def _serve(conn: Any, start: type[WorkerBase], kind: str, settings: Rec, paths: list[str],
-           env: dict[str, str]) -> None:  # fmt: skip
+def _serve(
+    conn: Any,
+    start: type[WorkerBase],
+    kind: str,
+    settings: Rec,
+    paths: list[str],
+    env: dict[str, str],
+) -> None:
     """A worker process's main loop: ``start(kind, settings)`` builds its state (answered with
     ``{"ready": state.meta()}``), then each request ``{"op": name, ...}`` is answered with
     ``state.op_<name>(request)``; an answer holding ``"exit"`` ends the worker once sent."""
@@ -642,9 +683,15 @@ class Parent:
         self.t0 = time.monotonic()
         self.workers: dict[str, Worker] = {}
         meta = dict(date=now_iso(), argv=sys.argv[1:], host=platform.node(), dry_run=args.dry_run)
-        self.results: dict[str, Any] = dict(schema=schema, complete=False, meta=meta,
-                                            settings=settings, workers={}, records=[],
-                                            events=[])  # fmt: skip
+        self.results: dict[str, Any] = dict(
+            schema=schema,
+            complete=False,
+            meta=meta,
+            settings=settings,
+            workers={},
+            records=[],
+            events=[],
+        )
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -705,8 +752,11 @@ class Parent:
         """Name -> one record of each job (worker kind -> entry names) on ``cfg``: every entry
         prepared, then timed :attr:`rounds` times, the workers taking turns in alternating
         order (the median of the rounds' :attr:`medians`, each round's kept), then dropped."""
-        prep = {r["name"]: r for k, names in jobs.items()
-                for r in self.ask(k, {"op": "prepare", "cfg": cfg, "names": names})}  # fmt: skip
+        prep = {
+            r["name"]: r
+            for k, names in jobs.items()
+            for r in self.ask(k, {"op": "prepare", "cfg": cfg, "names": names})
+        }
         rounds: dict[str, list[Rec]] = {name: [] for name in prep}
         for kind in alternate(list(jobs), self.rounds):
             names = [n for n in jobs[kind] if prep[n]["status"] == "ok"]

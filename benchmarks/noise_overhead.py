@@ -39,9 +39,12 @@ def neurons(learn_sigma: bool) -> tuple[sn.Neuron, sn.Neuron]:
     lif = sn.models.LIF()
     sigma = sp.Symbol("sigma", positive=True)
     noisy = sn.Neuron(
-        lif.charge + sigma * sn.noise, params={**lif.params, "sigma": 0.05},
-        learnable=["sigma"] if learn_sigma else [], surrogate=lif.surrogate, name="NoisyLIF",
-    )  # fmt: skip
+        lif.charge + sigma * sn.noise,
+        params={**lif.params, "sigma": 0.05},
+        learnable=["sigma"] if learn_sigma else [],
+        surrogate=lif.surrogate,
+        name="NoisyLIF",
+    )
     return lif, noisy
 
 
@@ -87,10 +90,15 @@ def plot(records: list[dict[str, Any]], path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(5, 3.2))
     names = list(dict.fromkeys(r["dtype"] for r in records))
     series = [
-        ([next((r["ratio"] for r in records if r["dtype"] == d and r["sigma"] == sigma), None)
-          for d in names], {"label": f"sigma {sigma}"})
+        (
+            [
+                next((r["ratio"] for r in records if r["dtype"] == d and r["sigma"] == sigma), None)
+                for d in names
+            ],
+            {"label": f"sigma {sigma}"},
+        )
         for sigma in ("fixed", "learnable")
-    ]  # fmt: skip
+    ]
     core.grouped_bars(ax, len(names), series)
     for i, d in enumerate(names):
         ax.hlines(TARGETS.get(d, 1.0), i - 0.45, i + 0.45, colors="k", linestyles="--")
@@ -115,14 +123,26 @@ def main() -> None:
         for name in dtypes:
             x = torch.rand(t_len, n, device=device).to(core.torch_dtype(name))
             (base, base_call), (drawn, drawn_call) = time_pair(pair, x, timer, args.reps)
-            records.append(dict(dtype=name, sigma=sigma, T=t_len, N=n, lif_ms=base,
-                                noisy_ms=drawn, ratio=drawn / base, lif_call_ms=base_call,
-                                noisy_call_ms=drawn_call, target=TARGETS.get(name)))  # fmt: skip
+            records.append(
+                dict(
+                    dtype=name,
+                    sigma=sigma,
+                    T=t_len,
+                    N=n,
+                    lif_ms=base,
+                    noisy_ms=drawn,
+                    ratio=drawn / base,
+                    lif_call_ms=base_call,
+                    noisy_call_ms=drawn_call,
+                    target=TARGETS.get(name),
+                )
+            )
             print(
                 f"{name} sigma {sigma}: GPU time LIF {base:.3f} ms, noisy LIF {drawn:.3f} ms, "
                 f"ratio {drawn / base:.3f}; call (host included) {base_call:.3f} / "
-                f"{drawn_call:.3f} ms", flush=True,
-            )  # fmt: skip
+                f"{drawn_call:.3f} ms",
+                flush=True,
+            )
     if args.dry_run and args.out is None:
         return
     out = args.out or core.result_path(core.HERE / "results", info["gpu"], "noise_")

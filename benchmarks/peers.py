@@ -44,8 +44,10 @@ class Inputs:
         x_bytes = t_len * n * torch.empty((), dtype=self.dtype).element_size()
         nbuf = math.ceil(settings["rotate_mb"] * 2**20 / x_bytes)
         self.nbuf = int(max(1, min(settings["max_bufs"], nbuf)))
-        self.raw = [core.bench_input(cfg["model"], (t_len, n), gen, device).to(self.dtype)
-                    for _ in range(self.nbuf)]  # fmt: skip
+        self.raw = [
+            core.bench_input(cfg["model"], (t_len, n), gen, device).to(self.dtype)
+            for _ in range(self.nbuf)
+        ]
         self.half = self.dtype in (torch.float16, torch.bfloat16)
         with torch.no_grad():
             self.ref = self._reference(self.raw[0]) > 0.5
@@ -116,9 +118,11 @@ class SymneuronRunner(Runner):
             backend = "auto" if dtype in (torch.float32, torch.float64) else "torch"
             self.note = f"dry run: backend={backend}"
         self.backend = backend
-        self.params = {name: torch.tensor(value, device=device, requires_grad=training)
-                       for name, value in self.neuron.params.items()
-                       if name in self.neuron.learnable}  # fmt: skip
+        self.params = {
+            name: torch.tensor(value, device=device, requires_grad=training)
+            for name, value in self.neuron.params.items()
+            if name in self.neuron.learnable
+        }
 
     def parameters(self) -> list[Any]:
         return list(self.params.values())
@@ -164,9 +168,16 @@ def _first_call(runner: Runner, x: Any, training: bool, timer: Timer) -> tuple[A
     return spikes, time.perf_counter() - t0
 
 
-def check_first_call(runner: Runner, inputs: Inputs, x: Any, training: bool, timer: Timer,
-                     settings: dict[str, Any], rec: Rec,
-                     retry: Callable[[], Runner] | None) -> Runner:  # fmt: skip
+def check_first_call(
+    runner: Runner,
+    inputs: Inputs,
+    x: Any,
+    training: bool,
+    timer: Timer,
+    settings: dict[str, Any],
+    rec: Rec,
+    retry: Callable[[], Runner] | None,
+) -> Runner:
     """The first call (compilation and loading land here), timed and checked against the
     reference into ``rec``; ``retry`` gives a runner to try once more when it fails."""
     import torch
@@ -248,8 +259,13 @@ class WorkerState(WorkerBase):
         nbytes, t = bufs[0].numel() * 4, statistics.median(times)
         bufs.clear()
         self.free()
-        copy = dict(bytes=nbytes, gpu_s=t, gpu_min_s=min(times), bandwidth_Bps=2 * nbytes / t,
-                    counted="bytes read + bytes written")  # fmt: skip
+        copy = dict(
+            bytes=nbytes,
+            gpu_s=t,
+            gpu_min_s=min(times),
+            bandwidth_Bps=2 * nbytes / t,
+            counted="bytes read + bytes written",
+        )
         return {"records": [copy]}
 
     def _runner(self, peer: str, cfg: dict[str, Any]) -> Runner:
@@ -274,8 +290,9 @@ class WorkerState(WorkerBase):
         retry = runner.cast_params if isinstance(runner, SJRunner) and inputs.half else None
         entry = Entry(runner, inputs, training)
         with self.torch.set_grad_enabled(training):
-            entry.runner = check_first_call(runner, inputs, entry.xs[0], training, self.timer,
-                                            self.settings, rec, retry)  # fmt: skip
+            entry.runner = check_first_call(
+                runner, inputs, entry.xs[0], training, self.timer, self.settings, rec, retry
+            )
             warm = [
                 self.timer.wall(entry.call, 1)[0] for _ in range(max(1, self.settings["warmup"]))
             ]
@@ -301,9 +318,15 @@ class WorkerState(WorkerBase):
             wall = self.timer.wall(entry.call, reps(entry.estimate_s))
             host = statistics.median(wall)
             dev = self.timer.device(entry.call, reps(host), host)
-        return dict(gpu_batches_host_slower=self.timer.gap_risk, wall_s=host,
-                    gpu_s=statistics.median(dev), wall_min_s=min(wall), gpu_min_s=min(dev),
-                    reps_wall=len(wall), reps_gpu=len(dev))  # fmt: skip
+        return dict(
+            gpu_batches_host_slower=self.timer.gap_risk,
+            wall_s=host,
+            gpu_s=statistics.median(dev),
+            wall_min_s=min(wall),
+            gpu_min_s=min(dev),
+            reps_wall=len(wall),
+            reps_gpu=len(dev),
+        )
 
     def status_of(self, exc: BaseException) -> str:
         text = str(exc).lower()

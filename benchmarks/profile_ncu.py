@@ -45,8 +45,11 @@ COLUMNS = {
 STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio")
 #: column -> (unit -> factor to µs or bytes, the factor of a missing or unknown unit)
 BYTES = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}
-SCALE = {"time_us": ({"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}, 1e-3),
-         "read_b": (BYTES, 1), "write_b": (BYTES, 1)}  # fmt: skip
+SCALE = {
+    "time_us": ({"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}, 1e-3),
+    "read_b": (BYTES, 1),
+    "write_b": (BYTES, 1),
+}
 #: a kernel is bound by memory at this DRAM throughput (% of ncu's peak; the copy floor's
 #: 3.0 TB/s is about 90 % of it), by arithmetic (issue slots) at this issue-slot use
 MEMORY_PCT, ISSUE_PCT = 75.0, 60.0
@@ -69,8 +72,11 @@ def child(models: list[str], dtype: str, t_len: int, n: int, settings: str) -> N
         neuron, gen = make_neuron(model), torch.Generator(device="cuda").manual_seed(0)
         x = bench_input(model, (t_len, n), gen, "cuda").to(core.torch_dtype(dtype))
         x.requires_grad_(True)
-        params = {k: torch.tensor(v, device="cuda", requires_grad=True)
-                  for k, v in neuron.params.items() if k in neuron.learnable}  # fmt: skip
+        params = {
+            k: torch.tensor(v, device="cuda", requires_grad=True)
+            for k, v in neuron.params.items()
+            if k in neuron.learnable
+        }
         for i in range(3):
             x.grad = None
             if i == 2:
@@ -109,8 +115,11 @@ def summarise(row: dict[str, Any], model: str, dtype: str, t_len: int, n: int) -
     for key, col in COLUMNS.items():
         value, (units, other) = _float(row.get(col, "")), SCALE.get(key, ({}, 1.0))
         out[key] = None if value is None else value * units.get(row["_units"].get(col), other)
-    stalls = {m.group(1): v for col, val in row.items()
-              if (m := STALL.fullmatch(col)) and (v := _float(str(val))) is not None}  # fmt: skip
+    stalls = {
+        m.group(1): v
+        for col, val in row.items()
+        if (m := STALL.fullmatch(col)) and (v := _float(str(val))) is not None
+    }
     out["stalls"] = dict(sorted(stalls.items(), key=lambda kv: -kv[1]))
     mode = "forward" if "_forward_" in name else "backward"
     # L = sum(spikes): dL/dS is a stride-0 broadcast, not read (floor.py)
@@ -126,8 +135,9 @@ def read_csv(path: Path, t_len: int, n: int) -> list[dict[str, Any]]:
     return summaries(parse_raw(path.read_text()), ALL_MODELS, path.stem.split("-")[-2], t_len, n)
 
 
-def summaries(rows: list[dict[str, Any]], models: list[str], dtype: str, t_len: int,
-              n: int) -> list[dict[str, Any]]:  # fmt: skip
+def summaries(
+    rows: list[dict[str, Any]], models: list[str], dtype: str, t_len: int, n: int
+) -> list[dict[str, Any]]:
     """:func:`summarise` of each row, its model found from the kernel name's prefix."""
     names = {make_neuron(m).name: m for m in models}
     prefix = [re.split(r"_(?:forward|backward)_", r.get("Kernel Name", "?"))[0] for r in rows]
@@ -140,9 +150,21 @@ def profile(
     models: list[str], dtype: str, args: argparse.Namespace, timeout: float
 ) -> list[dict[str, Any]]:
     """ncu on :func:`child`; its CSV written to ``--out-dir``, its summaries returned."""
-    cmd = ["ncu", "--clock-control", "none", "--nvtx", "--nvtx-include", "profile/", "-k",
-           "regex:_(forward|backward)_", "--csv", "--page", "raw",
-           "--metrics", METRICS]  # fmt: skip
+    cmd = [
+        "ncu",
+        "--clock-control",
+        "none",
+        "--nvtx",
+        "--nvtx-include",
+        "profile/",
+        "-k",
+        "regex:_(forward|backward)_",
+        "--csv",
+        "--page",
+        "raw",
+        "--metrics",
+        METRICS,
+    ]
     cmd += [a for s in SECTIONS for a in ("--section", s)] + [sys.executable, __file__, "--child"]
     cmd += [",".join(models), dtype, str(args.T), str(args.N), args.settings]
     tag = f"{models[0]}-{models[-1]}-{dtype}-T{args.T}"
@@ -176,12 +198,20 @@ def table(results: list[dict[str, Any]]) -> str:
     def f(v: Any, spec: str = ".0f") -> str:
         return "—" if v is None else format(v, spec)
 
-    rows = [[r["model"], r["dtype"], "fwd" if "_forward_" in r["kernel"] else "bwd",
-             f(r["time_us"]), f(r["dram_pct"]),
-             f"{f(r.get('dram_bytes_per_elem'), '.1f')} ({r['floor_bytes_per_elem']})",
-             *(f(r[k]) for k in ("sm_pct", "issue_pct", "occupancy_pct", "registers")),
-             ", ".join(f"{k} {v:.1f}" for k, v in list(r["stalls"].items())[:3]), bound(r)]
-            for r in results]  # fmt: skip
+    rows = [
+        [
+            r["model"],
+            r["dtype"],
+            "fwd" if "_forward_" in r["kernel"] else "bwd",
+            f(r["time_us"]),
+            f(r["dram_pct"]),
+            f"{f(r.get('dram_bytes_per_elem'), '.1f')} ({r['floor_bytes_per_elem']})",
+            *(f(r[k]) for k in ("sm_pct", "issue_pct", "occupancy_pct", "registers")),
+            ", ".join(f"{k} {v:.1f}" for k, v in list(r["stalls"].items())[:3]),
+            bound(r),
+        ]
+        for r in results
+    ]
     head = ["model", "dtype", "kernel", "µs", "DRAM %", "B/elem (floor)", "SM %", "issue %"]
     return core.md_table([*head, "occ %", "regs", "top stalls (cycles/issue)", "bound"], rows)
 
@@ -193,8 +223,13 @@ def main() -> None:
     p.add_argument("--out-dir", default=os.environ.get("OUT", "."))
     p.add_argument("--chunk", type=int, default=5, help="models per ncu process")
     p.add_argument("--budget-s", type=float, default=480, help="stop starting chunks after")
-    p.add_argument("--from-csv", nargs="+", default=None, metavar="CSV",
-                   help="no profiling: the table of CSV files an earlier run wrote")  # fmt: skip
+    p.add_argument(
+        "--from-csv",
+        nargs="+",
+        default=None,
+        metavar="CSV",
+        help="no profiling: the table of CSV files an earlier run wrote",
+    )
     p.add_argument("--child", nargs=5, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:

@@ -46,8 +46,9 @@ class Spike(torch.autograd.Function):
         return grad * ALPHA * sig * (1 - sig)
 
 
-def torch_step(x: torch.Tensor, s: torch.Tensor, v: torch.Tensor,
-               weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def torch_step(
+    x: torch.Tensor, s: torch.Tensor, v: torch.Tensor, weight: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``sn.models.LIF(tau=10)`` by hand, its input x + W s: H = V + (X − V)/τ,
     S = Θ(H − 1), V = H(1 − S) (the hard reset to 0, its gradient through S as the zoo's)."""
     h = v + (x + F.linear(s, weight) - v) / TAU
@@ -105,9 +106,15 @@ def recurrent_layer(row: str, size: int) -> nn.Module:
     if row == "spikingjelly":
         from spikingjelly.activation_based import neuron, surrogate
 
-        node = neuron.LIFNode(tau=TAU, decay_input=True, v_threshold=1.0, v_reset=0.0,
-                              surrogate_function=surrogate.Sigmoid(alpha=ALPHA),
-                              detach_reset=False, step_mode="s")  # fmt: skip
+        node = neuron.LIFNode(
+            tau=TAU,
+            decay_input=True,
+            v_threshold=1.0,
+            v_reset=0.0,
+            surrogate_function=surrogate.Sigmoid(alpha=ALPHA),
+            detach_reset=False,
+            step_mode="s",
+        )
         return Loop(size, node)
     return TorchLoop(size, compiled=row == "torch.compile")
 
@@ -254,8 +261,15 @@ def copy_floor(case: Case, timer: core.Timer) -> core.Rec:
     """A device-to-device copy of the input, the least a step can cost."""
     dst = torch.empty_like(case.x)
     times = timer.events(lambda i: dst.copy_(case.x), 23)[3:]  # the first three warm up
-    return dict(B=case.x.shape[1], H=case.size, T=case.x.shape[0], row="input copy (floor)",
-                mode="eager", status="ok", step_ms=statistics.median(times) * 1e3)  # fmt: skip
+    return dict(
+        B=case.x.shape[1],
+        H=case.size,
+        T=case.x.shape[0],
+        row="input copy (floor)",
+        mode="eager",
+        status="ok",
+        step_ms=statistics.median(times) * 1e3,
+    )
 
 
 def table(records: list[core.Rec]) -> str:
@@ -265,8 +279,16 @@ def table(records: list[core.Rec]) -> str:
         cell = f"{r['step_ms']:.3f}" if r["status"] == "ok" else f"error: {r['error'][:60]}"
         row = rows.setdefault((r["B"], r["H"], r["T"], r["row"]), {"rate": r.get("rate")})
         row[r["mode"]] = cell.replace("|", "/").replace("\n", " ")
-    body = [[*map(str, key[:3]), key[3], "—" if v["rate"] is None else f"{v['rate']:.3f}",
-             v.get("eager", "—"), v.get("graphed", "—")] for key, v in rows.items()]  # fmt: skip
+    body = [
+        [
+            *map(str, key[:3]),
+            key[3],
+            "—" if v["rate"] is None else f"{v['rate']:.3f}",
+            v.get("eager", "—"),
+            v.get("graphed", "—"),
+        ]
+        for key, v in rows.items()
+    ]
     head = ["B", "H", "T", "row", "firing rate", "eager ms", "graphed ms"]
     return core.md_table(head, body, "rrrlrrr")
 
@@ -297,9 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=core.csv_list(str, ROWS), default=ROWS, help=",".join(ROWS))
     p.add_argument("--steps", type=int, default=None, help="timed steps (default 20; quick 3)")
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument(
-        "--configs", default=None, help="B,H,T;B,H,T;... (default: the four of CONFIGS)"
-    )
+    p.add_argument("--configs", default=None, help="B,H,T;B,H,T;... (default: the four of CONFIGS)")
     p.add_argument("--out", type=Path, default=None, help="default results/recurrent_<gpu>.json")
     args = p.parse_args(argv)
     args.steps = args.steps or (3 if args.quick else 20)
@@ -321,8 +341,11 @@ def main(argv: list[str] | None = None) -> int:
         records.append(copy_floor(case, timer))
         for row in rows:
             why = refused.get(row)
-            records += time_row(case, row, timer, args) if why is None else [
-                dict(B=b, H=h, T=t, row=row, mode="eager", status="error", error=why)]  # fmt: skip
+            records += (
+                time_row(case, row, timer, args)
+                if why is None
+                else [dict(B=b, H=h, T=t, row=row, mode="eager", status="error", error=why)]
+            )
     meta = dict(date=core.now_iso(), argv=sys.argv[1:], **info, versions=core.versions())
     settings = {**vars(args), "out": str(out)}
     core.write_json(out, dict(meta=meta, settings=settings, refused=refused, records=records))

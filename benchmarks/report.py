@@ -26,8 +26,13 @@ from core import ALL_MODELS, SINGLE_MODELS, Rec, grouped_bars, md_table, pyplot,
 from core import pow2 as _n  # noqa: E402
 
 PEERS = ["symneuron", "sj014", "sj200", "torch", "compile"]
-PEER_LABEL = {"symneuron": "symneuron", "sj014": "SJ 0.0.0.0.14 CuPy", "sj200": "SJ 2.0.0",
-              "torch": "torch eager", "compile": "torch.compile"}  # fmt: skip
+PEER_LABEL = {
+    "symneuron": "symneuron",
+    "sj014": "SJ 0.0.0.0.14 CuPy",
+    "sj200": "SJ 2.0.0",
+    "torch": "torch eager",
+    "compile": "torch.compile",
+}
 MODELS = [*SINGLE_MODELS, "Izhikevich", "ALIF"]  # the plot's
 ORDER = {m: i for i, m in enumerate(ALL_MODELS)}  # the rows' (the others after, by name)
 DTYPES = ["fp32", "bf16", "fp16"]
@@ -43,6 +48,12 @@ eager and under `torch.compile` (whole loop unrolled, N dynamic)""",
 (`sn.simulate(..., backend='torch')`: the model's equations printed to torch ops, a loop over t,
 a straight-through surrogate), eager and `simulate_reference` under `torch.compile` (N dynamic)""",
 }
+
+
+_DRY_RUN = (
+    "> **CPU dry run**: these figures only exercise the pipeline; they say nothing "
+    "about GPU speed.\n\n"
+)
 
 
 def _rank(model: str) -> tuple[int, str]:
@@ -74,8 +85,15 @@ def load(paths: Iterable[str | Path]) -> dict[str, Any]:
     for path in paths:
         data = json.loads(Path(path).read_text())
         bw, meta = _get(data, "copy", "bandwidth_Bps"), data.get("meta") or {}
-        sources.append(dict(file=Path(path).name, date=meta.get("date"), gpu=meta.get("gpu"),
-                            copy_Bps=bw, complete=data.get("complete")))  # fmt: skip
+        sources.append(
+            dict(
+                file=Path(path).name,
+                date=meta.get("date"),
+                gpu=meta.get("gpu"),
+                copy_Bps=bw,
+                complete=data.get("complete"),
+            )
+        )
         for rec in data.get("records", []):
             rec, key = {**rec, "copy_Bps": rec.get("copy_Bps", bw)}, tuple(rec.get(k) for k in KEY)
             if not (_ok(records.get(key)) and rec.get("status") == "skipped"):
@@ -189,8 +207,9 @@ def _peers_present(results: dict[str, Any]) -> list[str]:
     return [p for p in PEERS if any(r.get("peer") == p for r in results.get("records", []))]
 
 
-def _rows(results: dict[str, Any], mode: str | None,
-          cells: Callable[..., list[str] | None]) -> list[list[str]]:  # fmt: skip
+def _rows(
+    results: dict[str, Any], mode: str | None, cells: Callable[..., list[str] | None]
+) -> list[list[str]]:
     """One row per configuration of ``mode``: model, T, N, dtype, then ``cells(cfg, idx)``
     (a row is left out when it returns None)."""
     idx, out = index(results), []
@@ -351,13 +370,23 @@ def _sn(results: dict[str, Any], **where: Any) -> list[Rec]:
             return bool(want(value))
         return value in want if isinstance(want, (list, tuple, set)) else value == want
 
-    return [r for r in results.get("records", []) if r.get("peer") == "symneuron" and _ok(r)
-            and all(match(r.get(k), v) for k, v in where.items())]  # fmt: skip
+    return [
+        r
+        for r in results.get("records", [])
+        if r.get("peer") == "symneuron"
+        and _ok(r)
+        and all(match(r.get(k), v) for k, v in where.items())
+    ]
 
 
-def _worst(name: str, recs: list[Rec], value: Callable[[Rec], float], goal: str,
-           need: tuple[str, float],
-           fmt: Callable[[float], str] = "{:.2f}".format) -> list[str]:  # fmt: skip
+def _worst(
+    name: str,
+    recs: list[Rec],
+    value: Callable[[Rec], float],
+    goal: str,
+    need: tuple[str, float],
+    fmt: Callable[[float], str] = "{:.2f}".format,
+) -> list[str]:
     """A target row: the worst of ``recs`` by ``value``, which must be at least
     (``need = ("min", x)``) or at most (``("max", x)``) the limit."""
     if not recs:
@@ -405,31 +434,71 @@ def targets(results: dict[str, Any]) -> list[list[str]]:
         ("training wall time, fp32+bf16, T ≥ 64", t64, wall, "≥ 0.80 of floor", ("min", 0.8)),
         ("training wall time, fp32+bf16, T = 16", t16, wall, "≥ 0.60 of floor", ("min", 0.6)),
         ("inference GPU time, fp32, T ≥ 16", infer, gpu, "≥ 0.90 of floor", ("min", 0.9)),
-        ("inference GPU time vs torch.compile, fp32, T ≥ 16", _vs(infer, "compile"),
-         lambda r: r["vs"]["compile"]["gpu"], "≥ 0.95× (matching)", ("min", 0.95), times),
-        *[(f"training wall speed-up vs {PEER_LABEL[p]}, T ∈ {{4, 16, 64}}", _vs(sn_train, p),
-           lambda r, p=p: r["vs"][p]["wall"], f"≥ {goal}×", ("min", goal), times)
-          for p, goal in (("sj014", 3.0), ("sj200", 1.5))],
-        ("Izhikevich training wall speed-up vs SJ CuPy, T ∈ {16, 64}", izh,
-         lambda r: r["vs"]["sj014"]["wall"], "≥ 3×", ("min", 3.0), times),
-        *[(f"faster than every peer, every configuration ({k})", vs_all,
-           lambda r, k=k: min(v[k] for v in r["vs"].values()), "> 1×", ("min", 1.0), times)
-          for k in ("wall", "gpu")],
-        (f"host overhead, training T = 4, N = {_n(small)}",
-         _sn(results, model=single, mode="training", T=4, N=small), lambda r: r["wall_s"],
-         "≤ 150 µs wall", ("max", 150e-6), lambda v: f"{v * 1e6:.0f} µs"),
-        ("memory retained for backward", kept, lambda r: r["retained_excess_B_per_neuron"],
-         "≤ one [T, N] tensor + O(N) (excess ≤ 32 B/neuron)", ("max", 32.0),
-         lambda v: f"one [T, N] + {v:.1f} B/neuron"),
-    ]  # fmt: skip
+        (
+            "inference GPU time vs torch.compile, fp32, T ≥ 16",
+            _vs(infer, "compile"),
+            lambda r: r["vs"]["compile"]["gpu"],
+            "≥ 0.95× (matching)",
+            ("min", 0.95),
+            times,
+        ),
+        *[
+            (
+                f"training wall speed-up vs {PEER_LABEL[p]}, T ∈ {{4, 16, 64}}",
+                _vs(sn_train, p),
+                lambda r, p=p: r["vs"][p]["wall"],
+                f"≥ {goal}×",
+                ("min", goal),
+                times,
+            )
+            for p, goal in (("sj014", 3.0), ("sj200", 1.5))
+        ],
+        (
+            "Izhikevich training wall speed-up vs SJ CuPy, T ∈ {16, 64}",
+            izh,
+            lambda r: r["vs"]["sj014"]["wall"],
+            "≥ 3×",
+            ("min", 3.0),
+            times,
+        ),
+        *[
+            (
+                f"faster than every peer, every configuration ({k})",
+                vs_all,
+                lambda r, k=k: min(v[k] for v in r["vs"].values()),
+                "> 1×",
+                ("min", 1.0),
+                times,
+            )
+            for k in ("wall", "gpu")
+        ],
+        (
+            f"host overhead, training T = 4, N = {_n(small)}",
+            _sn(results, model=single, mode="training", T=4, N=small),
+            lambda r: r["wall_s"],
+            "≤ 150 µs wall",
+            ("max", 150e-6),
+            lambda v: f"{v * 1e6:.0f} µs",
+        ),
+        (
+            "memory retained for backward",
+            kept,
+            lambda r: r["retained_excess_B_per_neuron"],
+            "≤ one [T, N] tensor + O(N) (excess ≤ 32 B/neuron)",
+            ("max", 32.0),
+            lambda v: f"one [T, N] + {v:.1f} B/neuron",
+        ),
+    ]
     return [*(_worst(*row) for row in rows), *_latency_targets(results)]  # type: ignore[arg-type]
 
 
 def _latency_targets(results: dict[str, Any]) -> list[list[str]]:
     """First calls, the derivation, and symneuron's checks and errors."""
     fc, rows = results.get("first_call") or {}, []
-    for name, phase, limit in (("first call, fresh cache", "cold", 0.5),
-                               ("first call, warm disk cache", "warm", 0.03)):  # fmt: skip
+    for name, phase, limit in (
+        ("first call, fresh cache", "cold", 0.5),
+        ("first call, warm disk cache", "warm", 0.03),
+    ):
         data = _get(fc, "symneuron", phase, "models") or {}
         rows.append(_worst_ms(name, {m: r.get("first_s") for m, r in data.items()}, limit))
     der = results.get("derivation") or {}
@@ -453,33 +522,58 @@ def markdown(results: dict[str, Any], plot_name: str | None = None) -> str:
     annotate(results)
     meta, workers = results.get("meta") or {}, results.get("workers") or {}
     bw, srcs = _get(results, "copy", "bandwidth_Bps"), results.get("sources") or []
-    sj = {k: (workers.get(k) or {}).get("spikingjelly")
-          or ("not run: " + str((workers.get(k) or {}).get("error", "—"))[:80])
-          for k in ("sj014", "sj200")}  # fmt: skip
-    files = ", ".join(f"`{s['file']}`" + (f" (copy {s['copy_Bps'] / 1e9:.0f} GB/s)"
-                                            if s.get("copy_Bps") else "")
-                      + ("" if s.get("complete") else " (partial)") for s in srcs)  # fmt: skip
+    sj = {
+        k: (workers.get(k) or {}).get("spikingjelly")
+        or ("not run: " + str((workers.get(k) or {}).get("error", "—"))[:80])
+        for k in ("sj014", "sj200")
+    }
+    files = ", ".join(
+        f"`{s['file']}`"
+        + (f" (copy {s['copy_Bps'] / 1e9:.0f} GB/s)" if s.get("copy_Bps") else "")
+        + ("" if s.get("complete") else " (partial)")
+        for s in srcs
+    )
     copy_gib = (_get(results, "copy", "bytes") or 2**30) / 2**30
     copy_line = "- copy floor: not measured"
     if bw:
-        copy_line = (f"- copy floor: **{bw / 1e9:.0f} GB/s** ({copy_gib:g} GiB device-to-device "
-                     "copy, bytes read + written)")  # fmt: skip
+        copy_line = (
+            f"- copy floor: **{bw / 1e9:.0f} GB/s** ({copy_gib:g} GiB device-to-device "
+            "copy, bytes read + written)"
+        )
     notes = [r.get("note") or "" for r in results.get("records", [])]
-    return (TEMPLATES / "performance.md").read_text().format_map(dict(
-        sources=", ".join(s["file"] for s in srcs), gpu=meta.get("gpu", "?"), sj014=sj["sj014"],
-        dry_run="> **CPU dry run**: these figures only exercise the pipeline; they say nothing "
-        "about GPU speed.\n\n" if meta.get("dry_run") else "", sm_count=meta.get("sm_count", "?"),
-        l2_mib=(meta.get("l2_bytes") or 0) / 2**20, driver=meta.get("driver", "?"),
-        v=defaultdict(lambda: None, meta.get("versions") or {}), sj200=sj["sj200"],
-        date=meta.get("date"), files=files, copy_line=copy_line,
-        torch_peers=TORCH_PEERS["reference" if any("reference" in n for n in notes) else "loop"],
-        plot=f"![floor fractions and speed-ups]({plot_name})\n\n" if plot_name else "",
-        targets=md_table(["target", "measured", "goal", "met"], targets(results), "lllc"),
-        training=speedup_table(results, "training"), inference=speedup_table(results, "inference"),
-        memory=memory_table(results), first_call=first_call_section(results),
-        derivation=derivation_section(results), abs_training=absolute_table(results, "training"),
-        abs_inference=absolute_table(results, "inference"), problems=problems_section(results),
-    ))  # fmt: skip
+    return (
+        (TEMPLATES / "performance.md")
+        .read_text()
+        .format_map(
+            dict(
+                sources=", ".join(s["file"] for s in srcs),
+                gpu=meta.get("gpu", "?"),
+                sj014=sj["sj014"],
+                dry_run=_DRY_RUN if meta.get("dry_run") else "",
+                sm_count=meta.get("sm_count", "?"),
+                l2_mib=(meta.get("l2_bytes") or 0) / 2**20,
+                driver=meta.get("driver", "?"),
+                v=defaultdict(lambda: None, meta.get("versions") or {}),
+                sj200=sj["sj200"],
+                date=meta.get("date"),
+                files=files,
+                copy_line=copy_line,
+                torch_peers=TORCH_PEERS[
+                    "reference" if any("reference" in n for n in notes) else "loop"
+                ],
+                plot=f"![floor fractions and speed-ups]({plot_name})\n\n" if plot_name else "",
+                targets=md_table(["target", "measured", "goal", "met"], targets(results), "lllc"),
+                training=speedup_table(results, "training"),
+                inference=speedup_table(results, "inference"),
+                memory=memory_table(results),
+                first_call=first_call_section(results),
+                derivation=derivation_section(results),
+                abs_training=absolute_table(results, "training"),
+                abs_inference=absolute_table(results, "inference"),
+                problems=problems_section(results),
+            )
+        )
+    )
 
 
 COLORS = {"symneuron": "C3", "sj014": "C0", "sj200": "C1", "torch": "C7", "compile": "C2"}
@@ -528,8 +622,12 @@ def plot(results: dict[str, Any], path: str | Path) -> Path:
 
     def series(peer: str, mode: str, field: str) -> tuple[list[int], list[float]]:
         key = ("peer", "mode", "model", "dtype", "N")
-        pts = sorted((r["T"], r[field]) for r in recs if r.get(field) is not None
-                     and tuple(r[k] for k in key) == (peer, mode, model, "fp32", big))  # fmt: skip
+        pts = sorted(
+            (r["T"], r[field])
+            for r in recs
+            if r.get(field) is not None
+            and tuple(r[k] for k in key) == (peer, mode, model, "fp32", big)
+        )
         return [p[0] for p in pts], [p[1] for p in pts]
 
     for ax, mode in zip(axes[:2], ("training", "inference"), strict=True):
@@ -563,9 +661,12 @@ ZOO_TARGET, ZOO_DTYPES, ZOO_STEPS = 0.85, ("fp32", "bf16"), (16, 64)
 def zoo_load(*paths: Path) -> dict[tuple[str, str, int], dict[str, Any]]:
     """(model, dtype, T) -> the symneuron training record of bench_neurons results (merged
     in order)."""
-    return {(r["model"], r["dtype"], r["T"]): r for path in paths
-            for r in json.loads(path.read_text())["records"] if r.get("status") == "ok"
-            and r.get("mode") == "training" and r.get("peer") == "symneuron"}  # fmt: skip
+    return {
+        (r["model"], r["dtype"], r["T"]): r
+        for path in paths
+        for r in json.loads(path.read_text())["records"]
+        if r.get("status") == "ok" and r.get("mode") == "training" and r.get("peer") == "symneuron"
+    }
 
 
 def zoo_bounds(ncu_dir: Path | None) -> dict[tuple[str, str], str]:
@@ -591,11 +692,20 @@ def zoo_report(results: list[Path], ncu_dir: Path | None, before: Path | None) -
     data, recs, bound = json.loads(results[-1].read_text()), zoo_load(*results), zoo_bounds(ncu_dir)
     meta, copy = data.get("meta", {}), data.get("copy", {})
     named = [*results, *([ncu_dir] if ncu_dir else []), *([before] if before else [])]
-    out = [(TEMPLATES / "performance_zoo.md").read_text().format(
-        sources=", ".join(f"`{p.name}`" for p in named), gpu=meta.get("gpu") or "?",
-        torch=meta.get("versions", {}).get("torch", "?"), date=meta.get("date", ""),
-        copy=copy.get("bandwidth_Bps", copy.get("Bps", 0.0)) / 1e9, target=ZOO_TARGET,
-        mem=profile_ncu.MEMORY_PCT, issue=profile_ncu.ISSUE_PCT)]  # fmt: skip
+    out = [
+        (TEMPLATES / "performance_zoo.md")
+        .read_text()
+        .format(
+            sources=", ".join(f"`{p.name}`" for p in named),
+            gpu=meta.get("gpu") or "?",
+            torch=meta.get("versions", {}).get("torch", "?"),
+            date=meta.get("date", ""),
+            copy=copy.get("bandwidth_Bps", copy.get("Bps", 0.0)) / 1e9,
+            target=ZOO_TARGET,
+            mem=profile_ncu.MEMORY_PCT,
+            issue=profile_ncu.ISSUE_PCT,
+        )
+    ]
     models, rows, fracs = list(dict.fromkeys(m for m, _, _ in recs)), [], []
     for model in models:
         cells = [model, str(floor.extra_states(model))]
@@ -607,8 +717,11 @@ def zoo_report(results: list[Path], ncu_dir: Path | None, before: Path | None) -
         rows.append(cells + [bound.get((model, d), "—") for d in ZOO_DTYPES])
     head = ["model", "k", *(f"{d} T={t}" for d in ZOO_DTYPES for t in ZOO_STEPS)]
     met = sum(f >= ZOO_TARGET for f in fracs)
-    out += [md_table([*head, *(f"bound {d}" for d in ZOO_DTYPES)], rows), "",
-            f"{met} of {len(fracs)} configurations meet the target."]  # fmt: skip
+    out += [
+        md_table([*head, *(f"bound {d}" for d in ZOO_DTYPES)], rows),
+        "",
+        f"{met} of {len(fracs)} configurations meet the target.",
+    ]
     if before is not None:
         old, rows = zoo_load(before), []
         for model in models:
@@ -641,8 +754,11 @@ E2E_LIBRARIES = {
 }
 E2E_FLOORS = ("floor", "floor-cg")
 E2E_NETWORKS = {"cnn": "CIFAR-10 CNN", "mlp": "SHD MLP"}
-E2E_PRECISIONS = {"fp32": "fp32", "fp16": "AMP fp16 (autocast + GradScaler)",
-                  "bf16": "AMP bf16 (autocast)"}  # fmt: skip
+E2E_PRECISIONS = {
+    "fp32": "fp32",
+    "fp16": "AMP fp16 (autocast + GradScaler)",
+    "bf16": "AMP bf16 (autocast)",
+}
 
 
 def _e2e_order(rec: dict[str, Any]) -> tuple[int, int, str, int]:
@@ -650,8 +766,12 @@ def _e2e_order(rec: dict[str, Any]) -> tuple[int, int, str, int]:
         return list(table).index(key) if key in table else 99
 
     model = "" if rec["library"] in E2E_FLOORS else rec["model"]
-    return (at(E2E_NETWORKS, rec["network"]), at(E2E_PRECISIONS, rec["precision"]), model,
-            at(E2E_LIBRARIES, rec["library"]))  # fmt: skip
+    return (
+        at(E2E_NETWORKS, rec["network"]),
+        at(E2E_PRECISIONS, rec["precision"]),
+        model,
+        at(E2E_LIBRARIES, rec["library"]),
+    )
 
 
 def _e2e_note(rec: dict[str, Any]) -> str:
@@ -666,11 +786,20 @@ def _e2e_note(rec: dict[str, Any]) -> str:
 def e2e_table(records: Iterable[dict[str, Any]]) -> str:
     """The results as one markdown table, floor rows first in each (network, precision)."""
     ms, added = _f, lambda value: _f(value, "+.2f")
-    rows = [[E2E_NETWORKS.get(r["network"], r["network"]), r["precision"],
-             "—" if r["library"] in E2E_FLOORS else r["model"],
-             E2E_LIBRARIES.get(r["library"], r["library"]), ms(r.get("step_ms")),
-             added(r.get("added_ms")), ms(r.get("wall_ms")), added(r.get("added_wall_ms")),
-             _e2e_note(r)] for r in sorted(records, key=_e2e_order)]  # fmt: skip
+    rows = [
+        [
+            E2E_NETWORKS.get(r["network"], r["network"]),
+            r["precision"],
+            "—" if r["library"] in E2E_FLOORS else r["model"],
+            E2E_LIBRARIES.get(r["library"], r["library"]),
+            ms(r.get("step_ms")),
+            added(r.get("added_ms")),
+            ms(r.get("wall_ms")),
+            added(r.get("added_wall_ms")),
+            _e2e_note(r),
+        ]
+        for r in sorted(records, key=_e2e_order)
+    ]
     header = ["network", "precision", "neuron", "library", "step ms", "added ms", "wall ms"]
     return md_table([*header, "added wall ms", "notes"], rows, "llllrrrrl")
 
@@ -679,19 +808,30 @@ def e2e_markdown(results: dict[str, Any]) -> str:
     """A section for ``docs/performance_e2e.md``: setup lines, the table, how to read it."""
     meta, records = results.get("meta", {}), results.get("records", [])
     workers = sorted(results.get("workers", {}).items())
-    sj = ", ".join(f"{kind}: {w.get('spikingjelly') or w.get('error', '?')}"
-                   for kind, w in workers if kind != "main")  # fmt: skip
+    sj = ", ".join(
+        f"{kind}: {w.get('spikingjelly') or w.get('error', '?')}"
+        for kind, w in workers
+        if kind != "main"
+    )
     partial = "" if results.get("complete", True) else "; ".join(results.get("stopped", []))
     cudagraphs = "\n\n" + (TEMPLATES / "e2e_cudagraphs.md").read_text().strip()
     cudagraphs = cudagraphs if any(r["library"].endswith("-cg") for r in records) else ""
-    return (TEMPLATES / "performance_e2e.md").read_text().format(
-        partial=f"- **partial run**: {partial}\n" if partial else "", gpu=meta.get("gpu", "?"),
-        v=defaultdict(lambda: None, meta.get("versions", {})), sj=sj or "none",
-        date=meta.get("date"), argv=" ".join(meta.get("argv", [])), s=defaultdict(
-            lambda: None, results.get("settings", {})),
-        dry=" (**dry run**)" if meta.get("dry_run") else "", table=e2e_table(records),
-        cudagraphs=cudagraphs,
-    )  # fmt: skip
+    return (
+        (TEMPLATES / "performance_e2e.md")
+        .read_text()
+        .format(
+            partial=f"- **partial run**: {partial}\n" if partial else "",
+            gpu=meta.get("gpu", "?"),
+            v=defaultdict(lambda: None, meta.get("versions", {})),
+            sj=sj or "none",
+            date=meta.get("date"),
+            argv=" ".join(meta.get("argv", [])),
+            s=defaultdict(lambda: None, results.get("settings", {})),
+            dry=" (**dry run**)" if meta.get("dry_run") else "",
+            table=e2e_table(records),
+            cudagraphs=cudagraphs,
+        )
+    )
 
 
 def e2e_plot(results: dict[str, Any], path: str | Path) -> str | None:
@@ -700,9 +840,10 @@ def e2e_plot(results: dict[str, Any], path: str | Path) -> str | None:
     try:
         plt = pyplot()
         recs = [r for r in results.get("records", []) if r["library"] not in E2E_FLOORS]
-        panels = sorted({(r["network"], r["precision"]) for r in recs},
-                        key=lambda p: _e2e_order(dict(network=p[0], precision=p[1], library="floor",
-                                                      model="")))  # fmt: skip
+        panels = sorted(
+            {(r["network"], r["precision"]) for r in recs},
+            key=lambda p: _e2e_order(dict(network=p[0], precision=p[1], library="floor", model="")),
+        )
         if not panels:
             return "no plot: no records"
         libs = [lib for lib in E2E_LIBRARIES if any(r["library"] == lib for r in recs)]
@@ -733,8 +874,9 @@ def e2e_plot(results: dict[str, Any], path: str | Path) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     p = core.parser(__doc__)
     p.add_argument("results", nargs="+", type=Path, help="result JSON files (merged in order)")
-    p.add_argument("-o", "--output", type=Path, help="markdown (default docs/performance.md; "
-                   "--zoo: print)")  # fmt: skip
+    p.add_argument(
+        "-o", "--output", type=Path, help="markdown (default docs/performance.md; --zoo: print)"
+    )
     p.add_argument("--plot", help="also draw the plot to this PNG (linked from the markdown)")
     p.add_argument(
         "--zoo", action="store_true", help="the zoo page (bench_neurons.py --models zoo)"

@@ -24,9 +24,11 @@ labels = torch.arange(256) % 4
 
 lif = sn.models.LIF(tau=2.0, learnable=["tau"])  # hard reset: NIR's reset
 net = nn.Sequential(
-    nn.Linear(16, 32), sn.NeuronLayer(lif, params={"tau": torch.full((32,), 2.0)}),
-    nn.Linear(32, 4), sn.nir.Readout(sn.models.LIF(tau=4.0)),
-)  # fmt: skip
+    nn.Linear(16, 32),
+    sn.NeuronLayer(lif, params={"tau": torch.full((32,), 2.0)}),
+    nn.Linear(32, 4),
+    sn.nir.Readout(sn.models.LIF(tau=4.0)),
+)
 opt = torch.optim.Adam(net.parameters(), lr=2e-2)
 for _ in range(40):
     net[1].reset(), net[3].reset()

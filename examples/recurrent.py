@@ -214,8 +214,10 @@ def parse_args(argv: list[str] | None) -> Any:
 def run(args: Any) -> dict[str, float]:
     """Train both networks, print and draw the comparison; held-out accuracy by network."""
     backend = resolve_backend("auto", torch.device("cpu"))
-    print(f"Recall 1 of {CUES} cues after {args.delay} silent steps (T = "
-          f"{T_CUE + args.delay + T_GO}); LIF tau = 2, backend='auto' -> {backend!r}")  # fmt: skip
+    print(
+        f"Recall 1 of {CUES} cues after {args.delay} silent steps (T = "
+        f"{T_CUE + args.delay + T_GO}); LIF tau = 2, backend='auto' -> {backend!r}"
+    )
     models, curves = {}, {}
     for name, recurrent in (("recurrent", True), ("feedforward", False)):
         torch.manual_seed(args.seed)  # the initial weights
@@ -225,8 +227,10 @@ def run(args: Any) -> dict[str, float]:
     test = torch.Generator().manual_seed(args.seed + 1)
     by_delay = {name: [accuracy(m, d, test) for d in TEST_DELAYS] for name, m in models.items()}
     final = {name: accuracy(m, args.delay, test) for name, m in models.items()}
-    print(f"held-out accuracy at delay {args.delay}: recurrent {final['recurrent']:.3f}, "
-          f"feedforward {final['feedforward']:.3f} (chance {1 / CUES:.2f})")  # fmt: skip
+    print(
+        f"held-out accuracy at delay {args.delay}: recurrent {final['recurrent']:.3f}, "
+        f"feedforward {final['feedforward']:.3f} (chance {1 / CUES:.2f})"
+    )
     print("accuracy by delay:  " + "".join(f"{d:>7}" for d in TEST_DELAYS))
     for name, row in by_delay.items():
         print(f"  {name:<17}" + "".join(f"{a:7.3f}" for a in row))

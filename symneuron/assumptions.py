@@ -104,9 +104,14 @@ _HOLDS_ELEMENTWISE: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 #: The assumption given as False that a real value can be checked against, by its name.
 _NEGATED = {
-    "positive": "nonpositive", "negative": "nonnegative", "nonnegative": "negative",
-    "nonpositive": "positive", "zero": "nonzero", "nonzero": "zero", "integer": "noninteger",
-}  # fmt: skip
+    "positive": "nonpositive",
+    "negative": "nonnegative",
+    "nonnegative": "negative",
+    "nonpositive": "positive",
+    "zero": "nonzero",
+    "nonzero": "zero",
+    "integer": "noninteger",
+}
 _IMPLIED = {"irrational": "nonzero"}
 
 
@@ -189,9 +194,20 @@ def _check_elements(name: str, assumptions: Iterable[str], values: torch.Tensor,
 #: assumptions a real symbol does not carry by itself, which let SymPy rewrite an
 #: expression as it is built (Abs(V) -> V for a positive V)
 _NARROWING = (
-    "positive", "negative", "nonnegative", "nonpositive", "zero", "nonzero", "integer",
-    "rational", "irrational", "even", "odd", "prime", "composite",
-)  # fmt: skip
+    "positive",
+    "negative",
+    "nonnegative",
+    "nonpositive",
+    "zero",
+    "nonzero",
+    "integer",
+    "rational",
+    "irrational",
+    "even",
+    "odd",
+    "prime",
+    "composite",
+)
 
 
 def narrowed_symbols(expr: sp.Basic, names: Iterable[str]) -> dict[str, list[str]]:

@@ -12,9 +12,12 @@ __all__ = ["recurrent_errors"]
 
 
 def recurrent_errors(
-    neuron: Neuron, backend: str, x_seq: torch.Tensor, readout: torch.Tensor,
+    neuron: Neuron,
+    backend: str,
+    x_seq: torch.Tensor,
+    readout: torch.Tensor,
     gen: torch.Generator,
-) -> list[tuple[str, torch.Tensor, torch.Tensor]]:  # fmt: skip
+) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     """A recurrent layer on ``backend`` (in ``x_seq``'s dtype) and the reference's loop
     over steps in float64, both seeded alike (a noisy neuron draws one path in both):
     (comparison, backend's value, reference's value) triples."""

@@ -71,11 +71,20 @@ class Definition:
     ) -> None:
         stages = tuple(stages)
         given = dict(
-            charge=charge, params=params, learnable=learnable, v_threshold=v_threshold,
-            v_reset=v_reset, surrogate=surrogate, detach_reset=detach_reset, name=name,
-            states=states, firing=firing, v_init=v_init, stages=stages,
+            charge=charge,
+            params=params,
+            learnable=learnable,
+            v_threshold=v_threshold,
+            v_reset=v_reset,
+            surrogate=surrogate,
+            detach_reset=detach_reset,
+            name=name,
+            states=states,
+            firing=firing,
+            v_init=v_init,
+            stages=stages,
             spike_probability=spike_probability,
-        )  # fmt: skip
+        )
         params_ = self._validate_params(params)
         set_ = object.__setattr__
         set_(self, "params", MappingProxyType(params_))
@@ -336,8 +345,9 @@ class Definition:
         return self._key
 
     def _hash(self) -> str:
-        states = [(n, sp.srepr(s.update), sp.srepr(s.on_spike), s.init)
-                  for n, s in self.states.items()]  # fmt: skip
+        states = [
+            (n, sp.srepr(s.update), sp.srepr(s.on_spike), s.init) for n, s in self.states.items()
+        ]
         stages = self.stages
         text = repr(
             (

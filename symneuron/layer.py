@@ -245,9 +245,13 @@ class NeuronLayer(nn.Module):
         return v, states, phase, rng
 
     def run_from(
-        self, x_seq: torch.Tensor, v: torch.Tensor | None, states: dict[str, torch.Tensor],
-        compiling: bool, rng: torch.Tensor | None = None,
-    ) -> Any:  # fmt: skip
+        self,
+        x_seq: torch.Tensor,
+        v: torch.Tensor | None,
+        states: dict[str, torch.Tensor],
+        compiling: bool,
+        rng: torch.Tensor | None = None,
+    ) -> Any:
         """:func:`simulate` from ``v`` and ``states`` (single-step API: one step's input
         as ``x_seq`` [1, *shape]), with the hint to reset on a state left by a call under
         torch.inference_mode."""

@@ -126,8 +126,17 @@ def simulate(
     >>> import torch, symneuron as sn
     >>> spikes, v = sn.simulate(sn.models.LIF(), torch.rand(8, 32))
     """
-    job, check = prepare(neuron, x_seq, v_init, params, backend=backend, store_v_seq=store_v_seq,
-                         states=states, check_finite=check_finite, seed=seed)  # fmt: skip
+    job, check = prepare(
+        neuron,
+        x_seq,
+        v_init,
+        params,
+        backend=backend,
+        store_v_seq=store_v_seq,
+        states=states,
+        check_finite=check_finite,
+        seed=seed,
+    )
     result = _shaped(job, *run(job)) if isinstance(job, Run) else job()
     return _finish(result, x_seq, store_v_seq) if check else result
 
@@ -203,8 +212,9 @@ def prepare(
     if reference:
         v0 = default_v_init(neuron, x_seq, shape, values) if v0 is None else v0
         w_dict = None if w0 is None else dict(zip(neuron.states, w0, strict=True))
-        return partial(simulate_reference, neuron, x_seq, v0, values, store_v_seq=keep,
-                       w_init=w_dict, rng=rng), check  # fmt: skip
+        return partial(
+            simulate_reference, neuron, x_seq, v0, values, store_v_seq=keep, w_init=w_dict, rng=rng
+        ), check
     if v0 is None and isinstance(neuron.v_start, sp.Expr):
         v0 = default_v_init(neuron, x_seq, shape, values)
     v_mode = "seq" if keep else "last"

@@ -27,10 +27,18 @@ from .memo import BoundedTable
 from .symbols import NOISE_STREAMS, H, noise_symbol
 
 __all__ = [
-    "NOISES", "SEED_LIMIT", "stream_of", "noise_streams", "check_linear_noise",
-    "call_state", "check_probability", "check_seed", "check_state_values", "generator_state",
+    "NOISES",
+    "SEED_LIMIT",
+    "stream_of",
+    "noise_streams",
+    "check_linear_noise",
+    "call_state",
+    "check_probability",
+    "check_seed",
+    "check_state_values",
+    "generator_state",
     "rank_seed",
-]  # fmt: skip
+]
 
 #: seeds and offsets are integers in [0, 2^63)
 SEED_LIMIT = 1 << 63

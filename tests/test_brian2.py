@@ -50,9 +50,15 @@ class Case:
 def _lif(method: str) -> sn.Neuron:
     """LIF written here, not taken from the zoo: tau dV/dt = -(V - E_L) + X."""
     return sn.Neuron.from_ode(
-        (-(V - e_l) + X) / tau, dt=0.5, method=method, params={tau: 4.0, e_l: 0.0},
-        v_threshold=1.0, v_reset=0.0, v_init=0.25, name="LIF",
-    )  # fmt: skip
+        (-(V - e_l) + X) / tau,
+        dt=0.5,
+        method=method,
+        params={tau: 4.0, e_l: 0.0},
+        v_threshold=1.0,
+        v_reset=0.0,
+        v_init=0.25,
+        name="LIF",
+    )
 
 
 def _cuba_lif(method: str) -> sn.Neuron:
@@ -88,7 +94,9 @@ CASES_BY_NAME = {
     "Izhikevich2003_CH": Case(_izhikevich("CH"), NONLINEAR, 5.0, (10.0, 4.0)),
     "AdEx2005": Case(lambda m: Z.AdEx2005(method=m), NONLINEAR, 2.0, (900.0, 400.0)),
     "HodgkinHuxley": Case(lambda m: Z.HodgkinHuxley(method=m, dt=0.025), ALL, 1.0, (30.0, 20.0)),
-    "FitzHughNagumo": Case(lambda m: Z.FitzHughNagumo(method=m, dt=0.25), NONLINEAR, 0.1, (.6, .5)),
+    "FitzHughNagumo": Case(
+        lambda m: Z.FitzHughNagumo(method=m, dt=0.25), NONLINEAR, 0.1, (0.6, 0.5)
+    ),
     "ResonateAndFire": Case(lambda m: Z.ResonateAndFire(method=m), ALL, 0.2, (0.8, 1.0)),
     "IafCondExp": Case(lambda m: Z.IafCondExp(method=m), ALL, 2.0, (40.0, 30.0)),
     "IafPscExp": Case(lambda m: Z.IafPscExp(method=m), LINEAR, 2.0, (300.0, 200.0)),
@@ -96,7 +104,7 @@ CASES_BY_NAME = {
     "WangBuzsaki": Case(lambda m: Z.WangBuzsaki(method=m), NONLINEAR, 1.0, (2.0, 1.0)),
     "MorrisLecar": Case(lambda m: Z.MorrisLecar(method=m), NONLINEAR, 1.0, (150.0, 50.0)),
     "Pospischil2008": Case(lambda m: Z.Pospischil2008(method=m), ALL, 1.0, (6.0, 3.0)),
-}  # fmt: skip
+}
 CASES = [(name, method) for name, c in CASES_BY_NAME.items() for method in c.methods]
 
 

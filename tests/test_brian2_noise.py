@@ -33,8 +33,14 @@ def _brian2(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if os.environ.get("CI"):
             pytest.fail("SYMNEURON_BRIAN2_PYTHON is not set on CI (.ci/run sets it)")
         pytest.skip("Brian2 runs in its own environment: set SYMNEURON_BRIAN2_PYTHON")
-    done = subprocess.run([PYTHON, str(RUNNER)], input=json.dumps(jobs), capture_output=True,
-                          text=True, check=False, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [PYTHON, str(RUNNER)],
+        input=json.dumps(jobs),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
@@ -46,16 +52,29 @@ def _job(neuron: sn.Neuron, n: int, steps: int, threshold: float, seed: int) -> 
     rhs = neuron.ode.dv.xreplace({sn.xi: sp.Symbol("XI_MS")})
     text = sp.sstr(rhs).replace("XI_MS", "xi*sqrt(ms)")
     return {
-        "odes": {"V": text}, "params": dict(neuron.params), "method": "euler", "dt": DT,
-        "threshold": f"V >= {threshold!r}", "reset": "V = 0.0", "refractory": None,
-        "seed": seed, "init": {"V": [0.0] * n}, "x": [[0.0] * n] * steps,
-    }  # fmt: skip
+        "odes": {"V": text},
+        "params": dict(neuron.params),
+        "method": "euler",
+        "dt": DT,
+        "threshold": f"V >= {threshold!r}",
+        "reset": "V = 0.0",
+        "refractory": None,
+        "seed": seed,
+        "init": {"V": [0.0] * n},
+        "x": [[0.0] * n] * steps,
+    }
 
 
 def _ou(threshold: float, mu: float, sigma: float) -> sn.Neuron:
     dv = (MU + sn.X - sn.V) / TAU + SIGMA * sn.xi
-    return sn.Neuron.from_ode(dv, dt=DT, method="euler", params={TAU: 5.0, MU: mu, SIGMA: sigma},
-                              v_threshold=threshold, v_reset=0.0)  # fmt: skip
+    return sn.Neuron.from_ode(
+        dv,
+        dt=DT,
+        method="euler",
+        params={TAU: 5.0, MU: mu, SIGMA: sigma},
+        v_threshold=threshold,
+        v_reset=0.0,
+    )
 
 
 def _moments(v: torch.Tensor) -> torch.Tensor:
@@ -73,8 +92,9 @@ def test_ou_membrane_moments_equal_brian2s() -> None:
     neuron, n, steps = _ou(1e9, 1.5, 0.4), 8192, 60
     (theirs,) = _brian2([_job(neuron, n, steps, 1e9, seed=21)])
     v_b2 = torch.tensor(theirs["states"]["V"], dtype=torch.float64)
-    _, v_sn = sn.simulate(neuron, torch.zeros(steps, n, dtype=torch.float64), v_init=0.0,
-                          backend="cpu", seed=21)  # fmt: skip
+    _, v_sn = sn.simulate(
+        neuron, torch.zeros(steps, n, dtype=torch.float64), v_init=0.0, backend="cpu", seed=21
+    )
     ours, other = _moments(v_sn), _moments(v_b2)
     se = (ours[1] ** 2 + other[1] ** 2).sqrt()
     assert bool(((ours[0] - other[0]).abs() < 5 * se).all()), (ours, other)
@@ -104,8 +124,14 @@ def test_noisy_lif_interspike_intervals_equal_brian2s() -> None:
     and the ISIs' CV agree with Brian2's within 5 standard errors of their difference."""
     neuron, n, steps = _ou(1.0, 0.8, 0.3), 4096, 400
     (theirs,) = _brian2([_job(neuron, n, steps, 1.0, seed=5)])
-    s, _ = sn.simulate(neuron, torch.zeros(steps, n, dtype=torch.float64), v_init=0.0,
-                       backend="cpu", seed=5, store_v_seq=False)  # fmt: skip
+    s, _ = sn.simulate(
+        neuron,
+        torch.zeros(steps, n, dtype=torch.float64),
+        v_init=0.0,
+        backend="cpu",
+        seed=5,
+        store_v_seq=False,
+    )
     ours = _isi_stats([(int(t), int(i)) for t, i in s.nonzero()], n)
     other = _isi_stats([(t, i) for t, i in theirs["spikes"]], n)
     assert float(ours[0, 0]) * steps > 3  # several intervals per neuron

@@ -78,8 +78,12 @@ def test_endless_and_blocking_entries_are_rebuilt_without_reading_them(filled: P
     env = {**os.environ, "PYTHONPATH": str(Path(sn.__file__).parents[1])}
     proc = subprocess.run(
         [sys.executable, "-c", FRESH],
-        env=env, capture_output=True, text=True, timeout=120, preexec_fn=_capped,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_capped,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == str(SPIKES)
     assert f"{library} is damaged (a link to /dev/zero, outside the cache)" in proc.stderr

@@ -303,7 +303,11 @@ def test_cache_clear_empties_the_cache(capsys: pytest.CaptureFixture[str]) -> No
 def test_python_dash_m(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "symneuron", "show", "LIF"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert f"dH/dV = {sp.diff(sn.models.LIF().charge, sn.V)}" in lines(result.stdout)

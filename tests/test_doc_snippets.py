@@ -29,8 +29,11 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 PAGES = [p for p in PAGES if p.name != "architecture.md"]
-FENCE = re.compile(r"(?:<!-- snippet: (?P<kind>needs|skip) ?(?P<what>[^>]*?) -->\n)?"
-                   r"```python\n(?P<code>.*?)```", re.S)  # fmt: skip
+FENCE = re.compile(
+    r"(?:<!-- snippet: (?P<kind>needs|skip) ?(?P<what>[^>]*?) -->\n)?"
+    r"```python\n(?P<code>.*?)```",
+    re.S,
+)
 EXPECT = re.compile(r"^\s*print\(.*#[^#]*?=>\s*(?P<text>.*?)\s*$")
 
 

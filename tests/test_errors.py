@@ -11,8 +11,11 @@ import symneuron as sn
 
 
 def test_misspelt_learnable_lists_the_real_names_and_suggests_one() -> None:
-    with pytest.raises(ValueError, match=r"'taus' is not in params \(this neuron has \['tau'\]\)"
-                       r"\. Did you mean 'tau'\?"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"'taus' is not in params \(this neuron has \['tau'\]\)"
+        r"\. Did you mean 'tau'\?",
+    ):
         sn.models.LIF(learnable=["taus"])
 
 
@@ -79,11 +82,15 @@ def test_numpy_bools_are_bools() -> None:
     [
         ("x", TypeError, r"Parameter 'tau' must be a real number, got 'x'"),
         (float("nan"), ValueError, r"Parameter 'tau' must be finite, got nan"),
-        (torch.tensor([2, 3]), TypeError, r"Parameter 'tau' must be a floating-point tensor, "
-                                          r"got torch\.int64; use \.float\(\)"),
+        (
+            torch.tensor([2, 3]),
+            TypeError,
+            r"Parameter 'tau' must be a floating-point tensor, "
+            r"got torch\.int64; use \.float\(\)",
+        ),
     ],
     ids=["string", "nan", "int-tensor"],
-)  # fmt: skip
+)
 def test_layer_param_errors_name_the_param(value: object, error: type, message: str) -> None:
     with pytest.raises(error, match=message):
         sn.NeuronLayer(sn.models.LIF(), params={"tau": value})

@@ -95,8 +95,12 @@ def test_complex_eigenvalues_take_the_real_form() -> None:
 
 
 def test_one_linear_equation_is_what_exp_euler_gives() -> None:
-    lif = {m: sn.Neuron.from_ode((-V + X) / tau_m, dt=0.5, method=m, params={tau_m: 3.0},
-                                 v_threshold=1.0) for m in ("exact", "exp_euler")}  # fmt: skip
+    lif = {
+        m: sn.Neuron.from_ode(
+            (-V + X) / tau_m, dt=0.5, method=m, params={tau_m: 3.0}, v_threshold=1.0
+        )
+        for m in ("exact", "exp_euler")
+    }
     x = 1.5 * torch.rand(25, 5, generator=generator(53), dtype=torch.float64)
     outs = {m: sn.simulate(n, x, backend="cpu") for m, n in lif.items()}
     assert torch.equal(outs["exact"][0], outs["exp_euler"][0]) and outs["exact"][0].sum() > 0

@@ -184,8 +184,13 @@ def test_packer_packs_in_the_arguments_order(pass_: Pass, model: str) -> None:
     gen = generator(seed_of("packer", pass_.name, model))
     values: dict[str, Any] = {
         "params": [torch.rand(7, generator=gen) for _ in range(n_params)],
-        "param_strides": [1] * n_params, "T": 5, "N": 7, "F": 7, "D": 2, "grad_spike_scalar": 1,
-    }  # fmt: skip
+        "param_strides": [1] * n_params,
+        "T": 5,
+        "N": 7,
+        "F": 7,
+        "D": 2,
+        "grad_spike_scalar": 1,
+    }
     tensors = [a.name for a in pass_.inputs if a.pointer and not a.each]
     for i, name in enumerate(tensors):  # every other one after the first None: NULL
         values[name] = None if i % 2 else torch.rand(5, 7, generator=gen)
@@ -236,7 +241,7 @@ def test_wide_variant_only_on_aligned_tensors_of_a_simt_backend(
         _, used = launched(
             lambda g=grad: prog.backward(
                 g, None, None, h_seq, None, x_kept, None, None, params, "none"
-            )  # fmt: skip
+            )
         )
         assert used == {want}
 

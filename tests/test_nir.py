@@ -128,8 +128,11 @@ def test_dt_conversion_by_hand() -> None:
     np.testing.assert_allclose(exact.tau, 1e-3 / math.log(2.0), rtol=1e-15)  # e^{-dt/tau} = 1/2
     cuba = snir.export(sn.NeuronLayer(sn.models.CuLIF(tau=2.0, tau_syn=4.0)), x, dt=0.5)
     node = cuba.nodes["neuronlayer"]
-    np.testing.assert_allclose([node.tau_mem[0], node.tau_syn[0], node.w_in[0], node.r[0]],
-                               [1.0, 2.0, 4.0, 1.0], rtol=1e-15)  # fmt: skip
+    np.testing.assert_allclose(
+        [node.tau_mem[0], node.tau_syn[0], node.w_in[0], node.r[0]],
+        [1.0, 2.0, 4.0, 1.0],
+        rtol=1e-15,
+    )
     assert (
         float(snir.export(sn.NeuronLayer(sn.models.IF()), x, dt=0.25).nodes["neuronlayer"].r[0])
         == 4.0
@@ -138,22 +141,33 @@ def test_dt_conversion_by_hand() -> None:
 
 def test_exp_euler_round_trips() -> None:
     torch.manual_seed(1)
-    net = nn.Sequential(nn.Linear(5, 6), sn.NeuronLayer(sn.models.LIF(tau=3.0)),
-                        nn.Linear(6, 4), sn.NeuronLayer(sn.models.CuLIF()))  # fmt: skip
+    net = nn.Sequential(
+        nn.Linear(5, 6),
+        sn.NeuronLayer(sn.models.LIF(tau=3.0)),
+        nn.Linear(6, 4),
+        sn.NeuronLayer(sn.models.CuLIF()),
+    )
     _round_trip(net, 3 * torch.rand(15, 2, 5, generator=_gen(11), dtype=F64), method="exp_euler")
 
 
 def test_mlp_round_trips() -> None:
     torch.manual_seed(2)
     net = nn.Sequential(
-        nn.Linear(8, 16), sn.NeuronLayer(sn.models.PLIF(decay_input=False)),
-        nn.Linear(16, 12), sn.NeuronLayer(sn.models.CuLIF()),
-        nn.Linear(12, 4), snir.Readout(sn.models.LIF()),
-    )  # fmt: skip
+        nn.Linear(8, 16),
+        sn.NeuronLayer(sn.models.PLIF(decay_input=False)),
+        nn.Linear(16, 12),
+        sn.NeuronLayer(sn.models.CuLIF()),
+        nn.Linear(12, 4),
+        snir.Readout(sn.models.LIF()),
+    )
     graph, spikes = _round_trip(net, 2 * torch.rand(20, 4, 8, generator=_gen(12), dtype=F64))
     assert [type(graph.nodes[k]).__name__ for k in "12345"] == [
-        "LIF", "Affine", "CubaLIF", "Affine", "LI"
-    ]  # fmt: skip
+        "LIF",
+        "Affine",
+        "CubaLIF",
+        "Affine",
+        "LI",
+    ]
     assert all(s.sum() > 0 for s in spikes[:2])
 
 
@@ -164,10 +178,11 @@ def test_cnn_round_trips() -> None:
         snir.PerStep(nn.Conv2d(2, 4, 3, padding=1)),
         sn.NeuronLayer(sn.models.LIF(), params={"tau": tau}),
         snir.PerStep(nn.AvgPool2d(2)),
-        snir.PerStep(nn.Conv2d(4, 4, 3, bias=False)), sn.NeuronLayer(sn.models.IF()),
+        snir.PerStep(nn.Conv2d(4, 4, 3, bias=False)),
+        sn.NeuronLayer(sn.models.IF()),
         snir.PerStep(nn.AvgPool2d(2, divisor_override=1), nn.Flatten(), nn.Linear(4, 3)),
         snir.Readout(sn.models.LIF()),
-    )  # fmt: skip
+    )
     with torch.no_grad():
         net[0].module.weight.copy_(torch.rand(4, 2, 3, 3, generator=_gen(20)) / 4 - 0.05)
         net[3].module.weight.copy_(torch.rand(4, 4, 3, 3, generator=_gen(21)) / 8)  # IF spikes
@@ -176,9 +191,10 @@ def test_cnn_round_trips() -> None:
     assert {"Conv2d", "AvgPool2d", "SumPool2d", "Flatten"} <= set(kinds)
     assert all(s.sum() > 0 for s in spikes[:2])
     conv1d = nn.Sequential(
-        snir.PerStep(nn.Conv1d(2, 3, 3, stride=2)), sn.NeuronLayer(sn.models.LIF()),
+        snir.PerStep(nn.Conv1d(2, 3, 3, stride=2)),
+        sn.NeuronLayer(sn.models.LIF()),
         snir.PerStep(nn.Flatten(), nn.Linear(27, 2)),
-    )  # fmt: skip
+    )
     graph, _ = _round_trip(conv1d, 3 * torch.rand(8, 2, 2, 19, generator=_gen(14), dtype=F64))
     assert type(graph.nodes["0"]).__name__ == "Conv1d"
 
@@ -188,10 +204,13 @@ def _residual_graph() -> tuple:
     a, b = rng.normal(size=(6, 5)), rng.normal(size=(6, 6)) * 0.5
     lif = dict(tau=np.full(6, 2e-3), r=np.ones(6), v_leak=np.zeros(6), v_threshold=np.ones(6))
     nodes = {
-        "input": nir.Input(input_type=np.array([5])), "a": nir.Linear(weight=a),
-        "l1": nir.LIF(**lif), "b": nir.Linear(weight=b), "l2": nir.LIF(**lif),
+        "input": nir.Input(input_type=np.array([5])),
+        "a": nir.Linear(weight=a),
+        "l1": nir.LIF(**lif),
+        "b": nir.Linear(weight=b),
+        "l2": nir.LIF(**lif),
         "output": nir.Output(output_type=np.array([6])),
-    }  # fmt: skip
+    }
     edges = [("input", "a"), ("a", "l1"), ("l1", "b"), ("b", "l2"), ("l1", "l2"), ("l2", "output")]
     return nir.NIRGraph(nodes=nodes, edges=edges), torch.tensor(a), torch.tensor(b)
 
@@ -256,13 +275,22 @@ def test_nir_graph_agrees_with_snntorch() -> None:
     tau, tau_syn, tau_mem = 3e-4, 5e-4, 2e-4  # r = tau/dt, w_in = tau_syn/dt: snnTorch's unit gains
     graph = nir.NIRGraph.from_list(
         nir.Affine(weight=rng.normal(size=(6, 5)), bias=rng.normal(size=6) * 0.1),
-        nir.LIF(tau=np.full(6, tau), r=np.full(6, tau / SNN_DT), v_leak=np.zeros(6),
-                v_threshold=np.ones(6)),
+        nir.LIF(
+            tau=np.full(6, tau),
+            r=np.full(6, tau / SNN_DT),
+            v_leak=np.zeros(6),
+            v_threshold=np.ones(6),
+        ),
         nir.Linear(weight=rng.normal(size=(3, 6))),
-        nir.CubaLIF(tau_syn=np.full(3, tau_syn), tau_mem=np.full(3, tau_mem),
-                    r=np.full(3, tau_mem / SNN_DT), v_leak=np.zeros(3), v_threshold=np.ones(3),
-                    w_in=np.full(3, tau_syn / SNN_DT)),
-    )  # fmt: skip
+        nir.CubaLIF(
+            tau_syn=np.full(3, tau_syn),
+            tau_mem=np.full(3, tau_mem),
+            r=np.full(3, tau_mem / SNN_DT),
+            v_leak=np.zeros(3),
+            v_threshold=np.ones(3),
+            w_in=np.full(3, tau_syn / SNN_DT),
+        ),
+    )
     x = torch.tensor(rng.uniform(0, 1, size=(30, 4, 5)))
     theirs = import_nir.import_from_nir(graph)
     s_ref, v_ref = _snntorch_run(theirs, x, [theirs.lif, theirs.cubalif])
@@ -277,8 +305,12 @@ def test_nir_graph_agrees_with_snntorch() -> None:
 def test_symneuron_export_agrees_with_snntorch() -> None:
     import_nir = pytest.importorskip("snntorch.import_nir")
     torch.manual_seed(6)
-    net = nn.Sequential(nn.Linear(5, 6), sn.NeuronLayer(sn.models.LIF(tau=4.0, decay_input=False)),
-                        nn.Linear(6, 3), sn.NeuronLayer(_synaptic(0.8, 0.6))).to(F64)  # fmt: skip
+    net = nn.Sequential(
+        nn.Linear(5, 6),
+        sn.NeuronLayer(sn.models.LIF(tau=4.0, decay_input=False)),
+        nn.Linear(6, 3),
+        sn.NeuronLayer(_synaptic(0.8, 0.6)),
+    ).to(F64)
     with torch.no_grad():
         net[2].weight.copy_(torch.rand(3, 6, generator=_gen(19)))  # excitatory: layer 2 spikes
     x = 3 * torch.rand(30, 4, 5, generator=_gen(17), dtype=F64)
@@ -298,8 +330,13 @@ def test_snntorch_export_loads() -> None:
     snn = pytest.importorskip("snntorch")
     export_nir = pytest.importorskip("snntorch.export_nir")
     torch.manual_seed(7)
-    leaky = snn.Leaky(beta=torch.full((6,), 0.9), threshold=torch.ones(6), init_hidden=True,
-                      reset_mechanism="zero", reset_delay=False)  # fmt: skip
+    leaky = snn.Leaky(
+        beta=torch.full((6,), 0.9),
+        threshold=torch.ones(6),
+        init_hidden=True,
+        reset_mechanism="zero",
+        reset_delay=False,
+    )
     theirs = nn.Sequential(nn.Linear(5, 6), leaky)
     graph = export_nir.export_to_nir(theirs, torch.zeros(5))
     x = torch.rand(30, 4, 5, generator=_gen(18))

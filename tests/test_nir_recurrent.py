@@ -58,17 +58,33 @@ def _tau(low: float, high: float, n: int, seed: int) -> torch.Tensor:
 
 
 CASES = {
-    "LIF_bias": (lambda: _recurrent(sn.models.LIF(), 6, 1, 2.0, bias=True,
-                                    params={"tau": _tau(1.5, 4, 6, 1)}), "LIF", "Affine"),
+    "LIF_bias": (
+        lambda: _recurrent(
+            sn.models.LIF(), 6, 1, 2.0, bias=True, params={"tau": _tau(1.5, 4, 6, 1)}
+        ),
+        "LIF",
+        "Affine",
+    ),
     "LIF_no_decay_input_masked": (
-        lambda: _recurrent(sn.models.LIF(decay_input=False, tau=3.0, v_reset=-0.1), 6, 2, 1.0,
-                           mask=1 - torch.eye(6)), "LIF", "Linear"),
+        lambda: _recurrent(
+            sn.models.LIF(decay_input=False, tau=3.0, v_reset=-0.1),
+            6,
+            2,
+            1.0,
+            mask=1 - torch.eye(6),
+        ),
+        "LIF",
+        "Linear",
+    ),
     "PLIF": (lambda: _recurrent(sn.models.PLIF(), 6, 3, 2.0), "LIF", "Linear"),
-    "CuLIF_frozen": (lambda: _recurrent(sn.models.CuLIF(), 6, 4, 2.0, learn_weight=False),
-                     "CubaLIF", "Linear"),
+    "CuLIF_frozen": (
+        lambda: _recurrent(sn.models.CuLIF(), 6, 4, 2.0, learn_weight=False),
+        "CubaLIF",
+        "Linear",
+    ),
     "IF": (lambda: _recurrent(sn.models.IF(), 6, 5, 0.5), "IF", "Linear"),
     "Threshold": (lambda: _recurrent(sn.models.LIF(tau=1.0), 6, 6, 2.0), "Threshold", "Linear"),
-}  # fmt: skip
+}
 
 
 def _round_trip(net: nn.Module, x: torch.Tensor, method: str) -> tuple:
@@ -95,8 +111,11 @@ def test_recurrent_layer_round_trips_as_snntorch_writes_it(case: str, method: st
     sub = graph.nodes["1"]
     assert type(sub).__name__ == "NIRGraph" and sorted(sub.edges) == sorted(SNNTORCH_EDGES)
     assert [type(sub.nodes[k]).__name__ for k in ("input", "lif", "w_rec", "output")] == [
-        "Input", neuron_kind, weight_kind, "Output"
-    ]  # fmt: skip
+        "Input",
+        neuron_kind,
+        weight_kind,
+        "Output",
+    ]
     assert isinstance(loaded.node("1"), sn.RecurrentNeuronLayer)
     spikes = _steps(net[:2], x)[0]
     with torch.no_grad():
@@ -127,17 +146,36 @@ def test_write_read_and_export_again(tmp_path) -> None:
 def _hand_built() -> tuple:
     """input -> a -> lif <-> w_rec (Affine), lif -> output and lif -> b -> output: flat."""
     rng = np.random.default_rng(7)
-    a, w, b, bias = rng.normal(size=(6, 4)), rng.normal(size=(6, 6)), rng.normal(size=(6, 6)), \
-        rng.normal(size=6) * 0.2  # fmt: skip
-    lif = dict(tau=np.full(6, 2e-3), r=np.full(6, 1.5), v_leak=np.full(6, 0.1),
-               v_threshold=np.ones(6), v_reset=np.zeros(6))  # fmt: skip
+    a, w, b, bias = (
+        rng.normal(size=(6, 4)),
+        rng.normal(size=(6, 6)),
+        rng.normal(size=(6, 6)),
+        rng.normal(size=6) * 0.2,
+    )
+    lif = dict(
+        tau=np.full(6, 2e-3),
+        r=np.full(6, 1.5),
+        v_leak=np.full(6, 0.1),
+        v_threshold=np.ones(6),
+        v_reset=np.zeros(6),
+    )
     nodes = {
-        "input": nir.Input(input_type={"input": np.array([4])}), "a": nir.Linear(weight=a),
-        "lif": nir.LIF(**lif), "w_rec": nir.Affine(weight=w, bias=bias),
-        "b": nir.Linear(weight=b), "output": nir.Output(output_type={"output": np.array([6])}),
-    }  # fmt: skip
-    edges = [("input", "a"), ("a", "lif"), ("lif", "w_rec"), ("w_rec", "lif"), ("lif", "b"),
-             ("b", "output"), ("lif", "output")]  # fmt: skip
+        "input": nir.Input(input_type={"input": np.array([4])}),
+        "a": nir.Linear(weight=a),
+        "lif": nir.LIF(**lif),
+        "w_rec": nir.Affine(weight=w, bias=bias),
+        "b": nir.Linear(weight=b),
+        "output": nir.Output(output_type={"output": np.array([6])}),
+    }
+    edges = [
+        ("input", "a"),
+        ("a", "lif"),
+        ("lif", "w_rec"),
+        ("w_rec", "lif"),
+        ("lif", "b"),
+        ("b", "output"),
+        ("lif", "output"),
+    ]
     return nir.NIRGraph(nodes=nodes, edges=edges), [torch.tensor(m) for m in (a, w, bias, b)]
 
 
@@ -200,8 +238,13 @@ def test_snntorch_rleaky_export_loads_into_the_recurrent_layer() -> None:
     snn = pytest.importorskip("snntorch")
     export_nir = pytest.importorskip("snntorch.export_nir")
     torch.manual_seed(8)
-    rleaky = snn.RLeaky(beta=torch.tensor(0.8, dtype=F64), linear_features=6, init_hidden=True,
-                        reset_mechanism="zero", reset_delay=False)  # fmt: skip
+    rleaky = snn.RLeaky(
+        beta=torch.tensor(0.8, dtype=F64),
+        linear_features=6,
+        init_hidden=True,
+        reset_mechanism="zero",
+        reset_delay=False,
+    )
     theirs = _cast_linear_inputs(nn.Sequential(nn.Linear(5, 6), rleaky))
     graph = export_nir.export_to_nir(theirs, torch.zeros(5, dtype=F64))
     assert {("1.lif", "1.w_rec"), ("1.w_rec", "1.lif")} <= set(graph.edges)
@@ -220,12 +263,14 @@ def test_snntorch_rsynaptic_export_loads_into_the_recurrent_layer() -> None:
     export_nir = pytest.importorskip("snntorch.export_nir")
     torch.manual_seed(9)
     alpha, beta = torch.tensor(0.7, dtype=F64), torch.tensor(0.85, dtype=F64)
-    rsyn = snn.RSynaptic(alpha=alpha, beta=beta, linear_features=6, init_hidden=True,
-                         reset_mechanism="zero")  # fmt: skip
+    rsyn = snn.RSynaptic(
+        alpha=alpha, beta=beta, linear_features=6, init_hidden=True, reset_mechanism="zero"
+    )
     theirs = _cast_linear_inputs(nn.Sequential(nn.Linear(5, 6), rsyn))
     graph = export_nir.export_to_nir(theirs, torch.zeros(5, dtype=F64))
-    synaptic = snn.Synaptic(alpha=alpha, beta=beta, init_hidden=True, reset_mechanism="zero",
-                            reset_delay=False)  # fmt: skip
+    synaptic = snn.Synaptic(
+        alpha=alpha, beta=beta, init_hidden=True, reset_mechanism="zero", reset_delay=False
+    )
     fc, recurrent = theirs[0], rsyn.recurrent
     spk = torch.zeros(4, 6, dtype=F64)
 
@@ -259,8 +304,10 @@ def test_our_export_runs_in_snntorch(neuron: str) -> None:
     the same spikes, V to 1e-12, in float64. Decays 0.75 and 0.5 are exact in float32,
     where snnTorch's importer keeps them."""
     import_nir = pytest.importorskip("snntorch.import_nir")
-    make = {"LIF": lambda: sn.models.LIF(tau=4.0, decay_input=False),
-            "Synaptic": lambda: _synaptic(0.75, 0.5)}[neuron]  # fmt: skip
+    make = {
+        "LIF": lambda: sn.models.LIF(tau=4.0, decay_input=False),
+        "Synaptic": lambda: _synaptic(0.75, 0.5),
+    }[neuron]
     net = nn.Sequential(nn.Linear(5, 6), _recurrent(make(), 6, 10, 2.0)).to(F64)
     x = 3 * torch.rand(30, 4, 5, generator=_gen(15), dtype=F64)
     graph = snir.export(net, x, dt=SNN_DT)
@@ -281,27 +328,43 @@ def test_our_export_runs_in_snntorch(neuron: str) -> None:
 
 def _cycle(neuron: object, weight: object, *extra: tuple[str, str]) -> object:
     """input -> n <-> w -> ... ; n -> output, plus ``extra`` edges."""
-    nodes = {"input": nir.Input(input_type={"input": np.array([3])}), "n": neuron, "w": weight,
-             "output": nir.Output(output_type={"output": np.array([3])})}  # fmt: skip
+    nodes = {
+        "input": nir.Input(input_type={"input": np.array([3])}),
+        "n": neuron,
+        "w": weight,
+        "output": nir.Output(output_type={"output": np.array([3])}),
+    }
     edges = [("input", "n"), ("n", "w"), ("w", "n"), ("n", "output"), *extra]
     return nir.NIRGraph(nodes=nodes, edges=edges)
 
 
 def _lif(n: int = 3) -> object:
-    return nir.LIF(tau=np.full(n, 2e-3), r=np.ones(n), v_leak=np.zeros(n),
-                   v_threshold=np.ones(n), v_reset=np.zeros(n))  # fmt: skip
+    return nir.LIF(
+        tau=np.full(n, 2e-3),
+        r=np.ones(n),
+        v_leak=np.zeros(n),
+        v_threshold=np.ones(n),
+        v_reset=np.zeros(n),
+    )
 
 
 UNSUPPORTED = {
     "readout_feeds_back_v": (
-        lambda: _cycle(nir.LI(tau=np.full(3, 2e-3), r=np.ones(3), v_leak=np.zeros(3)),
-                       nir.Linear(weight=np.eye(3))), r"'n' \(LI\) and 'w' \(Linear\)"),
+        lambda: _cycle(
+            nir.LI(tau=np.full(3, 2e-3), r=np.ones(3), v_leak=np.zeros(3)),
+            nir.Linear(weight=np.eye(3)),
+        ),
+        r"'n' \(LI\) and 'w' \(Linear\)",
+    ),
     "other_node_in_the_loop": (
-        lambda: _cycle(_lif(), nir.Scale(scale=np.ones(3))), r"'n' \(LIF\) and 'w' \(Scale\)"),
+        lambda: _cycle(_lif(), nir.Scale(scale=np.ones(3))),
+        r"'n' \(LIF\) and 'w' \(Scale\)",
+    ),
     "weight_with_other_edges": (
         lambda: _cycle(_lif(), nir.Linear(weight=np.eye(3)), ("w", "output")),
-        r"'w' \(Linear\) feeds 'n' back but also has the edges \[\('w', 'output'\)\]"),
-}  # fmt: skip
+        r"'w' \(Linear\) feeds 'n' back but also has the edges \[\('w', 'output'\)\]",
+    ),
+}
 
 
 @pytest.mark.parametrize("case", sorted(UNSUPPORTED))

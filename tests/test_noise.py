@@ -33,15 +33,17 @@ def ou_ode(dt: float = 0.5) -> sn.Neuron:
     """dV/dt = (mu − V)/tau + sigma·ξ, Euler–Maruyama: a = 1 − dt/tau, q = dt·sigma²."""
     dv = (MU + sn.X - sn.V) / TAU + SIGMA * sn.xi
     params = {TAU: 5.0, SIGMA: 0.4, MU: 1.5}
-    return sn.Neuron.from_ode(dv, dt=dt, method="euler", params=params, v_threshold=1e9,
-                              name="ou_ode")  # fmt: skip
+    return sn.Neuron.from_ode(
+        dv, dt=dt, method="euler", params=params, v_threshold=1e9, name="ou_ode"
+    )
 
 
 def noisy_ode(**kw: object) -> sn.Neuron:
     """A LIF written as an ODE with white noise: dV/dt = (X − V)/tau + sigma·ξ."""
     dv = (sn.X - sn.V) / TAU + SIGMA * sn.xi
-    return sn.Neuron.from_ode(dv, dt=0.5, method="euler", params={TAU: 2.0, SIGMA: 0.5},
-                              name="node", **kw)  # fmt: skip
+    return sn.Neuron.from_ode(
+        dv, dt=0.5, method="euler", params={TAU: 2.0, SIGMA: 0.5}, name="node", **kw
+    )
 
 
 def noisy_lif(**kw: object) -> sn.Neuron:
@@ -52,9 +54,13 @@ def noisy_lif(**kw: object) -> sn.Neuron:
 def escape_lif(**kw: object) -> sn.Neuron:
     p = 1 / (1 + sp.exp(-(sn.H - THETA) / DELTA))
     return sn.Neuron(
-        sn.V + (sn.X - sn.V) / TAU, params={TAU: 2.0, THETA: 1.0, DELTA: 0.2},
-        firing="escape", spike_probability=p, name="esc", **kw,  # type: ignore[arg-type]
-    )  # fmt: skip
+        sn.V + (sn.X - sn.V) / TAU,
+        params={TAU: 2.0, THETA: 1.0, DELTA: 0.2},
+        firing="escape",
+        spike_probability=p,
+        name="esc",
+        **kw,  # type: ignore[arg-type]
+    )
 
 
 def _moments(v: torch.Tensor) -> tuple[float, float, float, float, float, float]:
@@ -149,8 +155,9 @@ def test_simulate_under_torch_compile_draws_as_eager() -> None:
     from torch's generator inside the graph (torch.manual_seed reproduces it)."""
     x = torch.rand(10, 64, generator=torch.Generator().manual_seed(1))
     neuron = noisy_lif()
-    fixed = torch.compile(lambda xs: sn.simulate(neuron, xs, backend="cpu", seed=3)[1],
-                          fullgraph=True)  # fmt: skip
+    fixed = torch.compile(
+        lambda xs: sn.simulate(neuron, xs, backend="cpu", seed=3)[1], fullgraph=True
+    )
     assert torch.equal(fixed(x), sn.simulate(neuron, x, backend="cpu", seed=3)[1])
     fresh = torch.compile(lambda xs: sn.simulate(neuron, xs, backend="cpu")[1], fullgraph=True)
     torch.manual_seed(0)
@@ -205,8 +212,9 @@ def test_a_compiled_or_checkpointed_layer_draws_what_the_eager_one_draws(how) ->
     if how == "compile":
         got = _two_calls(layer, x, torch.compile(layer, fullgraph=True))
     else:
-        got = _two_calls(layer, x, lambda xs: torch.utils.checkpoint.checkpoint(
-            layer, xs, use_reentrant=False))  # fmt: skip
+        got = _two_calls(
+            layer, x, lambda xs: torch.utils.checkpoint.checkpoint(layer, xs, use_reentrant=False)
+        )
     assert not torch.equal(eager[0], eager[1])
     assert all(torch.equal(a, b) for a, b in zip(eager, got, strict=True))
     assert layer.rng_state.tolist() == [5, 20]
@@ -256,8 +264,10 @@ def test_kernel_gradients_equal_the_reference_and_finite_differences(make) -> No
     eps = 1e-6
     with torch.no_grad():  # V of a noisy LIF that never fires: smooth in tau
         smooth = neuron.replace(v_threshold=1e9)
-        runs = [sn.simulate(smooth, x, params={"tau": t}, backend="torch", seed=31)
-                for t in (2.0 + eps, 2.0 - eps)]  # fmt: skip
+        runs = [
+            sn.simulate(smooth, x, params={"tau": t}, backend="torch", seed=31)
+            for t in (2.0 + eps, 2.0 - eps)
+        ]
         f = [float((w * run[1]).sum()) for run in runs]
     tau2 = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
     v = sn.simulate(smooth, x, params={"tau": tau2}, backend="cpu", seed=31)[1]
@@ -267,9 +277,14 @@ def test_kernel_gradients_equal_the_reference_and_finite_differences(make) -> No
 
 @pytest.mark.parametrize(
     ("make", "learnable"),
-    [(noisy_lif, ["tau"]), (noisy_lif, ["sigma", "tau"]), (escape_lif, ["tau"]),
-     (escape_lif, ["theta", "delta"]), (noisy_ode, ["tau", "sigma"])],
-)  # fmt: skip
+    [
+        (noisy_lif, ["tau"]),
+        (noisy_lif, ["sigma", "tau"]),
+        (escape_lif, ["tau"]),
+        (escape_lif, ["theta", "delta"]),
+        (noisy_ode, ["tau", "sigma"]),
+    ],
+)
 def test_sn_check_supports_noisy_neurons_at_a_fixed_seed(make, learnable) -> None:
     """The backward reads the draws (dH/dsigma = noise) and redraws the escape uniform of
     step t − 1 when it recomputes S[t−1] (learnable tau: V[t−1] is needed)."""
@@ -283,8 +298,12 @@ def test_escape_firing_rate_is_p_of_h() -> None:
     5 standard errors over 2^16 neuron-steps per level."""
     a = sp.Symbol("a")
     p = 1 / (1 + sp.exp(-(sn.H - THETA) / DELTA))
-    neuron = sn.Neuron(a * sn.V + sn.X, params={a: 0.0, THETA: 1.0, DELTA: 0.2},
-                       firing="escape", spike_probability=p)  # fmt: skip
+    neuron = sn.Neuron(
+        a * sn.V + sn.X,
+        params={a: 0.0, THETA: 1.0, DELTA: 0.2},
+        firing="escape",
+        spike_probability=p,
+    )
     levels = torch.tensor([0.4, 0.8, 1.0, 1.3, 1.8], dtype=torch.float64)
     x = levels.repeat_interleave(4096).expand(16, -1).contiguous()
     for backend in ("cpu", "torch"):
@@ -299,8 +318,12 @@ def test_the_escape_uniform_decides_the_spike() -> None:
     """S[t] = [u < p(H[t])] with u the escape stream's uniform, bit for bit."""
     a = sp.Symbol("a")
     p = 1 / (1 + sp.exp(-(sn.H - THETA) / DELTA))
-    neuron = sn.Neuron(a * sn.V + sn.X, params={a: 0.0, THETA: 1.0, DELTA: 0.2},
-                       firing="escape", spike_probability=p)  # fmt: skip
+    neuron = sn.Neuron(
+        a * sn.V + sn.X,
+        params={a: 0.0, THETA: 1.0, DELTA: 0.2},
+        firing="escape",
+        spike_probability=p,
+    )
     x = torch.linspace(0.0, 2.0, 64, dtype=torch.float64).expand(5, -1).contiguous()
     s, _ = sn.simulate(neuron, x, backend="cpu", seed=17)
     steps, neurons = torch.arange(5)[:, None], torch.arange(64)
@@ -312,9 +335,11 @@ def test_noise_enters_each_equation_as_its_own_stream() -> None:
     """From an ODE with xi in V and in a state: stream 0 for V, 1 for the state."""
     w = sp.Symbol("w")
     neuron = sn.Neuron.from_ode(
-        -sn.V + w + sn.X + 0.5 * sn.xi, dt=0.25, method="euler",
+        -sn.V + w + sn.X + 0.5 * sn.xi,
+        dt=0.25,
+        method="euler",
         states={w: sn.ODEState(-w + 0.3 * sn.xi)},
-    )  # fmt: skip
+    )
     assert neuron.noise_streams == (0, 1)
     z0, z1 = sp.Symbol("noise", real=True), sp.Symbol("noise1", real=True)
     assert sp.simplify(neuron.charge.diff(z0) - 0.5 * 0.5) == 0  # sqrt(dt)·sigma
@@ -329,19 +354,31 @@ def test_noise_enters_each_equation_as_its_own_stream() -> None:
         (lambda: sn.Neuron(sn.V + sn.X + sp.exp(sn.noise)), ValueError, "nonlinearly"),
         (lambda: sn.Neuron(sn.V + sn.X + sn.noise**2), ValueError, "nonlinearly"),
         (lambda: sn.Neuron(sn.V + sn.X, v_threshold=1 + sn.noise), ValueError, "noise"),
-        (lambda: sn.Neuron.from_ode(-sn.V + sn.X + sn.xi, dt=0.5, method="rk4"), ValueError,
-         "method='euler'"),
-        (lambda: sn.Neuron.from_ode(-sn.V + sn.X + sn.xi, dt=0.5, method="exp_euler"),
-         ValueError, "method='euler'"),
-        (lambda: sn.Neuron.from_ode(-sn.V + sn.X + sn.xi**2, dt=0.5, method="euler"),
-         ValueError, "not linear in xi"),
+        (
+            lambda: sn.Neuron.from_ode(-sn.V + sn.X + sn.xi, dt=0.5, method="rk4"),
+            ValueError,
+            "method='euler'",
+        ),
+        (
+            lambda: sn.Neuron.from_ode(-sn.V + sn.X + sn.xi, dt=0.5, method="exp_euler"),
+            ValueError,
+            "method='euler'",
+        ),
+        (
+            lambda: sn.Neuron.from_ode(-sn.V + sn.X + sn.xi**2, dt=0.5, method="euler"),
+            ValueError,
+            "not linear in xi",
+        ),
         (lambda: sn.Neuron(sn.V + sn.X + sn.xi), ValueError, "xi"),
         (lambda: sn.Neuron(sn.V + sn.X, firing="escape"), ValueError, "spike_probability"),
         (lambda: sn.Neuron(sn.V + sn.X, spike_probability=sn.H), ValueError, "firing='escape'"),
-        (lambda: sn.Neuron(sn.V + sn.X, firing="escape", spike_probability=2 * sn.H),
-         ValueError, r"outside \[0, 1\]"),
+        (
+            lambda: sn.Neuron(sn.V + sn.X, firing="escape", spike_probability=2 * sn.H),
+            ValueError,
+            r"outside \[0, 1\]",
+        ),
     ],
-)  # fmt: skip
+)
 def test_misplaced_noise_raises_an_error_naming_the_fix(build, error, match) -> None:
     with pytest.raises(error, match=match):
         build()
@@ -386,8 +423,7 @@ def test_nir_export_refuses_a_neuron_that_draws(make) -> None:
 def test_the_fused_recurrent_kernels_draw_what_the_torch_loop_draws() -> None:
     """A seeded RecurrentNeuronLayer: the fused kernels and the loop over steps give the
     same spikes (more in tests/test_recurrent_noise.py)."""
-    x = 2.0 * torch.rand(12, 2, 8, generator=torch.Generator().manual_seed(9),
-                         dtype=torch.float64)  # fmt: skip
+    x = 2.0 * torch.rand(12, 2, 8, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
     spikes = []
     for backend in ("cpu", "torch"):
         layer = sn.RecurrentNeuronLayer(noisy_lif(), 8, backend=backend, seed=4).double()
@@ -428,8 +464,9 @@ def test_brunels_noisy_lif_membrane_has_variance_sigma_squared_over_two() -> Non
     variance sigma²/2 (its Euler–Maruyama step: q/(1 − a²) with a = 1 − dt/tau, q =
     sigma² dt/tau, which is sigma²/(2 − dt/tau)); within 5 standard errors."""
     neuron = sn.models.NoisyLIF(v_threshold=1e9)
-    _, v = sn.simulate(neuron, torch.zeros(3000, 8192, dtype=torch.float64), v_init=24.0,
-                       seed=3, store_v_seq=False)  # fmt: skip
+    _, v = sn.simulate(
+        neuron, torch.zeros(3000, 8192, dtype=torch.float64), v_init=24.0, seed=3, store_v_seq=False
+    )
     expected, n = 25.0 / (2 - 0.1 / 20.0), v.numel()
     assert abs(float(v.var()) - expected) < 5 * expected * math.sqrt(2 / (n - 1))
     assert abs(float(v.mean()) - 24.0) < 5 * math.sqrt(expected / n)
@@ -465,17 +502,22 @@ def test_cuda_lanes_of_a_group_share_one_philox_block() -> None:
         pytest.skip("NVRTC not available")
     ptx = nvrtc.compile_to_ptx(noisy_lif().source("cuda", torch.float32), name="nlif.cu")
     entries = dict(re.findall(r"\.entry (\w+)\((.*?)\n\}\n", ptx, re.S))
-    rounds = {k: sum(body.count(c) for c in ("3528531795", "-766435501")) for k, body in
-              entries.items() if "forward_h_seq" in k}  # fmt: skip
+    rounds = {
+        k: sum(body.count(c) for c in ("3528531795", "-766435501"))
+        for k, body in entries.items()
+        if "forward_h_seq" in k
+    }
     one, four = rounds["nlif_forward_h_seq_k1"], rounds["nlif_forward_h_seq_k4"]
     assert 0 < four < one, rounds
 
 
 @pytest.mark.parametrize(
     ("dtype", "draw", "one_pair"),
-    [(torch.float32, "sn_rng_normals_float<K>", "div.rn.f32"),
-     (torch.bfloat16, "sn_rng_normals_fast_float<K>", "rcp.approx.ftz.f32")],
-)  # fmt: skip
+    [
+        (torch.float32, "sn_rng_normals_float<K>", "div.rn.f32"),
+        (torch.bfloat16, "sn_rng_normals_fast_float<K>", "rcp.approx.ftz.f32"),
+    ],
+)
 def test_cuda_steps_draw_their_lanes_at_once_16_bit_kernels_by_the_fast_conversion(
     dtype, draw, one_pair
 ) -> None:

@@ -104,8 +104,9 @@ def test_adex_like_system_with_exp_euler_for_linear_parts() -> None:
     """exp_euler refuses the exponential term; euler takes it; the kernels pass check."""
     ode_v = (-V + sp.exp(V - 1) - W + X) / tau
     with pytest.raises(ValueError, match="not linear in V; use method='euler'"):
-        sn.Neuron.from_ode(ode_v, dt=0.5, states={W: sn.ODEState((a * V - W) / 4)},
-                           params={tau: 2.0, a: 0.1})  # fmt: skip
+        sn.Neuron.from_ode(
+            ode_v, dt=0.5, states={W: sn.ODEState((a * V - W) / 4)}, params={tau: 2.0, a: 0.1}
+        )
     neuron = sn.Neuron.from_ode(
         ode_v,
         dt=0.5,

@@ -83,9 +83,14 @@ def test_a_pass_defined_outside_the_package_compiles_runs_and_stores_the_surroga
     out = layout.outputs(x)
     params = [torch.tensor(tau, dtype=torch.float64)]
     values = {
-        "x_seq": x, "v_init": None, "w_init": None, "params": params,
-        "param_strides": prog.check_params(params), "T": x.shape[0], "N": x.shape[1],
-    }  # fmt: skip
+        "x_seq": x,
+        "v_init": None,
+        "w_init": None,
+        "params": params,
+        "param_strides": prog.check_params(params),
+        "T": x.shape[0],
+        "N": x.shape[1],
+    }
     prog.run(SURROGATE_FORWARD, (True, v_mode), out, values, x.shape[1])
     h = _lif_h(x, tau, 1.0)
     want = _atan_derivative(h - 1.0, alpha)
@@ -105,8 +110,11 @@ def test_the_new_pass_is_named_and_printed_from_its_data() -> None:
     assert "void LIF_forward_sg_h_seq_k1(" in source
     assert "float* restrict sg_seq" in source and "sg_v.v[j] = sg;" in source
     assert [v.base for v in SURROGATE_FORWARD.variants(1)] == [
-        "forward_sg_h_seq", "forward_sg_h_last", "forward_sg_n_seq", "forward_sg_n_last",
-    ]  # fmt: skip
+        "forward_sg_h_seq",
+        "forward_sg_h_last",
+        "forward_sg_n_seq",
+        "forward_sg_n_last",
+    ]
 
 
 def test_a_pass_of_an_unknown_kind_is_refused() -> None:

@@ -81,7 +81,7 @@ def test_summary_units_models_floor_and_bound() -> None:
             "80",
             "30",
             {"long_scoreboard": 20.0},
-        ),  # fmt: skip
+        ),
         # Izhikevich2003 (its name carries the preset) backward: issue-bound
         _row(
             "Izhikevich2003_RS_backward_none_k4",
@@ -90,7 +90,7 @@ def test_summary_units_models_floor_and_bound() -> None:
             "40",
             "78",
             {"not_selected": 2.4, "long_scoreboard": 2.8},
-        ),  # fmt: skip
+        ),
         _row("ALIF_backward_none_k4", "100", ("1", "1"), "50", "40", {"long_scoreboard": 9.0}),
         _row("HodgkinHuxley_backward_none_k1", "1000", ("1", "1"), "20", "45", {"wait": 1.3}),
     ]

@@ -70,8 +70,9 @@ def test_gradients_match_the_reference(model: str) -> None:
         (s * torch.linspace(-1, 1, 10, dtype=torch.float64)).sum().backward()
         spikes.append(s.detach())
         named = dict(layer.named_parameters())
-        grads.append([xi.grad, named["weight"].grad, named["bias"].grad,
-                      named[f"cell.{learn[0]}"].grad])  # fmt: skip
+        grads.append(
+            [xi.grad, named["weight"].grad, named["bias"].grad, named[f"cell.{learn[0]}"].grad]
+        )
     assert torch.equal(spikes[0], spikes[1]) and float(spikes[0].sum()) > 0
     for got, want in zip(grads[1], grads[0], strict=True):
         assert float(want.abs().max()) > 0
@@ -138,8 +139,9 @@ def test_matches_snntorch_rleaky() -> None:
     snn = pytest.importorskip("snntorch")
     beta, size = 0.9, 7
     torch.manual_seed(12)
-    rleaky = snn.RLeaky(beta=beta, linear_features=size, reset_mechanism="subtract",
-                        reset_delay=False).double()  # fmt: skip
+    rleaky = snn.RLeaky(
+        beta=beta, linear_features=size, reset_mechanism="subtract", reset_delay=False
+    ).double()
     import sympy as sp
 
     b = sp.Symbol("beta", positive=True)

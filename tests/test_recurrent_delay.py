@@ -27,9 +27,13 @@ def _neuron(name: str) -> sn.Neuron:
 
 
 def _oracle(
-    neuron: sn.Neuron, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, delay: int,
+    neuron: sn.Neuron,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    delay: int,
     params: dict,
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """Spikes [T, B, F] of the delayed recurrence, one simulate call per step."""
     v, states, out = None, None, []
     for t in range(x.shape[0]):

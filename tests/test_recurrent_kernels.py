@@ -23,8 +23,16 @@ QUICK = ["LIF", "ALIF", "Izhikevich", "AdEx"]
 SLOW = sorted(set(sn.models.ZOO) - set(QUICK) - {"HodgkinHuxley", "Pospischil2008"})
 
 
-def _run(neuron: sn.Neuron, backend: str, x: torch.Tensor, size: int, device: str = "cpu",
-         dtype: torch.dtype = torch.float64, scale: float = 2.0, **kw) -> dict:  # fmt: skip
+def _run(
+    neuron: sn.Neuron,
+    backend: str,
+    x: torch.Tensor,
+    size: int,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float64,
+    scale: float = 2.0,
+    **kw,
+) -> dict:
     """One layer (same seed for every backend), its spikes, final V and gradients."""
     torch.manual_seed(4)
     layer = sn.RecurrentNeuronLayer(neuron, size, backend=backend, bias=True, **kw)
@@ -255,8 +263,11 @@ def test_custom_ops_pass_opcheck() -> None:
 def test_check_and_assert_neuron_ok_take_recurrent_layers() -> None:
     report = sn.check(_learnable("ALIF"), backend="cpu", recurrent=True, seed=3)
     names = {r.name for r in report.results}
-    assert {"recurrent spikes vs reference loop", "recurrent grad weight vs reference loop",
-            "recurrent grad tau vs reference loop"} <= names  # fmt: skip
+    assert {
+        "recurrent spikes vs reference loop",
+        "recurrent grad weight vs reference loop",
+        "recurrent grad tau vs reference loop",
+    } <= names
     assert report.passed, str(report)
     sn.testing.assert_neuron_ok(
         sn.models.PLIF(learnable=["w"]), backends=["cpu"], dtypes=["float64"], recurrent=True

@@ -56,9 +56,14 @@ def _inputs(scale: float, t_len: int = 20, size: int = SIZE) -> tuple[torch.Tens
 
 
 def _run(
-    name: str, backend: str, seed: int = 5, splits: tuple[int, ...] = (SPLIT,),
-    device: str = "cpu", dtype: torch.dtype = torch.float64, size: int = SIZE,
-) -> dict[str, torch.Tensor]:  # fmt: skip
+    name: str,
+    backend: str,
+    seed: int = 5,
+    splits: tuple[int, ...] = (SPLIT,),
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float64,
+    size: int = SIZE,
+) -> dict[str, torch.Tensor]:
     """One layer of model ``name`` over the sequence in consecutive calls (``splits``:
     where each call after the first starts), its spikes, final V and gradients."""
     make, scale = MODELS[name]
@@ -150,8 +155,9 @@ def test_torch_compile_draws_what_eager_draws(compile_backend: str) -> None:
     x, weight = _inputs(2.0)
     outs = []
     for compiled in (False, True):
-        layer = sn.RecurrentNeuronLayer(noisy_lif(learnable=["sigma"]), SIZE, backend="cpu",
-                                        seed=7).double()  # fmt: skip
+        layer = sn.RecurrentNeuronLayer(
+            noisy_lif(learnable=["sigma"]), SIZE, backend="cpu", seed=7
+        ).double()
         with torch.no_grad():
             layer.weight.copy_(weight)
         run = torch.compile(layer, fullgraph=True, backend=compile_backend) if compiled else layer

@@ -176,8 +176,14 @@ def test_known_answers_of_random123_in_c(c_library: ctypes.CDLL) -> None:
 
 def test_the_torch_form_takes_the_documented_key_layout() -> None:
     for keys in _keys(4, 64, seed=1):
-        got = torch.stack(rng.words(*(int(keys[k][0]) for k in ("seed", "offset", "stream")),
-                                    keys["step"], keys["neuron"]), -1)  # fmt: skip
+        got = torch.stack(
+            rng.words(
+                *(int(keys[k][0]) for k in ("seed", "offset", "stream")),
+                keys["step"],
+                keys["neuron"],
+            ),
+            -1,
+        )
         assert torch.equal(got, _words(keys))
 
 
@@ -228,7 +234,7 @@ def test_the_offset_continues_the_steps_of_the_previous_call() -> None:
         {"offset": 2**32},
         {"stream": 1},
         {"stream": rng.ESCAPE_STREAM},
-    ],  # fmt: skip
+    ],
     ids=lambda d: "-".join(f"{k}={v}" for k, v in d.items()),
 )
 def test_another_seed_offset_or_stream_draws_other_numbers(other: dict[str, int]) -> None:
@@ -440,9 +446,14 @@ def test_the_cuda_lane_templates_compile_and_share_one_block_per_four_lanes() ->
 @pytest.mark.cuda
 @pytest.mark.parametrize(
     ("name", "dtype"),
-    [("words", torch.int32), ("uniform_float", torch.float32), ("uniform_double", torch.float64),
-     ("normal_float", torch.float32), ("normal_double", torch.float64)],
-)  # fmt: skip
+    [
+        ("words", torch.int32),
+        ("uniform_float", torch.float32),
+        ("uniform_double", torch.float64),
+        ("normal_float", torch.float32),
+        ("normal_double", torch.float64),
+    ],
+)
 def test_cuda_draws_equal_torch_draws_on_cpu_and_gpu(name: str, dtype: torch.dtype) -> None:
     from symneuron.runtime import cuda
     from symneuron.signature import Geometry
@@ -474,9 +485,13 @@ def test_cuda_lane_templates_draw_the_torch_normals_and_fast_ones_to_6_ulps() ->
 
     module = cuda.load(rng.source("cuda") + CUDA_DRIVER + LANES, 0)
     n = 65536
-    keys = {"seed": torch.full((n,), 12345), "offset": torch.full((n,), 2**40 + 7),
-            "stream": torch.full((n,), 3), "step": torch.full((n,), 11),
-            "neuron": torch.arange(n) + 2**33}  # fmt: skip
+    keys = {
+        "seed": torch.full((n,), 12345),
+        "offset": torch.full((n,), 2**40 + 7),
+        "stream": torch.full((n,), 3),
+        "step": torch.full((n,), 11),
+        "neuron": torch.arange(n) + 2**33,
+    }
     on_gpu = [keys[k].cuda() for k in ("seed", "offset", "stream", "step", "neuron")]
 
     def run(name: str, dtype: torch.dtype) -> torch.Tensor:

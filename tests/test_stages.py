@@ -22,8 +22,10 @@ tau = sp.Symbol("tau", positive=True)
 
 def _grads(neuron: sn.Neuron, backend: str, x0: torch.Tensor, learn: list[str]) -> list:
     x = x0.clone().requires_grad_()
-    params = {p: torch.full((x0.shape[1],), neuron.params[p], dtype=torch.float64,
-                            requires_grad=True) for p in learn}  # fmt: skip
+    params = {
+        p: torch.full((x0.shape[1],), neuron.params[p], dtype=torch.float64, requires_grad=True)
+        for p in learn
+    }
     out = sn.simulate(neuron, x, params=params, backend=backend)
     loss = out[1].sum() + 3.0 * out[0].sum() + sum(s.sum() for s in out[2].values())
     return list(torch.autograd.grad(loss, [x, *params.values()]))
@@ -84,14 +86,16 @@ def test_stages_given_directly_and_their_errors() -> None:
 def test_compile_time_benchmark_quick_mode_passes() -> None:
     """The CI regression check: small models, every method, under 10 s to the first step."""
     script = Path(__file__).parents[1] / "benchmarks" / "compile_time.py"
-    proc = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True,
-                          text=True, timeout=900)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| IafPscExp | rk4 |" in proc.stdout and "| IafPscExp | exp_euler |" in proc.stdout
 
 
-@pytest.mark.parametrize(("name", "seed"), [("Pospischil2008", 7), ("HodgkinHuxley", 3),
-                                           ("WangBuzsaki", 8)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "seed"), [("Pospischil2008", 7), ("HodgkinHuxley", 3), ("WangBuzsaki", 8)]
+)
 def test_conductance_models_float32_gradients_pass_check(name: str, seed: int) -> None:
     """NEURON's vtrap x/(exp(x/y) − 1) lost eps/(x/y)² of its derivative near x = 0, and
     these seeds bring V close to a singularity: their float32 gradients were 5.9e−3

@@ -81,10 +81,18 @@ def test_opcheck_backward(grad_v_mode: str) -> None:
     )
     grad_w = None if grad_v is None else grad_v.new_zeros((0, *grad_v.shape))
     given = dict(
-        grad_spike=grad_spike, grad_v_seq=grad_v, grad_w_seq=grad_w, h_seq=out.h_seq,
-        wt_seq=None, x_seq=x_seq, v_init=v_init, w_init=None, params=params,
-        grad_v_mode=grad_v_mode, rng=None,
-    )  # fmt: skip
+        grad_spike=grad_spike,
+        grad_v_seq=grad_v,
+        grad_w_seq=grad_w,
+        h_seq=out.h_seq,
+        wt_seq=None,
+        x_seq=x_seq,
+        v_init=v_init,
+        w_init=None,
+        params=params,
+        grad_v_mode=grad_v_mode,
+        rng=None,
+    )
     args = (key, backend, *[given[name] for name in F.OP_ARGS["backward"][2:]])
     torch.library.opcheck(F.backward_op, args)
 

@@ -216,9 +216,12 @@ def test_vtrap_and_its_derivative_are_accurate_near_the_singularity(
 
 @pytest.mark.parametrize(
     ("name", "rest", "steps"),
-    [("Pospischil2008", -71.91, 40_000), ("WangBuzsaki", -64.02, 20_000),
-     ("MorrisLecar", -60.86, 10_000)],
-)  # fmt: skip
+    [
+        ("Pospischil2008", -71.91, 40_000),
+        ("WangBuzsaki", -64.02, 20_000),
+        ("MorrisLecar", -60.86, 10_000),
+    ],
+)
 def test_conductance_models_start_at_their_resting_potential(
     name: str, rest: float, steps: int
 ) -> None:
@@ -226,8 +229,9 @@ def test_conductance_models_start_at_their_resting_potential(
     moves for 1 s (Pospischil2008 started at E_L = −70.3 mV and relaxed 1.6 mV;
     WangBuzsaki at −65 mV, MorrisLecar at −60 mV)."""
     neuron = sn.models.ZOO[name]()
-    out = sn.simulate(neuron, torch.zeros(steps, 1, dtype=torch.float64), backend="cpu",
-                      store_v_seq=True)  # fmt: skip
+    out = sn.simulate(
+        neuron, torch.zeros(steps, 1, dtype=torch.float64), backend="cpu", store_v_seq=True
+    )
     assert abs(neuron.v_start - rest) < 5e-3
     assert float((out[1] - neuron.v_start).abs().max()) < 1e-9
     for name, seq in out[2].items():

@@ -107,9 +107,12 @@ def _check(args: argparse.Namespace) -> int:
     if dtype in ("float16", "bfloat16") and (args.device != "cuda" or args.backend == "torch"):
         raise UsageError(f"--dtype {args.dtype} is checked on the CUDA kernels: add --device cuda")
     report = check(
-        neuron, backend=args.backend, dtype=getattr(torch, dtype), device=args.device,
+        neuron,
+        backend=args.backend,
+        dtype=getattr(torch, dtype),
+        device=args.device,
         seed=args.seed,
-    )  # fmt: skip
+    )
     print(report)
     return EXIT_OK if report.passed else EXIT_FAILED
 
@@ -213,8 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=version)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     model = argparse.ArgumentParser(add_help=False)
-    model.add_argument("model", metavar="MODEL", help="a zoo name, 'NAME(key=value, ...)' or "
-                       "path/to/file.py:name")  # fmt: skip
+    model.add_argument(
+        "model", metavar="MODEL", help="a zoo name, 'NAME(key=value, ...)' or path/to/file.py:name"
+    )
 
     def command(name: str, run: Callable[[argparse.Namespace], int], text: str) -> Any:
         sub = commands.add_parser(name, parents=[model] if name != "cache" else [], help=text)

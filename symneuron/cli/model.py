@@ -160,8 +160,10 @@ def describe(neuron: Neuron, latex: bool = False) -> list[tuple[str, str]]:
     """
     fmt: Callable[[Any], str] = sp.latex if latex else sp.sstr
     # the threshold, the reset and the on-spike rules see the updated states W~
-    tilde = {sym: sp.Symbol(f"{name}tilde" if latex else f"{name}~", real=True)
-             for name, sym in neuron.state_symbols.items()}  # fmt: skip
+    tilde = {
+        sym: sp.Symbol(f"{name}tilde" if latex else f"{name}~", real=True)
+        for name, sym in neuron.state_symbols.items()
+    }
     threshold = sp.sympify(neuron.v_threshold).subs(tilde)
     rows = []
     system = getattr(neuron, "ode", None)
@@ -178,8 +180,11 @@ def describe(neuron: Neuron, latex: bool = False) -> list[tuple[str, str]]:
         new = neuron.view(state.update) if state.update is not None else neuron.state_symbols[name]
         rows.append((fmt(tilde[neuron.state_symbols[name]]), fmt(new)))
     if getattr(neuron, "firing", "level") == "crossing":
-        crossing = f"H \\text{{ crosses }} {fmt(threshold)} \\text{{ upwards}}" if latex else (
-            f"1 when H crosses {fmt(threshold)} upwards")  # fmt: skip
+        crossing = (
+            f"H \\text{{ crosses }} {fmt(threshold)} \\text{{ upwards}}"
+            if latex
+            else (f"1 when H crosses {fmt(threshold)} upwards")
+        )
         rows.append(("S", crossing))
     else:
         step = fmt(H - threshold)
