@@ -27,9 +27,12 @@ OUT = Path(__file__).resolve().parent / "images" / "ou.png"
 def main() -> None:
     tau, mu, sigma = sp.symbols("tau mu sigma", positive=True)
     ou = sn.Neuron.from_ode(
-        (mu - sn.V + sn.X) / tau + sigma * sn.xi, dt=0.5, method="euler",
-        params={tau: 5.0, mu: 1.5, sigma: 0.4}, v_threshold=1e9,
-    )  # fmt: skip
+        (mu - sn.V + sn.X) / tau + sigma * sn.xi,
+        dt=0.5,
+        method="euler",
+        params={tau: 5.0, mu: 1.5, sigma: 0.4},
+        v_threshold=1e9,
+    )
     steps, n = 200, 65536
     _, v = sn.simulate(ou, torch.zeros(steps, n, dtype=torch.float64), v_init=0.0, seed=0)
     a, q = 1 - 0.5 / 5.0, 0.5 * 0.4**2
@@ -44,8 +47,14 @@ def main() -> None:
     left.set(xlabel="time (ms)", ylabel="V", title="OU membrane, Euler–Maruyama (dt = 0.5)")
     left.legend(loc="lower right")
     var = q / (1 - a**2)
-    right.hist(v[-1].numpy(), bins=80, density=True, color="C0", alpha=0.6,
-               label=f"V[{steps}], {n} neurons")  # fmt: skip
+    right.hist(
+        v[-1].numpy(),
+        bins=80,
+        density=True,
+        color="C0",
+        alpha=0.6,
+        label=f"V[{steps}], {n} neurons",
+    )
     grid = torch.linspace(1.5 - 4 * math.sqrt(var), 1.5 + 4 * math.sqrt(var), 200)
     density = torch.exp(-((grid - 1.5) ** 2) / (2 * var)) / math.sqrt(2 * math.pi * var)
     right.plot(grid, density, "k", label="N(μ, q/(1 − a²))")

@@ -233,10 +233,12 @@ def _root(node: ast.expr) -> str | None:
 
 
 def _private_uses(path: Path) -> list[str]:
-    """Underscored names of another module, or of another object than the class's own,
-    that ``path`` imports or reads (other packages' privates aside)."""
+    """Underscored names of another module, or of another object than the class's own
+    (``self``, ``cls`` or a class of the same module), that ``path`` imports or reads
+    (other packages' privates aside)."""
     tree = ast.parse(path.read_text())
     third, found = _third_party(tree), []
+    own_classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (
             node.level or (node.module or "").startswith("symneuron")
@@ -247,7 +249,7 @@ def _private_uses(path: Path) -> list[str]:
             own = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
             if own or node.attr.startswith("__") or node.attr in _NAMEDTUPLE:
                 continue
-            if _root(node.value) in third | {"super"}:
+            if _root(node.value) in third | own_classes | {"super"}:
                 continue
             found.append(f"{node.lineno}: reads {ast.unparse(node)}")
     return found
