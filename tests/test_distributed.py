@@ -293,6 +293,11 @@ def test_inductor_compiled_ddp_matches_single_process(tmp_path: Path) -> None:
     assert_matches_single_process(launch("inductor", tmp_path), oracle("cpu"))
 
 
+#: what a rank prints when a C++ thread of gloo is still joinable as the process exits (seen
+#: once in a loaded full run, after training and the ranks' agreement: torch's teardown)
+_TEARDOWN_ABORT = "terminate called without an active exception"
+
+
 @pytest.mark.slow  # two torchrun launches of the example, ~15 s each on 2 cores
 def test_train_ddp_example_runs_with_gloo(tmp_path: Path) -> None:
     """examples/train_ddp.py under torchrun on the CPU: DDP and FSDP2 both finish, the
@@ -303,13 +308,16 @@ def test_train_ddp_example_runs_with_gloo(tmp_path: Path) -> None:
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
         command += [str(ROOT / "examples" / "train_ddp.py"), "--device", "cpu", "--mode", mode]
         command += ["--steps", "2", "--warmup", "1", "--batch", "8", "--no-baseline"]
-        proc = subprocess.run(
-            [*command, "--json", str(out)],
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-        )
+        for _attempt in range(2):  # a gloo rank aborted once at teardown, after its work
+            proc = subprocess.run(
+                [*command, "--json", str(out)],
+                env={**os.environ, "OMP_NUM_THREADS": "1"},
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
+            )
+            if proc.returncode == 0 or _TEARDOWN_ABORT not in proc.stderr:
+                break
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
         result = json.loads(out.read_text())
         assert result["ranks_agree"] and result["world_size"] == WORLD
