@@ -47,6 +47,7 @@ def _rk4(f, y: torch.Tensor, x: torch.Tensor, dt: float, substeps: int = 2000) -
     return y
 
 
+@pytest.mark.slow  # (the RK4 oracle's 40 000 substeps in Python)
 def test_a_current_synapse_is_integrated_as_one_system() -> None:
     """V and I together, without spikes (threshold out of reach): the RK4 oracle within
     1e-10, where exp_euler, variable by variable, is off by far more."""
@@ -72,6 +73,7 @@ def test_a_current_synapse_is_integrated_as_one_system() -> None:
     assert errors["exact"] < 1e-10 < 1e-4 < errors["exp_euler"], errors
 
 
+@pytest.mark.slow  # (SymPy's matrix exponential with complex eigenvalues, and RK4)
 def test_complex_eigenvalues_take_the_real_form() -> None:
     """The resonate-and-fire neuron's rotation (Brian2's exact method cannot solve it):
     real expressions, the RK4 oracle within 1e-10 below the threshold."""

@@ -19,8 +19,10 @@ from conftest import nvrtc_or_skip
 from sympy.codegen import cfunctions
 
 import symneuron as sn
+from symneuron.codegen import render_source
 from symneuron.codegen.printer import KernelPrinter
 from symneuron.dtypes import DTYPES
+from symneuron.signature import BACKWARD, FORWARD
 
 x = sp.Symbol("x", real=True)
 CUDA_DTYPES = ("float32", "float64", "float16", "bfloat16")
@@ -142,6 +144,12 @@ MODELS: dict[str, Callable[[], sn.Neuron]] = {
 def test_every_model_compiles_in_every_dtype(name: str) -> None:
     nvrtc = nvrtc_or_skip()
     neuron = MODELS[name]()
+    spec = neuron.spec()
+    # one training forward and one backward (1 lane): every expression of the model is in
+    # them, its other variants differ in loads and stores only (test_codegen compiles those)
+    variants = (FORWARD.variant(store_h=True, v_mode="seq"), BACKWARD.variant(grad_v_mode="seq"))
     for dtype in CUDA_DTYPES:
-        ptx = nvrtc.compile_to_ptx(neuron.source("cuda", dtype), name=f"{name}_{dtype}.cu")
-        assert ".entry" in ptx, f"{name} {dtype}: no kernel in the PTX"
+        for variant in variants:
+            source = render_source(spec, "cuda", dtype, variant)
+            ptx = nvrtc.compile_to_ptx(source, name=f"{name}_{dtype}_{variant.base}.cu")
+            assert ".entry" in ptx, f"{name} {dtype} {variant.base}: no kernel in the PTX"

@@ -24,6 +24,13 @@ EXP_EULER = sorted(
 )
 
 
+#: the conductance models, whose views take seconds to expand: in the slow set
+_HEAVY = {"HodgkinHuxley", "Pospischil2008"}
+CASES = [
+    pytest.param(name, marks=pytest.mark.slow) if name in _HEAVY else name for name in EXP_EULER
+]
+
+
 def _stage_names(neuron: sn.Neuron) -> set[str]:
     return {s.name for s, _ in neuron.stages}
 
@@ -51,7 +58,7 @@ def test_exp_euler_zoo_is_not_empty() -> None:
     assert {"HodgkinHuxley", "IafCondExp", "IafPscExp", "ResonateAndFire"} <= set(EXP_EULER)
 
 
-@pytest.mark.parametrize("name", EXP_EULER)
+@pytest.mark.parametrize("name", CASES)
 def test_views_are_the_staged_step(name: str) -> None:
     neuron = sn.models.ZOO[name]()
     pairs = [(neuron.charge, neuron.step_charge)]
@@ -65,7 +72,7 @@ def test_views_are_the_staged_step(name: str) -> None:
             assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
 
 
-@pytest.mark.parametrize("name", EXP_EULER)
+@pytest.mark.parametrize("name", CASES)
 def test_derivatives_are_partials_of_the_mathematics(name: str) -> None:
     neuron = sn.models.ZOO[name]()
     found = neuron.derivatives()
@@ -79,7 +86,7 @@ def test_derivatives_are_partials_of_the_mathematics(name: str) -> None:
 
 
 @pytest.mark.parametrize("latex", [False, True], ids=["text", "latex"])
-@pytest.mark.parametrize("name", EXP_EULER)
+@pytest.mark.parametrize("name", CASES)
 def test_show_has_no_stage_symbols(name: str, latex: bool) -> None:
     neuron = sn.models.ZOO[name]()
     text = "\n".join(f"{a} = {b}" for a, b in describe(neuron, latex=latex))
