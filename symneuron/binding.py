@@ -254,51 +254,15 @@ def gradients(
             grad_w = (h_seq.new_zeros(prog.k, rows, n) if grad_w is None else grad_w).contiguous()
     rng = getattr(ctx, "rng", None)
     wt_seq, x_seq, v_init, w_init = kept["wt_seq"], kept["x_seq"], kept["v_init"], kept["w_init"]
+    # the backward pass's inputs in its argument order (Program.backward's, the op's)
+    args = (grad_spike, grad_v, grad_w, h_seq, wt_seq, x_seq, v_init, w_init, params, mode)
     if launch is not None:  # a connection's kernels (given the forward's rng by their caller)
-        out = launch(
-            grad_spike=grad_spike,
-            grad_v_seq=grad_v,
-            grad_w_seq=grad_w,
-            h_seq=h_seq,
-            wt_seq=wt_seq,
-            x_seq=x_seq,
-            v_init=v_init,
-            w_init=w_init,
-            params=params,
-            grad_v_mode=mode,
-        )
+        out = launch(*args)
     elif compiled:
         present = prog.backward_layout(h_seq, v_init, w_init).present
-        found = backward_op(
-            prog.key,
-            prog.backend,
-            grad_spike,
-            grad_v,
-            grad_w,
-            h_seq,
-            wt_seq,
-            x_seq,
-            v_init,
-            w_init,
-            params,
-            mode,
-            rng,
-        )
-        out = absent_as_none(BACKWARD, found, present)
+        out = absent_as_none(BACKWARD, backward_op(prog.key, prog.backend, *args, rng), present)
     else:
-        out = prog.backward(
-            grad_spike,
-            grad_v,
-            grad_w,
-            h_seq,
-            wt_seq,
-            x_seq,
-            v_init,
-            w_init,
-            params,
-            mode,
-            rng=rng,
-        )
+        out = prog.backward(*args, rng=rng)
     grads: list[torch.Tensor | None] = [None] * ctx.n_params
     for j, index in prog.learnable_rows:
         grads[index] = out.grad_params[j].to(params[index].dtype)

@@ -22,7 +22,7 @@ from .derivation.connection import DENSE
 from .params import compute_dtype, grad_shape, kernel_param, launch_param
 from .runtime import rows
 from .runtime.kernels import Program, lookup, program
-from .signature import RBACKWARD, RFORWARD
+from .signature import BACKWARD, RBACKWARD, RFORWARD
 
 __all__ = ["RecurrentBinding", "run", "rforward_op", "rbackward_op"]
 
@@ -205,7 +205,8 @@ def _backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
     weight = kept["weight_t"].t().contiguous()
     prog = ctx.program
 
-    def launch(**values: Any) -> Any:
+    def launch(*given: Any) -> Any:
+        values = dict(zip(op_names(BACKWARD)[2:], given, strict=False))  # (by name; no rng)
         present = prog.backward_layout(values["h_seq"], values["v_init"], values["w_init"]).present
         values.update(weight=weight, D=ctx.delay, rng=ctx.rng)
         args = [values[name] for name in R_ARGS["rbackward"][2:]]
