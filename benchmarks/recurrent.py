@@ -10,9 +10,10 @@ eager and graphed, after a float64 check of each row's loss and gradients agains
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,17 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import symneuron as sn  # noqa: E402
+from symneuron.runtime import rows as rows_runtime  # noqa: E402
 
-ROWS = ["feedforward", "symneuron", "symneuron-loop", "torch", "spikingjelly", "torch.compile"]
+ROWS = [
+    "feedforward",
+    "symneuron",
+    "symneuron-rows",
+    "symneuron-loop",
+    "torch",
+    "spikingjelly",
+    "torch.compile",
+]
 CONFIGS = [(64, 256, 100), (64, 256, 500), (64, 256, 1000), (256, 1024, 100)]  # (B, H, T)
 QUICK = [(4, 16, 20), (8, 32, 30)]
 CHECK = (4, 24, 30)  # the gradient check's configuration
@@ -99,7 +109,7 @@ def recurrent_layer(row: str, size: int) -> nn.Module:
     lif = sn.models.LIF(tau=TAU)
     if row == "feedforward":
         return sn.NeuronLayer(lif)
-    if row == "symneuron":
+    if row in ("symneuron", "symneuron-rows"):
         return sn.RecurrentNeuronLayer(lif, size)
     if row == "symneuron-loop":
         return Loop(size, sn.NeuronLayer(lif, step_mode="s"))
@@ -231,8 +241,25 @@ def _param(item: tuple[str, nn.Parameter]) -> str:
     return name if name.startswith(("inp.", "out.")) else "rec.weight"
 
 
+@contextlib.contextmanager
+def kernels_of(row: str) -> Iterator[None]:
+    """``symneuron-rows``: the fused layer with one block per batch row at every size
+    (the kernels the grid kernels replace from ``rows.GRID_FROM`` neurons)."""
+    saved = rows_runtime.GRID_FROM
+    rows_runtime.GRID_FROM = 2**62 if row == "symneuron-rows" else saved
+    try:
+        yield
+    finally:
+        rows_runtime.GRID_FROM = saved
+
+
 def time_row(case: Case, row: str, timer: core.Timer, args: argparse.Namespace) -> list[core.Rec]:
     """The row's eager and graphed records (each refused when its firing rate is outside)."""
+    with kernels_of(row):
+        return _time_row(case, row, timer, args)
+
+
+def _time_row(case: Case, row: str, timer: core.Timer, args: argparse.Namespace) -> list[core.Rec]:
     base = dict(B=case.x.shape[1], H=case.size, T=case.x.shape[0], row=row)
     net = case.net(row)
     base["rate"] = fired = rate(net, case.x)

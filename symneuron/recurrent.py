@@ -275,6 +275,8 @@ class RecurrentNeuronLayer(nn.Module):
         loop's launches cost no host time and its products read R once for all rows."""
         if self.fused is not None:
             return not self.fused
+        if torch.compiler.is_compiling():  # (Dynamo cannot trace the capture query)
+            return False
         if not x_seq.is_cuda or not torch.cuda.is_current_stream_capturing():
             return False
         rows = x_seq[0].numel() // self.size if x_seq.shape[0] else 0

@@ -37,6 +37,8 @@ __all__ = [
     "BACKWARD",
     "RFORWARD",
     "RBACKWARD",
+    "GFORWARD",
+    "GBACKWARD",
     "V_MODES",
     "GRAD_V_MODES",
     "Variant",
@@ -70,6 +72,8 @@ class Arg:
         named ``cname.format(<param's kernel name>)``.
     derived : the runtime computes the value from the others (sizes, strides, flags);
         callers never pass it.
+    scratch : a pointer the kernel writes that the runtime allocates (zeroed) and
+        discards: no output, never passed by a caller (with ``derived``).
     states : present only in the kernels of neurons with extra states.
     noise : present only in the kernels of neurons that draw random numbers; the last
         positional op argument, None by default (custom ops take no keyword-only tensor).
@@ -84,6 +88,7 @@ class Arg:
     each: str | None = None
     cname: str = "{}"
     derived: bool = False
+    scratch: bool = False
     states: bool = False
     noise: bool = False
     default: Any = None
@@ -94,7 +99,7 @@ class Arg:
 
     @property
     def output(self) -> bool:
-        return self.pointer and not self.const
+        return self.pointer and not self.const and not self.scratch
 
     @property
     def pack(self) -> str:
@@ -137,7 +142,10 @@ class Pass:
     ``kind`` names the printer of its body (:mod:`symneuron.codegen.skeleton` keeps the
     table of printers by kind); ``name`` prefixes its exported kernels (unique). A pass
     with ``rows`` runs one block per batch row of ``F`` neurons, which exchange values
-    each step (a connection stage, :mod:`symneuron.codegen.connection`).
+    each step (a connection stage, :mod:`symneuron.codegen.connection`); with ``grid``
+    too, a grid of blocks that each own a slice of a row's neurons for many batch rows
+    runs the sequence, exchanging the values through global memory and a barrier of
+    the whole grid each step.
 
     The facts derived from the arguments are fields computed once at construction:
     launches read them every call, also inside ``torch.compile`` (Dynamo cannot enter
@@ -156,6 +164,7 @@ class Pass:
     args: tuple[Arg, ...]
     options: tuple[Option, ...]
     rows: bool = False
+    grid: bool = False
     inputs: tuple[Arg, ...] = field(init=False)
     defaults: dict[str, Any] = field(init=False)
     outputs: tuple[Arg, ...] = field(init=False)
@@ -182,14 +191,21 @@ class Pass:
         return tuple(a for a in self.args if (states or not a.states) and (noise or not a.noise))
 
     def extended(
-        self, name: str, after: str, *new: Arg, tail: tuple[Arg, ...] = (), rows: bool = True
+        self,
+        name: str,
+        after: str,
+        *new: Arg,
+        tail: tuple[Arg, ...] = (),
+        rows: bool = True,
+        grid: bool = False,
     ) -> Pass:
         """This pass with ``new`` arguments inserted after argument ``after`` and ``tail``
         appended, named ``name``: a connection's pass is its neuron's pass plus the
         connection's arguments."""
         args = list(self.args)
         at = [a.name for a in args].index(after) + 1
-        return Pass(name, self.kind, (*args[:at], *new, *args[at:], *tail), self.options, rows)
+        new_args = (*args[:at], *new, *args[at:], *tail)
+        return Pass(name, self.kind, new_args, self.options, rows, grid)
 
     def variant(self, lanes: int = 1, **options: Any) -> Variant:
         """The variant with these option values (by name) and ``lanes``."""
@@ -363,8 +379,20 @@ RFORWARD = FORWARD.extended(
 #: with dL/dX_eff[t+D] adds to dL/dS[t] inside the reverse time loop.
 RBACKWARD = BACKWARD.extended("rbackward", "params", _tensor("weight"), tail=(_DELAY, _FEATURES))
 
+#: A grid kernel's working memory in global memory (zeroed by the runtime): its barrier's
+#: counter, then the values exchanged each step; and the neurons of a row each block owns.
+_GRID = (
+    Arg("scratch", "int64", derived=True, scratch=True),
+    Arg("S", "long long", derived=True),
+)
+#: The recurrent passes as grid kernels: the same arguments plus :data:`_GRID`. The
+#: runtime takes them for layers whose weight is too large for one block per row to
+#: read each step (:mod:`symneuron.runtime.rows`); the caller sees RFORWARD/RBACKWARD.
+GFORWARD = RFORWARD.extended("gforward", "F", tail=_GRID, grid=True)
+GBACKWARD = RBACKWARD.extended("gbackward", "F", tail=_GRID, grid=True)
+
 #: The built-in passes by name.
-PASSES = {p.name: p for p in (FORWARD, BACKWARD, RFORWARD, RBACKWARD)}
+PASSES = {p.name: p for p in (FORWARD, BACKWARD, RFORWARD, RBACKWARD, GFORWARD, GBACKWARD)}
 
 
 def param_cnames(params: Sequence[str]) -> tuple[str, ...]:
@@ -378,11 +406,13 @@ def param_cnames(params: Sequence[str]) -> tuple[str, ...]:
 
 
 class Geometry(NamedTuple):
-    """How a variant is launched: blocks, threads per block, shared memory bytes."""
+    """How a variant is launched: blocks, threads per block, shared memory bytes, and
+    whether its blocks wait for each other (a cooperative launch: all resident at once)."""
 
     grid: int
     block: int
     shared: int = 0
+    cooperative: bool = False
 
 
 @dataclass(frozen=True)

@@ -160,10 +160,17 @@ def test_weight_gradient_alone() -> None:
     torch.testing.assert_close(grads[1], grads[0], rtol=1e-10, atol=1e-12)
 
 
+#: the kernel families of the CUDA recurrent layer, chosen by size (rows.GRID_FROM)
+PATHS = {"rows": 2**62, "grid": 1}
+
+
 @pytest.mark.cuda
+@pytest.mark.parametrize("path", sorted(PATHS))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("name", QUICK)
-def test_cuda_kernels_match_the_reference(name: str, dtype: torch.dtype) -> None:
+def test_cuda_kernels_match_the_reference(
+    monkeypatch: pytest.MonkeyPatch, name: str, dtype: torch.dtype, path: str
+) -> None:
     """CUDA in every dtype against the float64 reference loop: float64 spikes identical
     and gradients to 1e-10; float32 spikes identical and gradients to 1e-4 of their
     scale. 16-bit: a spike that flips near the threshold feeds back into every later
@@ -172,6 +179,7 @@ def test_cuda_kernels_match_the_reference(name: str, dtype: torch.dtype) -> None
     0.25-0.5 mV steps and is left to the float16 case."""
     if dtype == torch.bfloat16 and name in ("Izhikevich", "AdEx"):
         pytest.skip("a mV-scale membrane in bfloat16 (8 bits): see the docstring")
+    monkeypatch.setattr(rkernels, "GRID_FROM", PATHS[path])
     neuron = _learnable(name)
     t_len = 20 if dtype in (torch.float64, torch.float32) else 8
     x = 1.5 * torch.rand(t_len, 3, 40, generator=generator(11), dtype=torch.float64)
@@ -190,9 +198,11 @@ def test_cuda_kernels_match_the_reference(name: str, dtype: torch.dtype) -> None
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("path", sorted(PATHS))
 @pytest.mark.parametrize("size", [1024, 1536, 2048])
-def test_cuda_wide_layers(size: int) -> None:
+def test_cuda_wide_layers(monkeypatch: pytest.MonkeyPatch, size: int, path: str) -> None:
     """Rows wider than a block take the dtype's lanes per thread (float64: 2)."""
+    monkeypatch.setattr(rkernels, "GRID_FROM", PATHS[path])
     neuron = sn.models.LIF()
     x = 1.2 * torch.rand(6, 2, size, generator=generator(12), dtype=torch.float64)
     want = _run(neuron, "torch", x, size, scale=0.2)
@@ -211,9 +221,13 @@ def test_cuda_widest_float32_layer() -> None:
 
 @pytest.mark.cuda
 def test_cuda_too_wide_says_what_to_do() -> None:
+    """4097 neurons of one row run as a grid; 64 rows of them need more threads than
+    the grid holds at once, and one block per row holds at most 4096."""
     layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 4097, backend="cuda").cuda()
+    assert layer(torch.rand(3, 1, 4097, device="cuda")).shape == (3, 1, 4097)
+    layer.reset()
     with pytest.raises(ValueError, match="up to 4096 neurons.*backend='torch'"):
-        layer(torch.rand(3, 1, 4097, device="cuda"))
+        layer(torch.rand(3, 64, 4097, device="cuda"))
 
 
 @pytest.mark.parametrize("compile_backend", ["eager", "aot_eager"])

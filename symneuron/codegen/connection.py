@@ -78,6 +78,10 @@ class Product:
     def start(self) -> list[str]:
         return [f"{self.dt.compute} rec[K];", *self.dialect.lane_loop(["rec[j] = 0;"])]
 
+    def add_spike(self) -> list[str]:
+        """One spiking neuron's spike term added into each lane's sum."""
+        return self.add(self.spec.spike_term)
+
     def add(self, term: sp.Expr) -> list[str]:
         """One neuron's term added into each lane's sum."""
         ct = self.dt.compute
@@ -306,11 +310,216 @@ def _row(
     ]
 
 
+#: a grid kernel's slots: the forward's D + 2 (step t reads t − D, writes t and clears
+#: t + 1, which step t − 1 read last), the backward's D + 1 as a row kernel's
+_GRID_SLOTS = {
+    "forward": (
+        ["int ring_now = 0, ring_next = 1, ring_before = 2 % (D + 2);"],
+        [
+            "ring_now = ring_next;",
+            "ring_next = ring_next == D + 1 ? 0 : ring_next + 1;",
+            "ring_before = ring_before == D + 1 ? 0 : ring_before + 1;",
+        ],
+    ),
+    "backward": _SLOTS["backward"],
+}
+
+#: where a grid kernel's scratch keeps its barrier counter and its exchanged values
+_GRID_SCRATCH = [
+    "unsigned int* sn_bar = (unsigned int*)scratch;",
+    "unsigned int sn_passed = 0;  // the grid barriers this block has passed",
+]
+
+
+def _grid_forward(printer: ForwardPrinter, variant: Variant) -> list[str]:
+    """The forward of a grid kernel: a block's rows gather their spikes of step t − D
+    from bit words in global memory, over the rows of the block's slice of
+    ``weight_t`` kept in shared memory (the rest from L2), so that each weight read
+    serves every row of the block; spikes go to the words by atomic or."""
+    d, st = printer.dialect, printer.dt.storage
+    io = printer.io(variant, mutable=frozenset({"x_v"}))
+    product = Product(printer)
+    slot = "sn_words + ((long long){} * B + row) * n_words"
+    words = [
+        "unsigned int* sn_words = (unsigned int*)scratch + 4;  // [D + 2][B][n_words]",
+        "const long long n_words = (F + 31) / 32;",
+    ]
+    cached = [f"const {st}* w_row = sn_wslice + m * S + (c0 - cs0);", *product.add_spike()]
+    uncached = [f"const {st}* w_row = weight_t + m * F + c0;", *product.add_spike()]
+    gather = [
+        *product.start(),
+        *d.each_set(
+            slot.format("ring_before"),
+            "n_words",
+            ["if (m < cached) {", *indent(cached), "} else {", *indent(uncached), "}"],
+        ),
+    ]
+    xeff = f"if (xeff_seq) *({printer.vec}*)(xeff_seq + k) = x_v;"
+    publish = d.lane_loop([f"if (s_v.v[j] != 0) {d.set_bit(slot.format('ring_now'), 'c0 + j')}"])
+    step = printer.step(
+        variant, io, Stage((*gather, *_add_to(printer, "x_v"), xeff), tuple(publish))
+    )
+    first = f"s_init && {printer.load('s_init[(long long)i * N + i0 + j]')} != 0"
+    history = [
+        "for (int i = 0; i < D; ++i) {",
+        *indent(
+            d.lane_loop([f"if ({first}) {d.set_bit(slot.format('(i + 2) % (D + 2)'), 'c0 + j')}"])
+        ),
+        "}",
+    ]
+    next_words = slot.format("ring_next").replace("row", "r")
+    clear = [
+        "{  // the next step's words of this block's rows and slice",
+        "    const long long q0 = (cs0 + 31) / 32;",
+        "    const long long q1 = (cs0 + S + 31) / 32 < n_words ? (cs0 + S + 31) / 32 : n_words;",
+        "    const long long r0 = (blockIdx.x / n_slices) * group_rows;",
+        "    for (long long e = threadIdx.x; e < group_rows * (q1 - q0); e += blockDim.x) {",
+        "        const long long r = r0 + e / (q1 - q0);",
+        f"        if (r < B) ({next_words})[q0 + e % (q1 - q0)] = 0;",
+        "    }",
+        "}",
+    ]
+    return _grid(
+        printer,
+        variant,
+        "weight_t",
+        words,
+        history,
+        step,
+        clear,
+        printer.last(variant),
+        printer.lane_arrays(),
+        d.lane_loop(printer.lane_init()),
+    )
+
+
+#: the dL/dX_eff values of a block's rows the grid backward stages in shared memory at a
+#: time (a row's in one coalesced read; each row's padded by one against bank conflicts)
+TILE = 32
+
+
+def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
+    """The backward of a grid kernel: a block's rows sum dL/dX_eff[t + D] of all the
+    row's neurons, read from a ring in global memory in tiles of :data:`TILE` neurons
+    of every row of the block (coalesced, into shared memory), over the block's slice
+    of ``weight`` kept in shared memory (the rest from L2): each weight read serves
+    every row of the block."""
+    d, ct, at = printer.dialect, printer.dt.compute, printer.dt.accum
+    io = printer.io(variant, mutable=frozenset({"gs_v"}))
+    arrays = printer.lane_arrays() + [(ct, carry) for carry, _ in io.carries]
+    arrays += [(at, f"acc_{c}") for c in printer.learnable()]
+    product = Product(printer)
+    pad = TILE + 1
+    ring = [
+        f"{ct}* sn_ring = ({ct}*)((unsigned int*)scratch + 4);  // [D + 1][B][F]",
+        f"{ct}* sn_gtile = ({ct}*)sn_smem;  // [group_rows][{pad}], then the slice",
+        "const long long r0 = (blockIdx.x / n_slices) * group_rows;",
+        "const long long local_row = threadIdx.x / slice_threads;",
+    ]
+    stage = [
+        d.barrier(),
+        f"for (long long e = threadIdx.x; e < group_rows * {TILE}; e += blockDim.x) {{",
+        f"    const long long r = r0 + e / {TILE}, m = m0 + e % {TILE};",
+        f"    sn_gtile[(e / {TILE}) * {pad} + e % {TILE}] = r < B && m < F ? "
+        f"{d.shared_load('g_all[r * F + m]')} : ({ct})0;",
+        "}",
+        d.barrier(),
+    ]
+    factor = f"sn_gtile[local_row * {pad} + m - m0]"
+    tile_sum = [
+        f"const long long m1 = m0 + {TILE} < F ? m0 + {TILE} : F;",
+        "const long long mc = m1 < cached ? m1 : (m0 > cached ? m0 : cached);",
+        *product.dense("sn_wslice + m * S + (c0 - cs0)", factor, "m = m0; m < mc"),
+        *product.dense("weight + m * F + c0", factor, "m = mc; m < m1"),
+    ]
+    transposed = [
+        *product.start(),
+        f"const {ct}* g_all = sn_ring + (long long)ring_before * B * F;",
+        f"for (long long m0 = 0; m0 < F; m0 += {TILE}) {{",
+        *indent(stage),
+        *indent(d.threads(arrays, tile_sum)),
+        "}",
+    ]
+    declared, loads = printer.row_loads(io)
+    step = [
+        "const long long k = (long long)t * N + i0;",
+        *declared,
+        *loads,
+        f"{ct}* now = sn_ring + ((long long)ring_now * B + row) * F;",
+        *_add_to(printer, "gs_v"),
+        *printer.lanes_step(variant, io),
+        *d.lane_loop([f"now[c0 + j] = {printer.load('gx_v.v[j]')};"]),
+    ]
+    init = d.lane_loop(printer.lane_init() + printer.setup(io))
+    return _grid(
+        printer,
+        variant,
+        "weight",
+        ring,
+        [],
+        step,
+        [],
+        d.lane_loop(printer.final()),
+        arrays,
+        init,
+        reverse=True,
+        before=transposed,
+        tile=f"group_rows * {pad} * (long long)sizeof({ct})",
+    )
+
+
+def _grid(
+    printer: StepPrinter,
+    variant: Variant,
+    weight: str,
+    exchange: list[str],
+    history: list[str],
+    step: list[str],
+    between: list[str],
+    last: list[str],
+    arrays: list[tuple[str, str]],
+    init: list[str],
+    *,
+    reverse: bool = False,
+    before: list[str] | None = None,
+    tile: str = "0",
+) -> list[str]:
+    """A grid kernel: the generator's state, the block's slice of ``weight`` in shared
+    memory after its first ``tile`` bytes, the ``exchange`` buffers in the scratch, the
+    arrays and each thread's set-up and ``history``, a grid barrier; then the time
+    loop (what every thread of the block runs ``before`` the step, the step in the
+    threads that own neurons, the block's work ``between`` steps, a grid barrier), and
+    each thread's ``last`` stores."""
+    d = printer.dialect
+    head = "for (int t = T - 1; t >= 0; --t) {" if reverse else "for (int t = 0; t < T; ++t) {"
+    slots, advance = _GRID_SLOTS["backward" if reverse else "forward"]
+    barrier = d.grid_barrier("sn_bar")
+    loop = [*(before or []), *d.threads(arrays, step), *between, *barrier, *advance]
+    return [
+        *noise.state(printer.spec),
+        *d.row_shared("0"),
+        f"const long long sn_tile_base = ({tile} + 15) / 16 * 16;",
+        *d.slice_cache(printer.dt.storage, weight, "sn_tile_base"),
+        *_GRID_SCRATCH,
+        *exchange,
+        *d.lane_arrays(arrays),
+        *d.threads(arrays, [*init, *history]),
+        *barrier,
+        *slots,
+        head,
+        *indent(loop),
+        "}",
+        *(d.threads(arrays, last) if last else []),
+    ]
+
+
 def row_body(printer: StepPrinter, variant: Variant) -> list[str]:
-    """The body of one row block of ``variant``'s kernel: the pass's own printer with the
-    connection's stage around its steps."""
+    """The body of one row block of ``variant``'s kernel (or, for a grid pass, of one
+    block of the grid): the pass's own printer with the connection's stage around its
+    steps."""
+    grid = variant.pass_.grid
     if isinstance(printer, ForwardPrinter):
-        return _forward(printer, variant)
+        return (_grid_forward if grid else _forward)(printer, variant)
     if isinstance(printer, BackwardPrinter):
-        return _backward(printer, variant)
+        return (_grid_backward if grid else _backward)(printer, variant)
     raise TypeError(f"a connection has no stage for the printer {type(printer).__name__}")

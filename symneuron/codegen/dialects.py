@@ -89,6 +89,9 @@ class Dialect:
     # -- kernels whose neurons exchange data (one block per batch row) ----------
     #: whether the threads of a row exchange spikes as warp-vote words (:meth:`vote`)
     votes = False
+    #: whether the dialect runs grid kernels (:meth:`grid_kernels`): blocks that wait
+    #: for each other each step
+    grids = False
 
     def row_kernels(
         self,
@@ -101,6 +104,40 @@ class Dialect:
         """``body`` as the kernels of one batch row of ``F`` neurons each: it sees ``row0``
         (the row's first neuron), and runs its per-neuron parts in :meth:`threads`;
         ``row_threads``: the formula of the threads that own a row's neurons."""
+        raise NotImplementedError
+
+    def grid_kernels(
+        self, name: str, params: list[str], body: list[str], lanes: dict[int, str]
+    ) -> str:
+        """``body`` as the kernels of a grid whose blocks each own ``S`` neurons of a row
+        for a group of batch rows: it sees ``row`` (the thread's batch row), ``c0``,
+        ``i0``, ``cs0`` (the block's first neuron of the row) and ``active``, and runs
+        its per-neuron parts in :meth:`threads` (dialects with :attr:`grids`)."""
+        raise NotImplementedError
+
+    def grid_barrier(self, counter: str) -> list[str]:
+        """Every thread of every block waits until all blocks reach this point; the
+        values each wrote to global memory before it are then visible to all
+        (``counter``: a zeroed word of global memory, this barrier's)."""
+        raise NotImplementedError
+
+    def shared_load(self, ref: str) -> str:
+        """A load of a value another block wrote before the last grid barrier."""
+        raise NotImplementedError
+
+    def set_bit(self, words: str, index: str) -> str:
+        """Set bit ``index`` of the bit array at ``words`` (other threads set others)."""
+        raise NotImplementedError
+
+    def each_set(self, words: str, count: str, body: list[str]) -> list[str]:
+        """``body`` for each ``m`` whose bit is set in the ``count`` words at ``words``
+        (written by other blocks), in increasing order."""
+        raise NotImplementedError
+
+    def slice_cache(self, storage: str, source: str, base: str) -> list[str]:
+        """``sn_wslice``: the first ``cached`` rows of columns [cs0, cs0 + S) of the
+        [F, F] ``source``, as many as the launch's dynamic shared memory holds after its
+        first ``base`` bytes."""
         raise NotImplementedError
 
     def lane_arrays(self, arrays: list[tuple[str, str]]) -> list[str]:
@@ -283,6 +320,7 @@ class CUDADialect(Dialect):
     name = "cuda"
     restrict = "__restrict__"
     votes = True
+    grids = True
     lane_templates = True
 
     def prelude(self, dtype: DType, lanes: tuple[int, ...]) -> str:
@@ -335,6 +373,81 @@ class CUDADialect(Dialect):
         ]
         # a block may hold 1024 threads: registers capped so that it always launches
         return self._wrap(name, params, indent(head + body), lanes, "__launch_bounds__(1024) ")
+
+    def grid_kernels(
+        self, name: str, params: list[str], body: list[str], lanes: dict[int, str]
+    ) -> str:
+        """Block b owns neurons [cs0, cs0 + S) of the rows of its group, S / K threads
+        a row; the blocks of one group cover the row's slices in order."""
+        head = [
+            "const long long n_slices = (F + S - 1) / S;",
+            "const long long slice_threads = S / K;",
+            "const long long group_rows = blockDim.x / slice_threads;",
+            "const long long cs0 = (blockIdx.x % n_slices) * S;",
+            "const long long row = (blockIdx.x / n_slices) * group_rows"
+            " + threadIdx.x / slice_threads;",
+            "const long long c0 = cs0 + (threadIdx.x % slice_threads) * K;",
+            "const long long row0 = row * F;",
+            "const long long i0 = row0 + c0;",
+            "const long long B = N / F;",
+            "const bool active = row < B && threadIdx.x < group_rows * slice_threads"
+            " && c0 < F && c0 < cs0 + S;",
+        ]
+        return self._wrap(name, params, indent(head + body), lanes, "__launch_bounds__(1024) ")
+
+    def grid_barrier(self, counter: str) -> list[str]:
+        """A counter that only grows: barrier number g of the launch lets a block past
+        once every block has added its 1 for it (g · blocks); thread 0 of each block
+        waits on a volatile read (a loop of plain reads has no side effect, and C++
+        lets the compiler assume it ends: it removed the wait), the fences publish the
+        grid's writes both ways."""
+        return [
+            "__syncthreads();",
+            "if (threadIdx.x == 0) {",
+            "    ++sn_passed;",
+            "    __threadfence();",
+            f"    atomicAdd({counter}, 1u);",
+            f"    while (*(volatile unsigned int*){counter} < sn_passed * gridDim.x) {{}}",
+            "    __threadfence();",
+            "}",
+            "__syncthreads();",
+        ]
+
+    def shared_load(self, ref: str) -> str:
+        return f"__ldcg(&{ref})"  # from L2: the SM's L1 may hold an older copy
+
+    def set_bit(self, words: str, index: str) -> str:
+        return f"atomicOr({words} + (({index}) >> 5), 1u << (({index}) & 31));"
+
+    def each_set(self, words: str, count: str, body: list[str]) -> list[str]:
+        return [
+            f"const unsigned int* voted = {words};",
+            f"for (long long q = 0; q < {count}; ++q) {{",
+            "    unsigned int bits = __ldcg(voted + q);",
+            "    while (bits) {",
+            "        const long long m = q * 32 + __ffs(bits) - 1;",
+            "        bits &= bits - 1;",
+            *indent(body, 2),
+            "    }",
+            "}",
+        ]
+
+    def slice_cache(self, storage: str, source: str, base: str) -> list[str]:
+        fill = (
+            "for (long long e = threadIdx.x; e < cached * S; e += blockDim.x) {",
+            "    const long long c = cs0 + e % S;",
+            f"    sn_wslice[e] = c < F ? {source}[(e / S) * F + c] : ({storage})0;",
+            "}",
+        )
+        return [
+            "unsigned int sn_dyn;",
+            'asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(sn_dyn));',
+            f"const long long sn_fit = ((long long)sn_dyn - {base}) / "
+            f"((long long)sizeof({storage}) * S);",
+            "const long long cached = sn_fit < 0 ? 0 : (sn_fit < F ? sn_fit : F);",
+            f"{storage}* sn_wslice = ({storage}*)(sn_smem + {base});",
+            *fill,
+        ]
 
     def lane_arrays(self, arrays: list[tuple[str, str]]) -> list[str]:
         return [f"{ct} {name}[K];" for ct, name in arrays]

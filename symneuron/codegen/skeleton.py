@@ -78,6 +78,9 @@ def _kernels(spec: KernelSpec, group: list[Variant], dtype: DType, dialect: Dial
     params = parameters(spec, pass_, dtype, dialect)
     lanes = {v.lanes: v.exported(spec.name) for v in group}
     name = first.function(spec.name)
+    if pass_.grid:
+        body = connection.row_body(printer, first)
+        return dialect.grid_kernels(name, params, body, lanes)
     if pass_.rows:
         body = connection.row_body(printer, first)
         return dialect.row_kernels(name, params, body, lanes, ROW_THREADS)

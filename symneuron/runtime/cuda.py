@@ -152,6 +152,9 @@ def launcher(module: Any, name: str, device: int) -> Callable[[str, list[int], G
     address = ctypes.addressof
 
     def launch(kinds: str, values: list[int], geometry: Geometry, _module: Any = module) -> None:
+        if geometry.cooperative and not capturing():
+            cooperative(kinds, values, geometry)
+            return
         packed = pack("@" + kinds, *values)
         buffer = ctypes.create_string_buffer(packed, len(packed))
         size = ctypes.c_size_t(len(packed))
@@ -164,4 +167,41 @@ def launcher(module: Any, name: str, device: int) -> Callable[[str, list[int], G
             return
         launch_kernel(fn, grid, 1, 1, block, 1, 1, shared, stream, 0, address(extra))
 
+    capturing = torch.cuda.is_current_stream_capturing
+
+    def cooperative(kinds: str, values: list[int], geometry: Geometry) -> None:
+        """``cuLaunchCooperativeKernel``: the driver starts the grid only with every block
+        resident (a grid barrier's blocks wait for each other), and it takes the
+        arguments as an array of pointers to each value, not one buffer. A stream being
+        captured into a CUDA graph takes a plain launch instead (a cooperative launch
+        is not captured); its grid is at most one block per SM, which every SM holds
+        (``__launch_bounds__(1024)``, shared memory within the SM's), so all its blocks
+        are resident unless other kernels run beside the graph's."""
+        packed = pack("@" + kinds, *values)
+        buffer = ctypes.create_string_buffer(packed, len(packed))
+        base = address(buffer)
+        params = (ctypes.c_void_p * len(kinds))(*(base + o for o in _offsets(kinds)))
+        with torch.cuda.device(device):
+            driver.launchCooperativeKernel(
+                fn,
+                geometry.grid,
+                1,
+                1,
+                geometry.block,
+                1,
+                1,
+                geometry.shared,
+                raw_stream(device),
+                address(params),
+            )
+
     return launch
+
+
+@functools.lru_cache(maxsize=64)
+def _offsets(kinds: str) -> tuple[int, ...]:
+    """The byte offset of each value in a buffer packed as ``struct.pack("@" + kinds)``."""
+    return tuple(
+        struct.calcsize("@" + kinds[: i + 1]) - struct.calcsize("@" + kinds[i])
+        for i in range(len(kinds))
+    )

@@ -12,7 +12,7 @@ kernel evaluates it. On the CPU one thread runs a row.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 
@@ -20,7 +20,7 @@ from .. import dtypes
 from ..codegen import connection
 from ..codegen.layout import CHUNK, N_WORDS, ROW_THREADS, evaluate
 from ..memo import BoundedTable
-from ..signature import RBACKWARD, RFORWARD, Geometry, Variant
+from ..signature import GBACKWARD, GFORWARD, RBACKWARD, RFORWARD, Geometry, Variant
 from .kernels import Program
 
 __all__ = ["MAX_THREADS", "max_features", "forward", "backward", "geometry"]
@@ -49,10 +49,12 @@ def _lanes(prog: Program, features: int, dtype: torch.dtype) -> int:
     limit = max_features(prog.backend, dtype)
     if features > limit:
         raise ValueError(
-            f"symneuron: the fused recurrent kernel runs layers of up to {limit} neurons "
-            f"on backend={prog.backend!r} in {dtypes.dtype_name(dtype)} (one block per batch "
-            f"row, the exchanged values in its shared memory); this layer has {features}. "
-            "Use backend='torch' (a loop over steps) for it, or a smaller layer."
+            f"symneuron: the fused recurrent kernels run layers of up to {limit} neurons "
+            f"on backend={prog.backend!r} in {dtypes.dtype_name(dtype)} with one block per "
+            f"batch row, and wider ones as a grid of blocks only while the batch rows × "
+            "neurons fit the GPU's threads at once; this layer has "
+            f"{features} neurons. Use backend='torch' (a loop over steps) for it, a smaller "
+            "batch per call, or a smaller layer."
         )
     if not prog.impl.simt:
         return 1
@@ -128,6 +130,101 @@ def launch_geometry(
     return Geometry(rows, threads, max(base, min(whole, room)))
 
 
+#: layers of at least this many neurons run as grid kernels on CUDA, and so does every
+#: layer wider than one block per row can hold (:func:`max_features`). Measured on an
+#: H200 (docs/performance_recurrent.md), the grid kernels are not yet faster than one
+#: block per row at the sizes both run, so only the wider layers take them by default.
+GRID_FROM = 2**62
+
+
+class Span(NamedTuple):
+    """How a grid kernel spreads a layer: ``S`` neurons of a row per block (``n_slices``
+    blocks a row), ``groups`` groups of ``rows_per_block`` batch rows, ``threads`` per
+    block."""
+
+    S: int  # noqa: N815 (the kernel argument's name)
+    groups: int
+    rows_per_block: int
+    threads: int
+    n_slices: int
+
+    @property
+    def blocks(self) -> int:
+        return self.groups * self.n_slices
+
+
+def grid_span(features: int, rows: int, lanes: int, sms: int) -> Span | None:
+    """The grid kernel's spread of ``rows`` batch rows of ``features`` neurons over at most
+    ``sms`` blocks (one per SM, so that every block is resident), ``lanes`` neurons per
+    thread: the fewest groups of rows whose block stays within :data:`MAX_THREADS`
+    threads (each weight read then serves the most rows). None: no spread fits."""
+    for groups in range(1, rows + 1):
+        slices = sms // groups
+        if slices == 0:
+            return None
+        size = lanes * -(-features // (lanes * slices))  # neurons per block, whole lanes
+        threads = 32 * -(-(-(-rows // groups) * size // lanes) // 32)
+        if threads <= MAX_THREADS:
+            per_block = threads // (size // lanes)  # (the kernel's group_rows)
+            used = -(-rows // per_block)
+            return Span(size, used, per_block, threads, -(-features // size))
+    return None
+
+
+#: (device, F, rows, lanes, storage bytes) -> (the grid launch or None,) (host time)
+_SPANS: BoundedTable[tuple[Any, ...], tuple[tuple[Span, Geometry] | None]] = BoundedTable(
+    1024, "runtime.rows.spans"
+)
+
+
+def _grid_launch(
+    prog: Program, first: torch.Tensor, features: int, backward: bool = False
+) -> tuple[Span, Geometry, int] | None:
+    """The grid kernel's spread, launch and lanes for a call whose first tensor is
+    ``first`` [T, rows·F] (of the ``backward``, which stages tiles of gradients in shared
+    memory too), or None where one block per row runs it (the C backend, a layer under
+    :data:`GRID_FROM` neurons, or no spread that fits the GPU)."""
+    if not prog.impl.simt:
+        return None
+    if features < GRID_FROM and features <= max_features(prog.backend, first.dtype):
+        return None
+    rows = first.shape[1] // features
+    width = dtypes.lookup(prog.backend, first.dtype).lanes
+    lanes = width if features % width == 0 and first.data_ptr() % 16 == 0 else 1
+    compute = dtypes.lookup(prog.backend, first.dtype).torch_compute.itemsize
+    key = (first.device, features, rows, lanes, first.element_size(), backward)
+    found = _SPANS.get(key)
+    if found is None:
+        found = _SPANS.put(
+            key, (_spread(first, features, rows, lanes, compute if backward else 0),)
+        )
+    return None if found[0] is None else (*found[0], lanes)
+
+
+def _spread(
+    first: torch.Tensor, features: int, rows: int, lanes: int, tiled: int
+) -> tuple[Span, Geometry] | None:
+    """The spread and launch; ``tiled``: the bytes of a value the backward stages
+    :data:`~symneuron.codegen.connection.TILE` (+ 1) of per row of the block (0: none)."""
+    from .cuda import shared_limits
+
+    optin, per_sm, sms, _ = shared_limits(first.device.index or 0)
+    room = min(optin, per_sm - 1024)
+    span = grid_span(features, rows, lanes, sms)
+    if span is None:
+        return None
+    tile = -(-span.rows_per_block * (connection.TILE + 1) * tiled // 16) * 16
+    if tile >= room:
+        return None
+    shared = min(tile + features * span.S * first.element_size(), room)
+    return span, Geometry(span.blocks, span.threads, shared, cooperative=True)
+
+
+def _scratch(like: torch.Tensor, nbytes: int) -> torch.Tensor:
+    """A grid kernel's zeroed scratch: 16 bytes of barrier, then ``nbytes``."""
+    return torch.zeros(16 + nbytes, dtype=torch.uint8, device=like.device)
+
+
 def _shared_room(device: int | None, rows: int, threads: int) -> int:
     """Shared bytes a block of the backward may take without running its ``rows`` blocks
     in more waves than they would run in with none: all of a block's opt-in limit when
@@ -186,6 +283,13 @@ def forward(
         "F": features,
         "rng": rng,
     }
+    grid = _grid_launch(prog, x_seq, features)
+    if grid is not None:
+        span, launch, lanes = grid
+        words = (delay + 2) * (n // features) * -(-features // 32)
+        values["scratch"], values["S"] = _scratch(x_seq, 4 * words), span.S
+        prog.run(GFORWARD, (store_h, v_mode), out, values, n, lambda *_: launch, lanes)
+        return out
     lanes = _lanes(prog, features, x_seq.dtype)
 
     def blocks(variant: Variant, first: torch.Tensor) -> Geometry:
@@ -242,6 +346,14 @@ def backward(
             "F": features,
             "rng": rng,
         }
+        grid = _grid_launch(prog, h_seq, features, backward=True)
+        if grid is not None:
+            span, launch, lanes = grid
+            size = dtypes.lookup(prog.backend, h_seq.dtype).torch_compute.itemsize
+            values["scratch"] = _scratch(h_seq, (delay + 1) * n * size)
+            values["S"] = span.S
+            prog.run(GBACKWARD, (grad_v_mode,), out, values, n, lambda *_: launch, lanes)
+            return out
         lanes = _lanes(prog, features, h_seq.dtype)
         prog.run(RBACKWARD, (grad_v_mode,), out, values, n, blocks, lanes)
         return out

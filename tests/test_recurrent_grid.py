@@ -1,0 +1,208 @@
+"""The recurrent layer's grid kernels: blocks that each own a slice of a row's neurons
+for many batch rows, with a barrier of the whole grid each step
+(:mod:`symneuron.runtime.rows`, :mod:`symneuron.codegen.connection`).
+
+The oracle is the torch loop (``backend="torch"``) in float64: spikes identical and
+every gradient within 1e-10, at the sizes the grid kernels take by default and, with
+:data:`~symneuron.runtime.rows.GRID_FROM` lowered, at small sizes where the spread has
+several groups of rows, slices that split a vote word and sizes that are no multiple
+of the lanes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import generator
+from test_recurrent_kernels import _compare, _drive, _run
+
+import symneuron as sn
+from symneuron import dtypes
+from symneuron.codegen import render_source
+from symneuron.derivation import derive
+from symneuron.runtime import cpu, nvrtc
+from symneuron.runtime import rows as rkernels
+from symneuron.signature import GBACKWARD, GFORWARD
+
+pytestmark = pytest.mark.skipif(not cpu.available(), reason="needs a C compiler")
+
+
+SPREADS = [(1, 5, 1), (3, 40, 1), (3, 40, 4), (64, 256, 2), (128, 2048, 4), (2000, 16, 4)]
+
+
+@pytest.mark.parametrize("sms", [1, 7, 132])
+@pytest.mark.parametrize(("rows", "features", "lanes"), SPREADS)
+def test_a_spread_covers_every_neuron_once(sms: int, rows: int, features: int, lanes: int) -> None:
+    """Each (row, neuron) belongs to exactly one thread of one block, blocks <= SMs."""
+    span = rkernels.grid_span(features, rows, lanes, sms)
+    if span is None:  # only when the layer needs more threads than the SMs hold
+        assert rows * features // lanes > sms * rkernels.MAX_THREADS // 2
+        return
+    assert span.blocks <= sms and span.threads <= rkernels.MAX_THREADS
+    assert span.threads % 32 == 0 and span.S % lanes == 0
+    seen = torch.zeros(rows, features, dtype=torch.int64)
+    slice_threads = span.S // lanes
+    for block in range(span.blocks):
+        cs0 = (block % span.n_slices) * span.S
+        for thread in range(span.threads):
+            row = (block // span.n_slices) * span.rows_per_block + thread // slice_threads
+            c0 = cs0 + (thread % slice_threads) * lanes
+            if row < rows and thread < span.rows_per_block * slice_threads and c0 < features:
+                seen[row, c0 : c0 + lanes] += 1
+    assert torch.equal(seen, torch.ones_like(seen))
+
+
+@pytest.mark.skipif(not nvrtc.nvrtc_available(), reason="needs NVRTC")
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("name", ["ALIF", "NoisyLIF"])
+def test_grid_kernels_compile_in_every_dtype(name: str, dtype: str) -> None:
+    neuron = sn.models.ALIF() if name == "ALIF" else sn.models.noisy.NoisyLIF()
+    spec = derive(neuron)
+    lanes = dtypes.lookup("cuda", dtype).lanes
+    forward = GFORWARD.variant(lanes, store_h=True, v_mode="seq")
+    backward = GBACKWARD.variant(lanes, grad_v_mode="seq")
+    for variant in (forward, backward):
+        source = render_source(spec, "cuda", dtype, variant)
+        assert "sn_bar" in source and variant.exported(spec.name) in source
+        nvrtc.compile_to_ptx(source)
+
+
+# -- on the GPU ---------------------------------------------------------------------
+
+
+def _spy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The passes the recurrent runtime launches, by name."""
+    seen: list[str] = []
+    real = rkernels.Program.run
+
+    def run(self, pass_, *args, **kw):  # type: ignore[no-untyped-def]
+        seen.append(pass_.name)
+        return real(self, pass_, *args, **kw)
+
+    monkeypatch.setattr(rkernels.Program, "run", run)
+    return seen
+
+
+def _cuda() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("delay", [1, 3])
+@pytest.mark.parametrize("name", ["LIF", "ALIF"])
+@pytest.mark.parametrize(("batch", "size"), [(3, 1024), (2, 2048), (5, 1030), (2, 2050)])
+def test_grid_matches_the_loop_at_default_sizes(
+    monkeypatch: pytest.MonkeyPatch, batch: int, size: int, name: str, delay: int
+) -> None:
+    """float64 layers wider than 2048 neurons (one block per row's limit) take the grid
+    by default; the others are forced onto it."""
+    _cuda()
+    if size <= 2048:
+        monkeypatch.setattr(rkernels, "GRID_FROM", 1)
+    seen = _spy(monkeypatch)
+    neuron = getattr(sn.models, name)(learnable=["tau"])
+    x = 1.2 * torch.rand(12, batch, size, generator=generator(31), dtype=torch.float64)
+    want = _run(neuron, "torch", x, size, scale=0.3, delay=delay)
+    got = _run(neuron, "cuda", x, size, device="cuda", scale=0.3, delay=delay)
+    _compare(got, want)
+    assert "gforward" in seen and "gbackward" in seen
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(("batch", "size"), [(3, 40), (1100, 8), (7, 37), (1, 5)])
+def test_grid_matches_the_loop_at_any_spread(
+    monkeypatch: pytest.MonkeyPatch, batch: int, size: int
+) -> None:
+    """Small layers forced onto the grid: several groups of rows (1100 x 8), slices
+    that share a vote word, a row no multiple of the lanes (37), fewer neurons than
+    blocks (5)."""
+    _cuda()
+    monkeypatch.setattr(rkernels, "GRID_FROM", 1)
+    seen = _spy(monkeypatch)
+    neuron = sn.models.ALIF(learnable=["tau"])
+    x = 1.5 * torch.rand(10, batch, size, generator=generator(32), dtype=torch.float64)
+    want = _run(neuron, "torch", x, size, delay=2)
+    _compare(_run(neuron, "cuda", x, size, device="cuda", delay=2), want)
+    assert "gforward" in seen and "gbackward" in seen
+
+
+@pytest.mark.cuda
+def test_grid_draws_the_loops_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    _cuda()
+    monkeypatch.setattr(rkernels, "GRID_FROM", 1)
+    neuron = sn.models.noisy.NoisyLIF(sigma=0.3)
+    x = 1.2 * torch.rand(10, 3, 64, generator=generator(33), dtype=torch.float64)
+    x = _drive(neuron, x) * x
+    want = _run(neuron, "torch", x, 64, scale=0.3, seed=5)
+    _compare(_run(neuron, "cuda", x, 64, device="cuda", scale=0.3, seed=5), want)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_grid_in_lower_precision_follows_the_float64_loop(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype
+) -> None:
+    """float32: spikes as the float64 loop's (all but 1e-3 of them, an FMA order apart);
+    16-bit: a flipped spike feeds back, so only their share is bounded (as for the row
+    kernels, tests/test_recurrent_kernels.py)."""
+    _cuda()
+    monkeypatch.setattr(rkernels, "GRID_FROM", 1)
+    x = 1.2 * torch.rand(8, 4, 1024, generator=generator(34), dtype=torch.float64)
+    want = _run(sn.models.LIF(), "torch", x, 1024, scale=0.3)
+    got = _run(sn.models.LIF(), "cuda", x, 1024, device="cuda", dtype=dtype, scale=0.3)
+    flips = float((got["s"].double().cpu() != want["s"]).double().mean())
+    assert flips <= {torch.float32: 1e-3, torch.float16: 0.05, torch.bfloat16: 0.1}[dtype]
+    assert bool(torch.isfinite(got["weight"]).all())
+
+
+@pytest.mark.cuda
+def test_grid_in_a_cuda_graph_replays_the_eager_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A training step captured whole (a plain launch of the grid kernels inside the
+    capture) replays the eager step's spikes and weight gradient."""
+    _cuda()
+    monkeypatch.setattr(rkernels, "GRID_FROM", 1)
+    x = 1.2 * torch.rand(20, 8, 1024, generator=generator(35)).cuda()
+
+    def build() -> sn.RecurrentNeuronLayer:
+        torch.manual_seed(6)
+        return sn.RecurrentNeuronLayer(sn.models.LIF(), 1024, backend="cuda").cuda()
+
+    eager_layer = build()
+    s = eager_layer(x)
+    s.sum().backward()
+    eager, eager_grad = s.detach(), eager_layer.weight.grad
+    layer = build()
+
+    def step() -> torch.Tensor:
+        layer.reset()
+        layer.weight.grad = None
+        spikes = layer(x)
+        spikes.sum().backward()
+        return spikes.detach()
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # warm-up (compiles) on a side stream, as torch's capture recipe does
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert eager.sum() > 0 and torch.equal(out, eager)
+    torch.testing.assert_close(layer.weight.grad, eager_grad)
+
+
+@pytest.mark.cuda
+def test_grid_compiled_matches_eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    _cuda()
+    monkeypatch.setattr(rkernels, "GRID_FROM", 1)
+    torch.manual_seed(7)
+    layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 1024, backend="cuda").cuda()
+    x = 1.2 * torch.rand(10, 4, 1024, generator=generator(36)).cuda()
+    eager = layer(x)
+    layer.reset()
+    compiled = torch.compile(layer, fullgraph=True)(x)
+    assert torch.equal(compiled, eager)
