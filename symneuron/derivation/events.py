@@ -29,6 +29,7 @@ from typing import Any
 import sympy as sp
 
 from ..definition import Definition, S, V, X
+from ..memo import BoundedTable
 from ..ode import ODESystem, linear_system, propagator
 from ..symbols import XI
 
@@ -104,6 +105,13 @@ class EventSpec:
     spike_partials: Mapping[str, sp.Expr]
 
 
+#: Derived specs by (definition, its ODEs' text, target): a definition's key names its
+#: step map, the ODEs it was built from are named beside it.
+_SPECS: BoundedTable[tuple[Definition, str, str | None], EventSpec] = BoundedTable(
+    64, "derivation.events"
+)
+
+
 def derive_events(
     definition: Definition, system: ODESystem | None, *, target: str | None = None
 ) -> EventSpec:
@@ -120,6 +128,12 @@ def derive_events(
     >>> lif.events().store
     (I,)
     """
+    key = (definition, repr(system), target)
+    found = _SPECS.get(key)
+    return found if found is not None else _SPECS.put(key, _derived(definition, system, target))
+
+
+def _derived(definition: Definition, system: ODESystem | None, target: str | None) -> EventSpec:
     system = _checked_system(definition, system)
     states = (V, *definition.state_symbols.values())
     taken = {s.name for s in states} | set(definition.params)
