@@ -18,6 +18,7 @@ import sympy as sp
 from . import derivation, ode
 from .codegen import render_source
 from .definition import Definition, H, V, X
+from .derivation.events import EventSpec, derive_events
 
 if TYPE_CHECKING:
     import torch
@@ -191,6 +192,11 @@ class Neuron(Definition):
                 if update is not None and update.has(z):
                     out[f"d{name}~/d{z}"] = sp.diff(update, z)
         return out
+
+    def events(self, target: str | None = None) -> EventSpec:
+        """EventProp's derived adjoint of this ODE neuron (:func:`~symneuron.derivation.
+        events.derive_events`): spike inputs through X, or into the state ``target``."""
+        return derive_events(self, self.ode, target=target)
 
     def spec(self) -> derivation.KernelSpec:
         """The :class:`~symneuron.derivation.KernelSpec` (derived once per process)."""

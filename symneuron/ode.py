@@ -61,6 +61,8 @@ __all__ = [
     "discretise",
     "phi1",
     "PHI1_BAND",
+    "linear_system",
+    "propagator",
 ]
 
 #: The integration methods, by Brian2's names.
@@ -209,7 +211,7 @@ def _exp_euler(
     return stages, z + h * phi_z * (a_z * z + b)
 
 
-def _linear_system(rhs: dict[sp.Symbol, sp.Expr]) -> tuple[sp.Matrix, sp.Matrix]:
+def linear_system(rhs: dict[sp.Symbol, sp.Expr]) -> tuple[sp.Matrix, sp.Matrix]:
     """A and b of dy/dt = A y + b, or a ``ValueError`` naming the first nonlinear term."""
     zs = list(rhs)
     rows = []
@@ -239,19 +241,10 @@ def _exact(
     [[Φ, Γ], [0, 1]] = exp([[A, b], [0, 0]]·h); each entry of Φ and Γ that is not a
     number is a stage (``e_<z>_<w>``, ``g_<z>``), so the backward goes through them."""
     zs = list(rhs)
-    a, b = _linear_system(rhs)
-    n = len(zs)
-    block = sp.zeros(n + 1, n + 1)
-    block[:n, :n] = a * h
-    block[:n, n] = b * h
-    power = block.exp()
+    flow, offset = propagator(*linear_system(rhs), h)
     stages: list[Stage] = []
 
     def named(entry: sp.Expr, prefix: str, z: sp.Symbol) -> sp.Expr:
-        if entry.has(sp.I, sp.re, sp.im):  # complex eigenvalues: the real form
-            entry = sp.simplify(sp.expand_complex(entry))
-        if entry.has(sp.exp):  # e^{a}·e^{b} as e^{a+b}: no overflow of a part alone
-            entry = sp.powsimp(sp.expand(entry), combine="exp")
         if entry.is_number:
             return entry
         symbol = _stage_symbol(prefix, z, taken)
@@ -260,9 +253,30 @@ def _exact(
 
     new = {}
     for i, z in enumerate(zs):
-        terms = [named(power[i, j], f"e_{w.name}", z) * w for j, w in enumerate(zs)]
-        new[z] = sp.Add(*terms) + named(power[i, n], "g", z)
+        terms = [named(flow[i, j], f"e_{w.name}", z) * w for j, w in enumerate(zs)]
+        new[z] = sp.Add(*terms) + named(offset[i], "g", z)
     return stages, new
+
+
+def propagator(a: sp.Matrix, b: sp.Matrix, h: sp.Expr) -> tuple[sp.Matrix, sp.Matrix]:
+    """Φ = e^{A h} and Γ = ∫₀^h e^{A s} ds · b, the flow of dy/dt = A y + b over a time
+    ``h`` (a number or a symbol): y(h) = Φ y(0) + Γ, read off SymPy's matrix exponential
+    of [[A, b], [0, 0]]·h, each entry in real form with its exponentials combined."""
+    n = a.rows
+    block = sp.zeros(n + 1, n + 1)
+    block[:n, :n] = a * h
+    block[:n, n] = b * h
+    power = block.exp()
+
+    def tidy(entry: sp.Expr) -> sp.Expr:
+        if entry.has(sp.I, sp.re, sp.im):  # complex eigenvalues: the real form
+            entry = sp.simplify(sp.expand_complex(entry))
+        if entry.has(sp.exp):  # e^{a}·e^{b} as e^{a+b}: no overflow of a part alone
+            entry = sp.powsimp(sp.expand(entry), combine="exp")
+        return entry
+
+    flow = sp.Matrix(n, n, lambda i, j: tidy(power[i, j]))
+    return flow, sp.Matrix([tidy(power[i, n]) for i in range(n)])
 
 
 def exact_step(z: sp.Symbol, rhs: sp.Expr, dt: float) -> sp.Expr:

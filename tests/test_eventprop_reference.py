@@ -1,0 +1,156 @@
+"""The float64 EventProp reference (symneuron/reference/events.py) on a LIF with a current
+synapse. Oracles: the LIF's membrane potential after one input written out here
+(V(t) = w τ_s/(τ_m − τ_s)(e^{−t/τ_m} − e^{−t/τ_s})), the forward's independence of dt
+(it is exact, so a step only cuts time), and central finite differences of the same
+forward (h = 1e-5), with every perturbed run checked to keep each neuron's spike count."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import sympy as sp
+import torch
+
+import symneuron as sn
+from symneuron.reference.events import EventLayer, event_network, first_spike_cross_entropy
+
+F64 = torch.float64
+T_END = 30.0
+tau_m, tau_s, theta = sp.symbols("tau_m tau_s theta", positive=True)
+I_SYN = sp.Symbol("I", real=True)
+NAMES = ("theta", "tau_m", "tau_s")
+
+
+def _lif(dt: float = 1.0) -> sn.Neuron:
+    return sn.Neuron.from_ode(
+        (-sn.V + I_SYN) / tau_m,
+        dt=dt,
+        method="exact",
+        params={tau_m: 10.0, tau_s: 5.0, theta: 1.0},
+        states={I_SYN: sn.ODEState(-I_SYN / tau_s + sn.X)},
+        v_threshold=theta,
+        v_reset=0.0,
+    )
+
+
+def _network(seed: int = 3) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """5 → 8 → 3: input spike times (some slots empty) and each layer's W, D, ϑ, τ_m, τ_s."""
+    g = torch.Generator().manual_seed(seed)
+    inputs = torch.sort(torch.rand(5, 3, generator=g, dtype=F64) * 15, dim=1).values
+    inputs[0, 2] = inputs[3, 1] = inputs[3, 2] = math.inf
+    flat: list[torch.Tensor] = []
+    for n_out, n_in in ((8, 5), (3, 8)):
+        flat += [
+            torch.rand(n_out, n_in, generator=g, dtype=F64) * 2.0 - 0.3,
+            torch.rand(n_out, n_in, generator=g, dtype=F64) * 3.0,
+            torch.ones(n_out, dtype=F64),
+            10 + torch.rand(n_out, generator=g, dtype=F64),
+            5 + torch.rand(n_out, generator=g, dtype=F64),
+        ]
+    return inputs, flat
+
+
+def _run(
+    neuron: sn.Neuron, inputs: torch.Tensor, flat: list[torch.Tensor]
+) -> tuple[torch.Tensor, ...]:
+    layers = [
+        EventLayer(
+            flat[5 * i], flat[5 * i + 1], dict(zip(NAMES, flat[5 * i + 2 : 5 * i + 5], strict=True))
+        )
+        for i in range(len(flat) // 5)
+    ]
+    return event_network(neuron, layers, inputs, t_end=T_END)
+
+
+def _cross_entropy(times: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    return first_spike_cross_entropy(times[-1], label=1, tau0=2.0, t_end=T_END)
+
+
+def _with_spike_times(times: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """The cross-entropy plus 0.01 Σ every finite spike time (hidden and later spikes too)."""
+    total = sum(torch.where(torch.isfinite(t), t, 0.0).sum() for t in times)
+    return _cross_entropy(times) + 0.01 * total
+
+
+def _counts(times: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
+    return [torch.isfinite(t).sum(1) for t in times]
+
+
+def _fd_errors(loss_of, entries: list[tuple[int, int]] | None = None) -> list[float]:  # type: ignore[no-untyped-def]
+    """Relative errors of EventProp against central differences (denominator at least
+    1e-4: some gradients are 0 up to the differences' noise), over ``entries`` (tensor,
+    element) of [inputs, *flat], or all."""
+    neuron = _lif()
+    inputs, flat = _network()
+    leaves = [t.clone().requires_grad_() for t in [inputs, *flat]]
+    times = _run(neuron, leaves[0], leaves[1:])
+    counts = _counts(times)
+    loss_of(times).backward()
+    if entries is None:
+        entries = [(a, i) for a, t in enumerate(leaves) for i in range(t.numel())]
+    errors, h = [], 1e-5
+    for a, i in entries:
+        if a == 0 and not math.isfinite(float(inputs.view(-1)[i])):
+            continue
+        values = []
+        for sign in (1, -1):
+            moved = [t.detach().clone() for t in leaves]
+            moved[a].view(-1)[i] += sign * h
+            out = _run(neuron, moved[0], moved[1:])
+            assert all(torch.equal(c, d) for c, d in zip(_counts(out), counts, strict=True)), (a, i)
+            values.append(float(loss_of(out)))
+        fd = (values[0] - values[1]) / (2 * h)
+        grad = leaves[a].grad
+        assert grad is not None
+        ours = float(grad.view(-1)[i])
+        errors.append(abs(ours - fd) / max(abs(fd), 1e-4))
+    return errors
+
+
+def test_spike_time_of_one_input_solves_the_written_out_potential() -> None:
+    w, t0 = 5.0, 1.0
+    layer = EventLayer(torch.full((1, 1), w, dtype=F64), torch.zeros(1, 1, dtype=F64))
+    (out,) = event_network(_lif(), [layer], torch.tensor([[t0]], dtype=F64), t_end=T_END)
+    s = float(out[0, 0]) - t0
+    v = w * 5.0 / (10.0 - 5.0) * (math.exp(-s / 10.0) - math.exp(-s / 5.0))
+    assert abs(v - 1.0) < 1e-14 and torch.isinf(out[0, 1:]).all()
+
+
+def test_the_forward_does_not_depend_on_dt() -> None:
+    """Exact between breakpoints: dt = 1 and dt = 5 (several spikes per step) agree."""
+    inputs, flat = _network()
+    fine, coarse = _run(_lif(1.0), inputs, flat), _run(_lif(5.0), inputs, flat)
+    assert [t.shape for t in fine] == [t.shape for t in coarse]
+    for a, b in zip(fine, coarse, strict=True):
+        finite = torch.isfinite(a)
+        assert torch.equal(finite, torch.isfinite(b))
+        assert (a[finite] - b[finite]).abs().max() < 1e-11
+    steps = torch.floor(coarse[0][torch.isfinite(coarse[0])] / 5.0)
+    assert len(steps) > len(torch.unique(steps))  # a neuron spiked twice within a step
+
+
+def test_first_spike_cross_entropy_gradient() -> None:
+    times = torch.tensor([[3.0, 5.0], [2.0, math.inf], [math.inf, math.inf]], dtype=F64)
+    times.requires_grad_()
+    first_spike_cross_entropy(times, label=0, tau0=2.0, t_end=10.0).backward()
+    p = torch.softmax(-torch.tensor([3.0, 2.0, 10.0], dtype=F64) / 2.0, dim=0)
+    want = (torch.tensor([1.0, 0.0, 0.0], dtype=F64) - p) / 2.0
+    assert times.grad is not None
+    torch.testing.assert_close(times.grad[:2, 0], want[:2], rtol=1e-14, atol=1e-15)
+    assert times.grad[2, 0] == 0 and times.grad[:, 1].eq(0).all()
+
+
+def test_gradients_match_central_differences() -> None:
+    """First-spike cross-entropy: two entries of every tensor (inputs, W, D, ϑ, τ_m, τ_s
+    of both layers)."""
+    entries = [(0, 1), (0, 4), *((a, i) for a in range(1, 11) for i in (0, 2))]
+    errors = _fd_errors(_cross_entropy, entries)
+    assert len(errors) == 22 and max(errors) <= 1e-6, max(errors)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss_of", [_cross_entropy, _with_spike_times])
+def test_every_gradient_matches_central_differences(loss_of) -> None:  # type: ignore[no-untyped-def]
+    errors = _fd_errors(loss_of)
+    assert len(errors) == 173 and max(errors) <= 1e-6, max(errors)
