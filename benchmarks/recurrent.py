@@ -246,7 +246,8 @@ def kernels_of(row: str) -> Iterator[None]:
     """``symneuron-rows``: the fused layer with one block per batch row at every size
     (the kernels the grid kernels replace from ``rows.GRID_FROM`` neurons)."""
     saved = rows_runtime.GRID_FROM
-    rows_runtime.GRID_FROM = 2**62 if row == "symneuron-rows" else saved
+    if row == "symneuron-rows":
+        rows_runtime.GRID_FROM = {"forward": 2**62, "backward": 2**62}
     try:
         yield
     finally:

@@ -380,10 +380,12 @@ RFORWARD = FORWARD.extended(
 RBACKWARD = BACKWARD.extended("rbackward", "params", _tensor("weight"), tail=(_DELAY, _FEATURES))
 
 #: A grid kernel's working memory in global memory (zeroed by the runtime): its barrier's
-#: counter, then the values exchanged each step; and the neurons of a row each block owns.
+#: counter, then the values exchanged each step; the neurons of a row each block owns;
+#: the neurons of a row whose values the backward stages at a time (its tile).
 _GRID = (
     Arg("scratch", "int64", derived=True, scratch=True),
     Arg("S", "long long", derived=True),
+    Arg("TK", "long long", derived=True),
 )
 #: The recurrent passes as grid kernels: the same arguments plus :data:`_GRID`. The
 #: runtime takes them for layers whose weight is too large for one block per row to

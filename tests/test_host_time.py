@@ -190,6 +190,9 @@ def test_packer_packs_in_the_arguments_order(pass_: Pass, model: str) -> None:
         "F": 7,
         "D": 2,
         "grad_spike_scalar": 1,
+        "S": 4,  # (a grid pass's)
+        "TK": 8,
+        "scratch": torch.zeros(16, dtype=torch.uint8),
     }
     tensors = [a.name for a in pass_.inputs if a.pointer and not a.each]
     for i, name in enumerate(tensors):  # every other one after the first None: NULL

@@ -26,6 +26,9 @@ from symneuron.signature import GBACKWARD, GFORWARD
 
 pytestmark = pytest.mark.skipif(not cpu.available(), reason="needs a C compiler")
 
+#: both passes on the grid at every size
+EVERYWHERE = {"forward": 1, "backward": 1}
+
 
 SPREADS = [(1, 5, 1), (3, 40, 1), (3, 40, 4), (64, 256, 2), (128, 2048, 4), (2000, 16, 4)]
 
@@ -39,15 +42,20 @@ def test_a_spread_covers_every_neuron_once(sms: int, rows: int, features: int, l
         assert rows * features // lanes > sms * rkernels.MAX_THREADS // 2
         return
     assert span.blocks <= sms and span.threads <= rkernels.MAX_THREADS
-    assert span.threads % 32 == 0 and span.S % lanes == 0
+    assert span.threads % 32 == 0 and span.S % lanes == 0 and span.S & (span.S - 1) == 0
     seen = torch.zeros(rows, features, dtype=torch.int64)
     slice_threads = span.S // lanes
+    # the kernel's own formulas (CUDADialect.grid_kernels), from the launch's numbers
+    n_slices = -(-features // span.S)
+    n_groups = span.blocks // n_slices
+    group_rows = -(-rows // n_groups)
     for block in range(span.blocks):
-        cs0 = (block % span.n_slices) * span.S
-        for thread in range(span.threads):
-            row = (block // span.n_slices) * span.rows_per_block + thread // slice_threads
+        cs0 = (block % n_slices) * span.S
+        for thread in range(0, span.threads):
+            local_row = thread // slice_threads
+            row = (block // n_slices) * group_rows + local_row
             c0 = cs0 + (thread % slice_threads) * lanes
-            if row < rows and thread < span.rows_per_block * slice_threads and c0 < features:
+            if local_row < group_rows and row < rows and c0 < features:
                 seen[row, c0 : c0 + lanes] += 1
     assert torch.equal(seen, torch.ones_like(seen))
 
@@ -99,7 +107,7 @@ def test_grid_matches_the_loop_at_default_sizes(
     by default; the others are forced onto it."""
     _cuda()
     if size <= 2048:
-        monkeypatch.setattr(rkernels, "GRID_FROM", 1)
+        monkeypatch.setattr(rkernels, "GRID_FROM", EVERYWHERE)
     seen = _spy(monkeypatch)
     neuron = getattr(sn.models, name)(learnable=["tau"])
     x = 1.2 * torch.rand(12, batch, size, generator=generator(31), dtype=torch.float64)
@@ -118,7 +126,7 @@ def test_grid_matches_the_loop_at_any_spread(
     that share a vote word, a row no multiple of the lanes (37), fewer neurons than
     blocks (5)."""
     _cuda()
-    monkeypatch.setattr(rkernels, "GRID_FROM", 1)
+    monkeypatch.setattr(rkernels, "GRID_FROM", EVERYWHERE)
     seen = _spy(monkeypatch)
     neuron = sn.models.ALIF(learnable=["tau"])
     x = 1.5 * torch.rand(10, batch, size, generator=generator(32), dtype=torch.float64)
@@ -130,7 +138,7 @@ def test_grid_matches_the_loop_at_any_spread(
 @pytest.mark.cuda
 def test_grid_draws_the_loops_noise(monkeypatch: pytest.MonkeyPatch) -> None:
     _cuda()
-    monkeypatch.setattr(rkernels, "GRID_FROM", 1)
+    monkeypatch.setattr(rkernels, "GRID_FROM", EVERYWHERE)
     neuron = sn.models.noisy.NoisyLIF(sigma=0.3)
     x = 1.2 * torch.rand(10, 3, 64, generator=generator(33), dtype=torch.float64)
     x = _drive(neuron, x) * x
@@ -147,7 +155,7 @@ def test_grid_in_lower_precision_follows_the_float64_loop(
     16-bit: a flipped spike feeds back, so only their share is bounded (as for the row
     kernels, tests/test_recurrent_kernels.py)."""
     _cuda()
-    monkeypatch.setattr(rkernels, "GRID_FROM", 1)
+    monkeypatch.setattr(rkernels, "GRID_FROM", EVERYWHERE)
     x = 1.2 * torch.rand(8, 4, 1024, generator=generator(34), dtype=torch.float64)
     want = _run(sn.models.LIF(), "torch", x, 1024, scale=0.3)
     got = _run(sn.models.LIF(), "cuda", x, 1024, device="cuda", dtype=dtype, scale=0.3)
@@ -161,7 +169,7 @@ def test_grid_in_a_cuda_graph_replays_the_eager_step(monkeypatch: pytest.MonkeyP
     """A training step captured whole (a plain launch of the grid kernels inside the
     capture) replays the eager step's spikes and weight gradient."""
     _cuda()
-    monkeypatch.setattr(rkernels, "GRID_FROM", 1)
+    monkeypatch.setattr(rkernels, "GRID_FROM", EVERYWHERE)
     x = 1.2 * torch.rand(20, 8, 1024, generator=generator(35)).cuda()
 
     def build() -> sn.RecurrentNeuronLayer:
@@ -198,7 +206,7 @@ def test_grid_in_a_cuda_graph_replays_the_eager_step(monkeypatch: pytest.MonkeyP
 @pytest.mark.cuda
 def test_grid_compiled_matches_eager(monkeypatch: pytest.MonkeyPatch) -> None:
     _cuda()
-    monkeypatch.setattr(rkernels, "GRID_FROM", 1)
+    monkeypatch.setattr(rkernels, "GRID_FROM", EVERYWHERE)
     torch.manual_seed(7)
     layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 1024, backend="cuda").cuda()
     x = 1.2 * torch.rand(10, 4, 1024, generator=generator(36)).cuda()

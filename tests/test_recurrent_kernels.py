@@ -161,7 +161,7 @@ def test_weight_gradient_alone() -> None:
 
 
 #: the kernel families of the CUDA recurrent layer, chosen by size (rows.GRID_FROM)
-PATHS = {"rows": 2**62, "grid": 1}
+PATHS = {"rows": {"forward": 2**62, "backward": 2**62}, "grid": {"forward": 1, "backward": 1}}
 
 
 @pytest.mark.cuda

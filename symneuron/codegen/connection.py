@@ -26,6 +26,8 @@ whose first rows come from shared memory. The row's shared memory and threads ar
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import sympy as sp
 
 from ..derivation.connection import DENSE, G_POST, ConnectionSpec, W
@@ -34,7 +36,7 @@ from . import noise
 from .backward import BackwardPrinter
 from .dialects import indent
 from .forward import ForwardPrinter
-from .layout import CHUNK, N_WORDS, Region, RowLayout
+from .layout import CHUNK, N_WORDS, Region, RowLayout, evaluate
 from .steps import Stage, StepPrinter
 
 __all__ = ["layout", "row_body", "UNROLL", "FORWARD_VOTES", "FORWARD_VALUES", "BACKWARD"]
@@ -332,27 +334,40 @@ _GRID_SCRATCH = [
 
 
 def _grid_forward(printer: ForwardPrinter, variant: Variant) -> list[str]:
-    """The forward of a grid kernel: a block's rows gather their spikes of step t − D
-    from bit words in global memory, over the rows of the block's slice of
-    ``weight_t`` kept in shared memory (the rest from L2), so that each weight read
-    serves every row of the block; spikes go to the words by atomic or."""
+    """The forward of a grid kernel: each step the block reads its rows' spike words of
+    step t − D from global memory into shared memory (all its threads, coalesced),
+    then each row's threads sum the spiking neurons' rows of the block's slice of
+    ``weight_t``, kept in shared memory (the rest from L2): each weight read serves
+    every row of the block. Spikes go to the words by atomic or."""
     d, st = printer.dialect, printer.dt.storage
     io = printer.io(variant, mutable=frozenset({"x_v"}))
     product = Product(printer)
     slot = "sn_words + ((long long){} * B + row) * n_words"
     words = [
         "unsigned int* sn_words = (unsigned int*)scratch + 4;  // [D + 2][B][n_words]",
-        "const long long n_words = (F + 31) / 32;",
+        "unsigned int* sn_wtile = (unsigned int*)sn_smem;  // [group_rows][n_words]",
+        *d.warp_lanes(),
     ]
     cached = [f"const {st}* w_row = sn_wslice + m * S + (c0 - cs0);", *product.add_spike()]
     uncached = [f"const {st}* w_row = weight_t + m * F + c0;", *product.add_spike()]
     gather = [
         *product.start(),
         *d.each_set(
-            slot.format("ring_before"),
+            "sn_wtile + local_row * n_words",
             "n_words",
             ["if (m < cached) {", *indent(cached), "} else {", *indent(uncached), "}"],
         ),
+    ]
+    stage = [
+        "{  // this step's words of the block's rows, from L2 into shared memory",
+        "    const unsigned int* src = sn_words + ((long long)ring_before * B + r0) * n_words;",
+        "    for (long long lr = sn_warp; lr < group_rows && r0 + lr < B; lr += sn_warps) {",
+        "        for (long long q = sn_lane; q < n_words; q += 32) {",
+        f"            sn_wtile[lr * n_words + q] = {d.shared_load('src[lr * n_words + q]')};",
+        "        }",
+        "    }",
+        "}",
+        d.barrier(),
     ]
     xeff = f"if (xeff_seq) *({printer.vec}*)(xeff_seq + k) = x_v;"
     publish = d.lane_loop([f"if (s_v.v[j] != 0) {d.set_bit(slot.format('ring_now'), 'c0 + j')}"])
@@ -372,7 +387,6 @@ def _grid_forward(printer: ForwardPrinter, variant: Variant) -> list[str]:
         "{  // the next step's words of this block's rows and slice",
         "    const long long q0 = (cs0 + 31) / 32;",
         "    const long long q1 = (cs0 + S + 31) / 32 < n_words ? (cs0 + S + 31) / 32 : n_words;",
-        "    const long long r0 = (blockIdx.x / n_slices) * group_rows;",
         "    for (long long e = threadIdx.x; e < group_rows * (q1 - q0); e += blockDim.x) {",
         "        const long long r = r0 + e / (q1 - q0);",
         f"        if (r < B) ({next_words})[q0 + e % (q1 - q0)] = 0;",
@@ -382,7 +396,7 @@ def _grid_forward(printer: ForwardPrinter, variant: Variant) -> list[str]:
     return _grid(
         printer,
         variant,
-        "weight_t",
+        GRID_FORWARD,
         words,
         history,
         step,
@@ -390,52 +404,89 @@ def _grid_forward(printer: ForwardPrinter, variant: Variant) -> list[str]:
         printer.last(variant),
         printer.lane_arrays(),
         d.lane_loop(printer.lane_init()),
+        before=stage,
     )
 
 
-#: the dL/dX_eff values of a block's rows the grid backward stages in shared memory at a
-#: time (a row's in one coalesced read; each row's padded by one against bank conflicts)
-TILE = 32
-
-
 def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
-    """The backward of a grid kernel: a block's rows sum dL/dX_eff[t + D] of all the
-    row's neurons, read from a ring in global memory in tiles of :data:`TILE` neurons
-    of every row of the block (coalesced, into shared memory), over the block's slice
-    of ``weight`` kept in shared memory (the rest from L2): each weight read serves
-    every row of the block."""
+    """The backward of a grid kernel: each step the block's threads read dL/dX_eff[t + D]
+    of its rows from a ring in global memory, ``TK`` neurons of every row at a time
+    (coalesced, several loads in flight per thread, into shared memory); then each
+    row's threads sum the connection's transpose over them and the block's slice of
+    ``weight`` kept in shared memory (the rest from L2): each weight read serves every
+    row of the block. Then the rows' threads run the neurons' step with the sums."""
     d, ct, at = printer.dialect, printer.dt.compute, printer.dt.accum
     io = printer.io(variant, mutable=frozenset({"gs_v"}))
     arrays = printer.lane_arrays() + [(ct, carry) for carry, _ in io.carries]
     arrays += [(at, f"acc_{c}") for c in printer.learnable()]
     product = Product(printer)
-    pad = TILE + 1
     ring = [
         f"{ct}* sn_ring = ({ct}*)((unsigned int*)scratch + 4);  // [D + 1][B][F]",
-        f"{ct}* sn_gtile = ({ct}*)sn_smem;  // [group_rows][{pad}], then the slice",
-        "const long long r0 = (blockIdx.x / n_slices) * group_rows;",
-        "const long long local_row = threadIdx.x / slice_threads;",
+        f"{ct}* sn_gtile = ({ct}*)sn_smem;  // [group_rows][TK + {PAD}], then the slice",
+        *d.warp_lanes(),
     ]
+    # each warp stages rows (STAGED of them at once), its lanes the row's TK <= 32 · 4
+    # neurons: STAGED · 4 loads in flight per thread, coalesced, no division
+    load = d.shared_load("g_all[(r0 + lr) * F + m0 + mm]")
+    pairs = [
+        f"for (int a = 0; a < {STAGED}; ++a) {{",
+        *indent(d.unroll()),
+        "    for (int u = 0; u < 4; ++u) {",
+        "        const long long lr = lr0 + a * sn_warps, mm = sn_lane + 32 * u;",
+        "{}",
+        "    }",
+        "}",
+    ]
+
+    def each_pair(body: str) -> list[str]:
+        return [*d.unroll(), *[line.replace("{}", body) for line in pairs]]
+
+    there = "lr < group_rows && mm < TK"
     stage = [
         d.barrier(),
-        f"for (long long e = threadIdx.x; e < group_rows * {TILE}; e += blockDim.x) {{",
-        f"    const long long r = r0 + e / {TILE}, m = m0 + e % {TILE};",
-        f"    sn_gtile[(e / {TILE}) * {pad} + e % {TILE}] = r < B && m < F ? "
-        f"{d.shared_load('g_all[r * F + m]')} : ({ct})0;",
+        f"for (long long lr0 = sn_warp; lr0 < group_rows; lr0 += {STAGED} * sn_warps) {{",
+        f"    {ct} staged[{STAGED}][4];",
+        *indent(
+            each_pair(
+                f"        staged[a][u] = {there} && r0 + lr < B && m0 + mm < F ? {load} : ({ct})0;"
+            )
+        ),
+        *indent(
+            each_pair(f"        if ({there}) sn_gtile[lr * (TK + {PAD}) + mm] = staged[a][u];")
+        ),
         "}",
         d.barrier(),
     ]
-    factor = f"sn_gtile[local_row * {pad} + m - m0]"
+    factor = f"sn_gtile[local_row * (TK + {PAD}) + m - m0]"
+    width = 16 // (8 if ct == "double" else 4)  # the tile's 16-byte loads
+    gvec, wvec = f"sn_vec<{ct}, {width}>", printer.vec
+    term = [
+        f"const {ct} {W} = {printer.load('w4.v[j]')};",
+        f"rec[j] += {printer.expr(DENSE.transpose)};",
+    ]
+    vectors = [
+        f"const {gvec} g4 = *(const {gvec}*)(sn_gtile + local_row * (TK + {PAD}) + m - m0);",
+        *d.unroll(),
+        f"for (int q = 0; q < {width}; ++q) {{",
+        f"    const {wvec} w4 = *(const {wvec}*)(sn_wslice + (m + q) * S + (c0 - cs0));",
+        f"    const {ct} {G_POST} = g4.v[q];",
+        *indent(d.lane_loop(term)),
+        "}",
+    ]
     tile_sum = [
-        f"const long long m1 = m0 + {TILE} < F ? m0 + {TILE} : F;",
+        "const long long m1 = m0 + TK < F ? m0 + TK : F;",
         "const long long mc = m1 < cached ? m1 : (m0 > cached ? m0 : cached);",
-        *product.dense("sn_wslice + m * S + (c0 - cs0)", factor, "m = m0; m < mc"),
+        f"const long long mv = m0 + ((mc - m0) / {width}) * {width};",
+        f"for (long long m = m0; m < mv; m += {width}) {{",
+        *indent(vectors),
+        "}",
+        *product.dense("sn_wslice + m * S + (c0 - cs0)", factor, "m = mv; m < mc"),
         *product.dense("weight + m * F + c0", factor, "m = mc; m < m1"),
     ]
     transposed = [
         *product.start(),
         f"const {ct}* g_all = sn_ring + (long long)ring_before * B * F;",
-        f"for (long long m0 = 0; m0 < F; m0 += {TILE}) {{",
+        "for (long long m0 = 0; m0 < F; m0 += TK) {",
         *indent(stage),
         *indent(d.threads(arrays, tile_sum)),
         "}",
@@ -454,7 +505,7 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
     return _grid(
         printer,
         variant,
-        "weight",
+        GRID_BACKWARD,
         ring,
         [],
         step,
@@ -464,14 +515,43 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
         init,
         reverse=True,
         before=transposed,
-        tile=f"group_rows * {pad} * (long long)sizeof({ct})",
     )
+
+
+#: rows of each warp the grid backward stages at once (4 values a lane each, in flight)
+STAGED = 4
+#: the values a row of the staged tile is padded by: rows stay 16-byte aligned (vector
+#: loads) and eight rows of a warp start in different banks
+PAD = 4
+
+
+class GridLayout(NamedTuple):
+    """A grid kernel's shared memory: first a tile of ``tile`` values of ``kind`` per row
+    of the block, then the slice of ``weight`` (``transposed``: as [S][cached + 1]
+    against bank conflicts, else [cached][S]), as many of its rows as fit."""
+
+    weight: str
+    tile: str
+    kind: str
+    transposed: bool
+
+    def tile_bytes(self, values: dict[str, int]) -> int:
+        """The tile's bytes, rounded to 16, for a launch's values (its text's formula)."""
+        size = {"word": 4, "compute": values["cs"]}[self.kind]
+        return -(-values["group_rows"] * evaluate(self.tile, values) * size // 16) * 16
+
+
+#: the forward's: the rows' spike words of the step, then rows m of Rᵀ's slice
+GRID_FORWARD = GridLayout("weight_t", "(F + 31) / 32", "word", transposed=False)
+#: the backward's: a tile of the rows' dL/dX_eff (TK neurons, padded by :data:`PAD`),
+#: then R's slice
+GRID_BACKWARD = GridLayout("weight", "TK + 4", "compute", transposed=False)
 
 
 def _grid(
     printer: StepPrinter,
     variant: Variant,
-    weight: str,
+    plan: GridLayout,
     exchange: list[str],
     history: list[str],
     step: list[str],
@@ -482,24 +562,29 @@ def _grid(
     *,
     reverse: bool = False,
     before: list[str] | None = None,
-    tile: str = "0",
 ) -> list[str]:
-    """A grid kernel: the generator's state, the block's slice of ``weight`` in shared
-    memory after its first ``tile`` bytes, the ``exchange`` buffers in the scratch, the
-    arrays and each thread's set-up and ``history``, a grid barrier; then the time
-    loop (what every thread of the block runs ``before`` the step, the step in the
-    threads that own neurons, the block's work ``between`` steps, a grid barrier), and
-    each thread's ``last`` stores."""
+    """A grid kernel: the generator's state, the layout's tile and slice of the weight in
+    shared memory, the ``exchange`` buffers in the scratch, the arrays and each
+    thread's set-up and ``history``, a grid barrier; then the time loop (what every
+    thread of the block runs ``before`` the step, the step in the threads that own
+    neurons, the block's work ``between`` steps, a grid barrier), and each thread's
+    ``last`` stores."""
     d = printer.dialect
     head = "for (int t = T - 1; t >= 0; --t) {" if reverse else "for (int t = 0; t < T; ++t) {"
     slots, advance = _GRID_SLOTS["backward" if reverse else "forward"]
     barrier = d.grid_barrier("sn_bar")
     loop = [*(before or []), *d.threads(arrays, step), *between, *barrier, *advance]
+    tile = (
+        "(long long)sizeof(unsigned int)"
+        if plan.kind == "word"
+        else f"(long long)sizeof({printer.dt.compute})"
+    )
     return [
         *noise.state(printer.spec),
         *d.row_shared("0"),
-        f"const long long sn_tile_base = ({tile} + 15) / 16 * 16;",
-        *d.slice_cache(printer.dt.storage, weight, "sn_tile_base"),
+        "const long long n_words = (F + 31) / 32;",
+        f"const long long sn_tile_base = (group_rows * ({plan.tile}) * {tile} + 15) / 16 * 16;",
+        *d.slice_cache(printer.dt.storage, plan.weight, "sn_tile_base", plan.transposed),
         *_GRID_SCRATCH,
         *exchange,
         *d.lane_arrays(arrays),

@@ -121,6 +121,15 @@ class Dialect:
         (``counter``: a zeroed word of global memory, this barrier's)."""
         raise NotImplementedError
 
+    def warp_lanes(self) -> list[str]:
+        """``sn_lane``, ``sn_warp``, ``sn_warps``: the thread's lane, its warp, the
+        block's warps."""
+        raise NotImplementedError
+
+    def warp_sum(self, var: str, width: str) -> list[str]:
+        """Add the ``var`` of lanes ``width`` apart into the first ``width`` lanes'."""
+        raise NotImplementedError
+
     def shared_load(self, ref: str) -> str:
         """A load of a value another block wrote before the last grid barrier."""
         raise NotImplementedError
@@ -130,14 +139,14 @@ class Dialect:
         raise NotImplementedError
 
     def each_set(self, words: str, count: str, body: list[str]) -> list[str]:
-        """``body`` for each ``m`` whose bit is set in the ``count`` words at ``words``
-        (written by other blocks), in increasing order."""
+        """``body`` for each ``m`` whose bit is set in the ``count`` words at ``words``,
+        in increasing order."""
         raise NotImplementedError
 
-    def slice_cache(self, storage: str, source: str, base: str) -> list[str]:
+    def slice_cache(self, storage: str, source: str, base: str, transposed: bool) -> list[str]:
         """``sn_wslice``: the first ``cached`` rows of columns [cs0, cs0 + S) of the
         [F, F] ``source``, as many as the launch's dynamic shared memory holds after its
-        first ``base`` bytes."""
+        first ``base`` bytes (``transposed``: as [S][cached + 1], else [cached][S])."""
         raise NotImplementedError
 
     def lane_arrays(self, arrays: list[tuple[str, str]]) -> list[str]:
@@ -377,23 +386,40 @@ class CUDADialect(Dialect):
     def grid_kernels(
         self, name: str, params: list[str], body: list[str], lanes: dict[int, str]
     ) -> str:
-        """Block b owns neurons [cs0, cs0 + S) of the rows of its group, S / K threads
-        a row; the blocks of one group cover the row's slices in order."""
+        """Block b owns neurons [cs0, cs0 + S) of the rows of its group (the blocks of a
+        group cover a row's slices in order), S / K threads a row; the block's other
+        threads help with the step's product."""
         head = [
+            "const long long B = N / F;",
             "const long long n_slices = (F + S - 1) / S;",
             "const long long slice_threads = S / K;",
-            "const long long group_rows = blockDim.x / slice_threads;",
+            "const long long n_groups = gridDim.x / n_slices;",
+            "const long long group_rows = (B + n_groups - 1) / n_groups;",
             "const long long cs0 = (blockIdx.x % n_slices) * S;",
-            "const long long row = (blockIdx.x / n_slices) * group_rows"
-            " + threadIdx.x / slice_threads;",
+            "const long long r0 = (blockIdx.x / n_slices) * group_rows;",
+            "const long long local_row = threadIdx.x / slice_threads;",
+            "const long long row = r0 + local_row;",
             "const long long c0 = cs0 + (threadIdx.x % slice_threads) * K;",
             "const long long row0 = row * F;",
             "const long long i0 = row0 + c0;",
-            "const long long B = N / F;",
-            "const bool active = row < B && threadIdx.x < group_rows * slice_threads"
-            " && c0 < F && c0 < cs0 + S;",
+            "const bool active = local_row < group_rows && row < B && c0 < F;",
         ]
         return self._wrap(name, params, indent(head + body), lanes, "__launch_bounds__(1024) ")
+
+    def warp_lanes(self) -> list[str]:
+        return [
+            "const int sn_lane = threadIdx.x & 31;",
+            "const long long sn_warp = threadIdx.x >> 5, sn_warps = blockDim.x >> 5;",
+        ]
+
+    def warp_sum(self, var: str, width: str) -> list[str]:
+        """Lanes l, l + width, l + 2·width, ... add their ``var`` into lane l's (every
+        lane of the warp takes part; ``width`` a power of two)."""
+        return [
+            f"for (int off = 16; off >= {width}; off >>= 1) {{",
+            f"    {var} += __shfl_down_sync(0xffffffffu, {var}, off);",
+            "}",
+        ]
 
     def grid_barrier(self, counter: str) -> list[str]:
         """A counter that only grows: barrier number g of the launch lets a block past
@@ -423,7 +449,7 @@ class CUDADialect(Dialect):
         return [
             f"const unsigned int* voted = {words};",
             f"for (long long q = 0; q < {count}; ++q) {{",
-            "    unsigned int bits = __ldcg(voted + q);",
+            "    unsigned int bits = voted[q];",
             "    while (bits) {",
             "        const long long m = q * 32 + __ffs(bits) - 1;",
             "        bits &= bits - 1;",
@@ -432,18 +458,28 @@ class CUDADialect(Dialect):
             "}",
         ]
 
-    def slice_cache(self, storage: str, source: str, base: str) -> list[str]:
-        fill = (
-            "for (long long e = threadIdx.x; e < cached * S; e += blockDim.x) {",
-            "    const long long c = cs0 + e % S;",
-            f"    sn_wslice[e] = c < F ? {source}[(e / S) * F + c] : ({storage})0;",
-            "}",
-        )
+    def slice_cache(self, storage: str, source: str, base: str, transposed: bool) -> list[str]:
+        if transposed:  # [c][m], rows padded by one value
+            fit = f"((long long)sn_dyn - {base}) / ((long long)sizeof({storage}) * S) - 1"
+            fill = (
+                "for (long long e = threadIdx.x; e < cached * S; e += blockDim.x) {",
+                "    const long long c = e / cached, m = e % cached;",
+                f"    sn_wslice[c * (cached + 1) + m] = cs0 + c < F ? {source}[m * F + cs0 + c]"
+                f" : ({storage})0;",
+                "}",
+            )
+        else:
+            fit = f"((long long)sn_dyn - {base}) / ((long long)sizeof({storage}) * S)"
+            fill = (
+                "for (long long e = threadIdx.x; e < cached * S; e += blockDim.x) {",
+                "    const long long c = cs0 + e % S;",
+                f"    sn_wslice[e] = c < F ? {source}[(e / S) * F + c] : ({storage})0;",
+                "}",
+            )
         return [
             "unsigned int sn_dyn;",
             'asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(sn_dyn));',
-            f"const long long sn_fit = ((long long)sn_dyn - {base}) / "
-            f"((long long)sizeof({storage}) * S);",
+            f"const long long sn_fit = {fit};",
             "const long long cached = sn_fit < 0 ? 0 : (sn_fit < F ? sn_fit : F);",
             f"{storage}* sn_wslice = ({storage}*)(sn_smem + {base});",
             *fill,

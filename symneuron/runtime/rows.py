@@ -130,11 +130,14 @@ def launch_geometry(
     return Geometry(rows, threads, max(base, min(whole, room)))
 
 
-#: layers of at least this many neurons run as grid kernels on CUDA, and so does every
-#: layer wider than one block per row can hold (:func:`max_features`). Measured on an
-#: H200 (docs/performance_recurrent.md), the grid kernels are not yet faster than one
-#: block per row at the sizes both run, so only the wider layers take them by default.
-GRID_FROM = 2**62
+#: per pass, layers of at least this many neurons run as grid kernels on CUDA; every
+#: layer wider than one block per row holds (:func:`max_features`) does. Measured on an
+#: H200 (docs/performance_recurrent.md): the grid backward is faster from 1024 neurons
+#: (1.1x at 256 x 1024, 1.8x at 128 x 2048) and slower below; the grid forward is slower
+#: than one block per row wherever both run.
+GRID_FROM = {"forward": 2**62, "backward": 1024}
+#: the most neurons of a row the grid backward stages at a time
+MAX_TILE = 128
 
 
 class Span(NamedTuple):
@@ -147,6 +150,7 @@ class Span(NamedTuple):
     rows_per_block: int
     threads: int
     n_slices: int
+    TK: int = 0  # noqa: N815 (the kernel argument's name)
 
     @property
     def blocks(self) -> int:
@@ -156,22 +160,22 @@ class Span(NamedTuple):
 def grid_span(features: int, rows: int, lanes: int, sms: int) -> Span | None:
     """The grid kernel's spread of ``rows`` batch rows of ``features`` neurons over at most
     ``sms`` blocks (one per SM, so that every block is resident), ``lanes`` neurons per
-    thread: the fewest groups of rows whose block stays within :data:`MAX_THREADS`
-    threads (each weight read then serves the most rows). None: no spread fits."""
+    thread: the fewest groups of rows (each weight read then serves the most rows) whose
+    neurons' threads fit a block, a power of two neurons of a row per block (the
+    backward's warps split them evenly), :data:`MAX_THREADS` threads a block (those that
+    own no neuron help with the product). None: no spread fits."""
     for groups in range(1, rows + 1):
         slices = sms // groups
         if slices == 0:
             return None
-        size = lanes * -(-features // (lanes * slices))  # neurons per block, whole lanes
-        threads = 32 * -(-(-(-rows // groups) * size // lanes) // 32)
-        if threads <= MAX_THREADS:
-            per_block = threads // (size // lanes)  # (the kernel's group_rows)
-            used = -(-rows // per_block)
-            return Span(size, used, per_block, threads, -(-features // size))
+        size = max(lanes, 1 << (-(-features // slices) - 1).bit_length())
+        per_block = -(-rows // groups)
+        if per_block * (size // lanes) <= MAX_THREADS:
+            return Span(size, groups, per_block, MAX_THREADS, -(-features // size))
     return None
 
 
-#: (device, F, rows, lanes, storage bytes) -> (the grid launch or None,) (host time)
+#: (device, F, rows, lanes, storage bytes, backward) -> (the grid launch or None,)
 _SPANS: BoundedTable[tuple[Any, ...], tuple[tuple[Span, Geometry] | None]] = BoundedTable(
     1024, "runtime.rows.spans"
 )
@@ -181,31 +185,29 @@ def _grid_launch(
     prog: Program, first: torch.Tensor, features: int, backward: bool = False
 ) -> tuple[Span, Geometry, int] | None:
     """The grid kernel's spread, launch and lanes for a call whose first tensor is
-    ``first`` [T, rows·F] (of the ``backward``, which stages tiles of gradients in shared
-    memory too), or None where one block per row runs it (the C backend, a layer under
-    :data:`GRID_FROM` neurons, or no spread that fits the GPU)."""
+    ``first`` [T, rows·F] (of the ``backward`` or the forward), or None where one block
+    per row runs it (the C backend, a layer under :data:`GRID_FROM` neurons that one
+    block per row holds, or no spread that fits the GPU)."""
     if not prog.impl.simt:
         return None
-    if features < GRID_FROM and features <= max_features(prog.backend, first.dtype):
+    least = GRID_FROM["backward" if backward else "forward"]
+    if features < least and features <= max_features(prog.backend, first.dtype):
         return None
     rows = first.shape[1] // features
     width = dtypes.lookup(prog.backend, first.dtype).lanes
     lanes = width if features % width == 0 and first.data_ptr() % 16 == 0 else 1
-    compute = dtypes.lookup(prog.backend, first.dtype).torch_compute.itemsize
-    key = (first.device, features, rows, lanes, first.element_size(), backward)
+    key = (first.device, features, rows, lanes, first.dtype, backward)
     found = _SPANS.get(key)
     if found is None:
-        found = _SPANS.put(
-            key, (_spread(first, features, rows, lanes, compute if backward else 0),)
-        )
+        found = _SPANS.put(key, (_spread(prog, first, features, rows, lanes, backward),))
     return None if found[0] is None else (*found[0], lanes)
 
 
 def _spread(
-    first: torch.Tensor, features: int, rows: int, lanes: int, tiled: int
+    prog: Program, first: torch.Tensor, features: int, rows: int, lanes: int, backward: bool
 ) -> tuple[Span, Geometry] | None:
-    """The spread and launch; ``tiled``: the bytes of a value the backward stages
-    :data:`~symneuron.codegen.connection.TILE` (+ 1) of per row of the block (0: none)."""
+    """The spread and launch: shared memory for the pass's tile, then as much of the
+    weight's slice as fits (:class:`~symneuron.codegen.connection.GridLayout`)."""
     from .cuda import shared_limits
 
     optin, per_sm, sms, _ = shared_limits(first.device.index or 0)
@@ -213,11 +215,18 @@ def _spread(
     span = grid_span(features, rows, lanes, sms)
     if span is None:
         return None
-    tile = -(-span.rows_per_block * (connection.TILE + 1) * tiled // 16) * 16
-    if tile >= room:
+    plan = connection.GRID_BACKWARD if backward else connection.GRID_FORWARD
+    compute = dtypes.lookup(prog.backend, first.dtype).torch_compute.itemsize
+    # the backward's tile: at most half the room, the rest for the weight's slice
+    tk = min(MAX_TILE, features, room // 2 // (span.rows_per_block * compute) - connection.PAD)
+    if tk < min(8, features):
         return None
-    shared = min(tile + features * span.S * first.element_size(), room)
-    return span, Geometry(span.blocks, span.threads, shared, cooperative=True)
+    tk = max(4, tk // 4 * 4)  # whole 16-byte loads of a row (a narrower row: masked)
+    values = {"group_rows": span.rows_per_block, "F": features, "S": span.S, "cs": compute}
+    tile = plan.tile_bytes({**values, "TK": tk})
+    whole = span.S * (features + plan.transposed) * first.element_size()
+    shared = tile + min(whole, room - tile)
+    return span._replace(TK=tk), Geometry(span.blocks, span.threads, shared, cooperative=True)
 
 
 def _scratch(like: torch.Tensor, nbytes: int) -> torch.Tensor:
@@ -287,7 +296,7 @@ def forward(
     if grid is not None:
         span, launch, lanes = grid
         words = (delay + 2) * (n // features) * -(-features // 32)
-        values["scratch"], values["S"] = _scratch(x_seq, 4 * words), span.S
+        values["scratch"], values["S"], values["TK"] = _scratch(x_seq, 4 * words), span.S, 0
         prog.run(GFORWARD, (store_h, v_mode), out, values, n, lambda *_: launch, lanes)
         return out
     lanes = _lanes(prog, features, x_seq.dtype)
@@ -351,7 +360,7 @@ def backward(
             span, launch, lanes = grid
             size = dtypes.lookup(prog.backend, h_seq.dtype).torch_compute.itemsize
             values["scratch"] = _scratch(h_seq, (delay + 1) * n * size)
-            values["S"] = span.S
+            values["S"], values["TK"] = span.S, span.TK
             prog.run(GBACKWARD, (grad_v_mode,), out, values, n, lambda *_: launch, lanes)
             return out
         lanes = _lanes(prog, features, h_seq.dtype)
