@@ -67,9 +67,7 @@ def test_a_large_layer_in_a_cuda_graph_runs_the_loop(monkeypatch: pytest.MonkeyP
         layer = sn.RecurrentNeuronLayer(sn.models.LIF(), size, backend="cuda").cuda().double()
         loops: list[int] = []
         real = layer._loop
-        monkeypatch.setattr(
-            layer, "_loop", lambda *a, _l=loops, _r=real: _l.append(1) or _r(*a)
-        )
+        monkeypatch.setattr(layer, "_loop", lambda *a, _l=loops, _r=real: _l.append(1) or _r(*a))
         with torch.no_grad():
             if not captured:
                 outs.append(layer(x))
