@@ -6,7 +6,8 @@ integer k), and that cannot be undone. So a variable that takes any real value a
 time (V, X, H, S, a state) must carry none (:func:`warn_narrowed`), and a parameter's
 value must satisfy its symbol's (:func:`check_assumption`, cheap enough for every run:
 plain float arithmetic on the names :func:`param_assumptions` found at construction; a
-tensor of values is checked elementwise by torch).
+tensor of values is checked elementwise by torch, once per tensor and version and only
+where its values can be read: :func:`check_values`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from typing import Any
 
 import sympy as sp
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 __all__ = [
     "symbol_assumptions",
     "param_assumptions",
     "check_assumption",
+    "check_values",
+    "tensor_version",
     "narrowed_symbols",
     "warn_narrowed",
 ]
@@ -173,6 +177,64 @@ def check_assumption(
                 f"different model: give a {assumption} value, or declare the symbol without "
                 f"the assumption (sympy.Symbol({name!r}, real=True))."
             )
+
+
+#: each tensor whose values :func:`check_values` found to hold -> its version counter
+#: then (weakly keyed by identity: a tensor freed is forgotten)
+_CHECKED: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def check_values(
+    name: str,
+    assumptions: Iterable[str],
+    value: float | torch.Tensor,
+    what: str = "parameter",
+) -> bool:
+    """:func:`check_assumption` where a value enters (``sn.simulate``, a layer's
+    construction and calls), one policy for floats and tensors.
+
+    A float is checked every time (float arithmetic). A tensor is checked once per
+    tensor and version: reading its values back is a device synchronisation, so a tensor
+    passed again unchanged (a layer's parameter between optimizer steps, the same tensor
+    given to ``simulate`` each call) is not read again; one changed in place or replaced
+    is. Where values cannot be read, a tensor is not checked: while ``torch.compile``
+    traces, under a functorch transform (``vmap``, ``grad``), inside a CUDA graph capture
+    (a read would break it) and on the ``meta`` device. A layer checks its own tensors
+    at its next call outside those; a tensor handed to a compiled or captured
+    ``simulate`` is the caller's to check (an eager call with it checks it once).
+
+    Returns whether the value is known to hold (False: not read, as above).
+    """
+    if not isinstance(value, torch.Tensor):
+        check_assumption(name, assumptions, value, what)
+        return True
+    if not _readable(value):
+        return False
+    version = tensor_version(value)
+    if version >= 0 and _CHECKED.get(value) == version:
+        return True
+    check_assumption(name, assumptions, value, what)
+    if version >= 0:
+        _CHECKED[value] = version
+    return True
+
+
+def _readable(value: torch.Tensor) -> bool:
+    """Whether ``value``'s elements can be read on the host now (see :func:`check_values`)."""
+    if torch.compiler.is_compiling() or value.is_meta:
+        return False
+    if torch._C._are_functorch_transforms_active():
+        return False
+    return not (value.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
+def tensor_version(tensor: Any) -> int:
+    """The tensor's version counter (bumped by every in-place change); -1 for an
+    inference tensor, which keeps none (checked each time)."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return -1
 
 
 def _check_elements(name: str, assumptions: Iterable[str], values: torch.Tensor, what: str) -> None:

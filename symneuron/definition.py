@@ -28,7 +28,7 @@ from .state import State, check_crossing_states, check_on_spike, check_uses_x, f
 from .symbols import RESERVED, H, S, V, X, allowed_in, reserved_symbol
 from .validate import check_expression, finite_float, named
 
-__all__ = ["V", "X", "H", "S", "State", "Definition", "find"]
+__all__ = ["V", "X", "H", "S", "State", "Definition", "find", "inline_stages"]
 
 
 def _user_expressions(given: Mapping[str, Any]) -> list[Any]:
@@ -322,10 +322,8 @@ class Definition:
         return expr
 
     def inline_stages(self, expr: sp.Expr) -> sp.Expr:
-        """``expr`` with the stages substituted, latest first (slow for large systems)."""
-        for z, e in reversed(self.stages):
-            expr = expr.xreplace({z: e})
-        return expr
+        """``expr`` with the stages substituted (:func:`inline_stages`)."""
+        return inline_stages(self.stages, expr)
 
     # -- identity -----------------------------------------------------------
     @property
@@ -384,11 +382,21 @@ class Definition:
             f"learnable={list(self.learnable)}, v_threshold={self.v_threshold}, {reset}, "
             f"surrogate={self.surrogate.name}, detach_reset={self.detach_reset}"
             + "".join(
-                f", {n}: ~{s.update}, on spike {s.on_spike}, init {s.init}"
+                f", {n}: ~{self.view(s.update)}, on spike {s.on_spike}, init {s.init}"
                 for n, s in self.states.items()
             )
             + ")"
         )
+
+
+def inline_stages(stages: Iterable[tuple[sp.Symbol, sp.Expr]], expr: sp.Expr) -> sp.Expr:
+    """``expr`` with the ``stages`` (``(symbol, expr)`` in evaluation order) substituted:
+    each stage's expansion is built once from the earlier ones and shared wherever it is
+    read, so the work follows the expressions' graph, not their printed size."""
+    expanded: dict[sp.Basic, sp.Basic] = {}
+    for symbol, stage in stages:
+        expanded[symbol] = stage.xreplace(expanded)
+    return expr.xreplace(expanded) if expanded else expr
 
 
 #: Every live definition by key (weakly): custom ops, whose arguments must be plain

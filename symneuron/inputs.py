@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .assumptions import check_assumption
+from .assumptions import check_values
 from .definition import Definition
 from .memo import BoundedTable
 from .reference import as_tensor, level_value
@@ -144,9 +144,9 @@ def param_values(
             value = in_range(
                 finite_float(value, f"param {name!r}"), _compute(x_seq), f"param {name!r}"
             )
-            kinds = neuron.param_assumptions.get(name)
-            if kinds:  # plain float arithmetic, no SymPy
-                check_assumption(name, kinds, value)
+        kinds = neuron.param_assumptions.get(name)
+        if kinds:  # a float: float arithmetic; a tensor: once per version, where readable
+            check_values(name, kinds, value)
         values[name] = value
     return values
 

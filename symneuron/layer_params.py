@@ -12,11 +12,13 @@ tensors, so a float64 run wants a float64 layer. A layer made on the ``meta`` de
 its floats from ``to_empty()`` (torch's own modules leave that to ``reset_parameters()``).
 
 Every value is checked at construction (the float given and its tensor: float16 holds
-tau = 1e-8 as 0) with :func:`symneuron.assumptions.check_assumption`, as
-:func:`symneuron.simulate` checks its floats. A call checks again only the values
-replaced or changed in place since their last check (a tensor's identity and version
-counter, read on the host): for a learnable parameter with assumptions, once after each
-optimizer step, which reads one value back (on a GPU, a synchronisation).
+tau = 1e-8 as 0) with :func:`symneuron.assumptions.check_values`, the check
+:func:`symneuron.simulate` makes of its floats and tensors. A call checks again only the
+values replaced or changed in place since their last check (a tensor's identity and
+version counter, read on the host): for a learnable parameter with assumptions, once
+after each optimizer step, which reads one value back (on a GPU, a synchronisation).
+Not under ``torch.compile``, a functorch transform or in a CUDA graph capture, where a
+value cannot be read back: the next call outside them checks it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .assumptions import check_assumption
+from .assumptions import check_values, tensor_version
 from .definition import Definition
 from .validate import dense, finite_float, named
 
@@ -79,9 +81,8 @@ def param_tensors(
             raise ValueError(f"Parameter {name!r} must be finite, got {value}")
         kinds = neuron.param_assumptions.get(name)
         if kinds:  # the value given, and as its dtype holds it (rounded to 0, say)
-            check_assumption(name, kinds, value)
-            if readable:
-                check_assumption(name, kinds, tensor)
+            check_values(name, kinds, value)
+            check_values(name, kinds, tensor)
         tensors[name] = tensor
     return tensors, given
 
@@ -108,12 +109,12 @@ class ParamRecords:
         rounded and, if ``checked``, those with assumptions as checked (else each is
         checked at the next call)."""
         self.exact = {
-            name: (value, tensors[name], _version(tensors[name]), tensors[name].dtype)
+            name: (value, tensors[name], tensor_version(tensors[name]), tensors[name].dtype)
             for name, value in self.given.items()
             if name not in self.learnable and _rounds(tensors[name], value)
         }
         assumed = self.assumptions if checked else {}
-        self.checked = {name: (tensors[name], _version(tensors[name])) for name in assumed}
+        self.checked = {name: (tensors[name], tensor_version(tensors[name])) for name in assumed}
 
     def held(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.dtype | None]:
         """The params whose tensors still hold their floats given, with their dtypes, None
@@ -145,36 +146,23 @@ class ParamRecords:
         another (:func:`symneuron.simulate` checks floats); each other value with
         assumptions checked once replaced or changed in place since its last check."""
         for name, (given, tensor, version, held) in self.exact.items():
-            if values[name] is tensor and held is not dtype and _version(tensor) == version:
+            if values[name] is tensor and held is not dtype and tensor_version(tensor) == version:
                 values[name] = given
         checked = self.checked
         for name in self.assumptions:
             value = values[name]
             seen = checked.get(name, _UNCHECKED)
-            if value is not seen[0] or _version(value) != seen[1]:  # (a float is not seen)
+            if value is not seen[0] or tensor_version(value) != seen[1]:  # (a float is not seen)
                 self._check(name, value)
         return values
 
     def _check(self, name: str, value: Any) -> None:
-        """Check a changed tensor and note it checked (:func:`symneuron.simulate` checks a
-        float); not under a functorch transform (``torch.func.functional_call`` inside
-        ``vmap``: its values cannot be read) nor in a CUDA graph capture, where the
-        layer's own tensors are checked at the next call outside them."""
-        if not isinstance(value, torch.Tensor) or torch._C._are_functorch_transforms_active():
-            return
-        if value.is_cuda and torch.cuda.is_current_stream_capturing():
-            return  # (a CUDA graph capture reads nothing back: checked at a call outside it)
-        check_assumption(name, self.assumptions[name], value)
-        self.checked[name] = (value, _version(value))
-
-
-def _version(tensor: Any) -> int:
-    """The tensor's version counter (bumped by every in-place change); -1 for an
-    inference tensor, which keeps none."""
-    try:
-        return tensor._version
-    except RuntimeError:
-        return -1
+        """Check a changed tensor (:func:`~symneuron.assumptions.check_values`: not where
+        its values cannot be read, under ``torch.compile``, a functorch transform or in a
+        CUDA graph capture) and note it checked once it was; :func:`symneuron.simulate`
+        checks a float."""
+        if isinstance(value, torch.Tensor) and check_values(name, self.assumptions[name], value):
+            self.checked[name] = (value, tensor_version(value))
 
 
 def _rounds(tensor: Any, value: float) -> bool:

@@ -19,11 +19,21 @@ from . import derivation, ode
 from .codegen import render_source
 from .definition import Definition, H, V, X
 from .derivation.events import EventSpec, derive_events
+from .memo import BoundedTable
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Neuron"]
+__all__ = ["Neuron", "VIEW_NODES"]
+
+#: The largest step (nodes of its expression tree) that a view shows with its stages
+#: substituted; the zoo's largest below it is FitzHugh–Nagumo's rk4 step (841 nodes),
+#: above it Morris–Lecar's (7,778 nodes, whose partials print as 630,000 characters of
+#: LaTeX) and Wang–Buzsáki's (6.6 million).
+VIEW_NODES = 2_000
+
+#: (neuron key, staged expression) -> its view (substituting takes seconds for large steps)
+_VIEWS: BoundedTable[tuple[str, sp.Expr], sp.Expr] = BoundedTable(1024, "neuron.views")
 
 
 class Neuron(Definition):
@@ -163,20 +173,33 @@ class Neuron(Definition):
         return (_rebuild_with_ode, (type(self), self._given, self.ode))
 
     def view(self, expr: sp.Expr) -> sp.Expr:
-        """``expr`` (the step charge, a state's update) as a user reads it. A neuron built
-        with ``method="exp_euler"`` shows the exact step of each linear equation
-        (:func:`~symneuron.ode.exact_step`) for the stages its kernels evaluate;
-        ``rk2``/``rk4`` keep their stages (:meth:`inline_stages` expands them)."""
-        system = self.ode
-        if system is None or system.method != "exp_euler" or not self.stages:
+        """``expr`` (the step charge, a state's update) as a user reads it: the model's
+        mathematics, with no stage of the integrator (the kernels keep them). A neuron
+        built with ``method="exp_euler"`` shows the exact step of each linear equation
+        (:func:`~symneuron.ode.exact_step`); every other neuron with stages shows ``expr``
+        with them substituted, unless that step would exceed :data:`VIEW_NODES` nodes,
+        where a Runge–Kutta step shows its right-hand sides as functions ``f_V(V, W)``
+        (:func:`~symneuron.ode.rk_outline`). Kept per neuron and expression."""
+        if not self.stages:
             return expr
+        key = (self.key(), expr)
+        found = _VIEWS.get(key)
+        return _VIEWS.put(key, self._view(expr)) if found is None else found
+
+    def _view(self, expr: sp.Expr) -> sp.Expr:
+        system = self.ode
         own = self.state_symbols
         steps = {self.step_charge: V, **{st.update: own[n] for n, st in self.states.items()}}
         z = steps.get(expr)
-        if z is None:
-            return expr
-        rhs = {V: system.dv, **{own[n]: st.ode for n, st in system.states.items()}}
-        return ode.exact_step(z, rhs[z], system.dt)
+        if system is None or z is None:
+            return self.inline_stages(expr)
+        if system.method == "exp_euler":
+            rhs = {V: system.dv, **{own[n]: st.ode for n, st in system.states.items()}}
+            return ode.exact_step(z, rhs[z], system.dt)
+        if system.method in ode.TABLEAUS and ode.expanded_size(self.stages, expr) > VIEW_NODES:
+            held = [X, *(self.symbols[n] for n in self.learnable)]
+            return ode.rk_outline(system.method, [V, *own.values()], system.dt, held)[z]
+        return self.inline_stages(expr)
 
     def derivatives(self) -> dict[str, sp.Expr]:
         """The derived partials, keyed ``'dH/dV'``, ``'dH/dX'``, ``'dH/d<θ>'`` (and, for

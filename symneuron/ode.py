@@ -41,14 +41,14 @@ f the right-hand sides, h = dt):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import sympy as sp
 from sympy.codegen.cfunctions import expm1
 
-from .definition import State, V
+from .definition import State, V, inline_stages
 from .symbols import NOISE_STREAMS, RESERVED, XI, allowed_in, noise_symbol
 from .validate import check_expression, finite_float, named
 
@@ -63,6 +63,9 @@ __all__ = [
     "PHI1_BAND",
     "linear_system",
     "propagator",
+    "exact_step",
+    "expanded_size",
+    "rk_outline",
 ]
 
 #: The integration methods, by Brian2's names.
@@ -293,6 +296,34 @@ def exact_step(z: sp.Symbol, rhs: sp.Expr, dt: float) -> sp.Expr:
         return z + h * b
     z_inf = -b / a
     return z_inf + (z - z_inf) * sp.exp(a * h)
+
+
+def expanded_size(stages: Sequence[Stage], expr: sp.Expr) -> int:
+    """The number of nodes ``expr`` has as a tree once the ``stages`` are substituted,
+    counted without substituting them (each stage's count is its tree's, a stage symbol
+    in it weighing its own count)."""
+    sizes: dict[sp.Basic, int] = {}
+
+    def size(e: sp.Expr) -> int:
+        return sum(sizes.get(node, 1) for node in sp.preorder_traversal(e))
+
+    for symbol, stage in stages:
+        sizes[symbol] = size(stage)
+    return size(expr)
+
+
+def rk_outline(
+    method: str, variables: Sequence[sp.Symbol], dt: float, held: Sequence[sp.Symbol] = ()
+) -> dict[sp.Symbol, sp.Expr]:
+    """Each variable's new value after one step of the Runge–Kutta ``method`` (``rk2``,
+    ``rk4``), the right-hand sides written as functions: dz/dt = ``f_<z>(V, W, ..., *held)``
+    (``held``: the symbols constant over the step that are to appear, X and the learnable
+    params, so that the partials by them follow the chain rule). The step's mathematics
+    without its stages, for a system whose right-hand sides substituted would make the
+    step too large to read (Wang–Buzsáki's rk4 step: millions of terms)."""
+    rhs = {z: sp.Function(f"f_{z.name}")(*variables, *held) for z in variables}
+    stages, new = _staged(method, rhs, sp.Float(dt), {z.name for z in variables})
+    return {z: inline_stages(stages, value) for z, value in new.items()}
 
 
 class Discretised(NamedTuple):

@@ -84,3 +84,14 @@ def test_docstrings_parse_into_described_parameters_and_examples(obj: object) ->
     for section in sections:
         if section.kind.value == "parameters":
             assert all(p.description for p in section.value), [p.name for p in section.value]
+
+
+def test_the_docs_home_shows_every_readme_figure() -> None:
+    """Each picture of the README is on the docs home, from a file under docs/ (issue 34
+    item 10: the site's home showed none)."""
+    readme = re.findall(r"!\[[^\]]*\]\(docs/([^)]+)\)", (REPO / "README.md").read_text())
+    home = set(re.findall(r"!\[[^\]]*\]\(([^)]+)\)", (REPO / "docs" / "index.md").read_text()))
+    assert readme
+    for figure in readme:
+        assert figure in home, figure
+        assert (REPO / "docs" / figure).is_file(), figure

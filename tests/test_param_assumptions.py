@@ -119,3 +119,51 @@ def test_a_bool_is_not_a_real_number(flag: object) -> None:
     if not isinstance(flag, torch.Tensor):
         with pytest.raises(TypeError, match="must be a real number, not a bool"):
             sn.simulate(sn.models.LIF(), torch.rand(3, 2), params={"tau": flag}, backend="torch")
+
+
+# -- tensors entering sn.simulate: the check a float gets (issue 34 item 3) ------------
+
+
+@pytest.mark.parametrize("backend", ["cpu", "torch"])
+@pytest.mark.parametrize(
+    "tau", [torch.tensor(0.0), torch.tensor([2.0, 0.0, 3.0]), torch.tensor(-1.0)], ids=repr
+)
+def test_simulate_refuses_a_tensor_that_contradicts_the_assumption(
+    backend: str, tau: torch.Tensor
+) -> None:
+    """LIF's tau is positive: a tensor 0 ran to NaN where the float 0 is refused."""
+    bad = float(tau.reshape(-1)[(tau.reshape(-1) <= 0).nonzero()[0, 0]])
+    with pytest.raises(ValueError, match=rf"'tau' is declared positive.*value is {bad}"):
+        sn.simulate(sn.models.LIF(), torch.rand(5, 3), params={"tau": tau}, backend=backend)
+
+
+def test_a_tensor_is_read_once_per_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same tensor unchanged is not read again (a device synchronisation on a GPU);
+    changed in place, it is checked again and refused."""
+    from symneuron import assumptions
+
+    lif, tau, x = sn.models.LIF(), torch.full((3,), 2.0), torch.rand(5, 3)
+    reads = []
+    real = assumptions.check_assumption
+    monkeypatch.setattr(
+        assumptions, "check_assumption", lambda *a, **k: reads.append(a[0]) or real(*a, **k)
+    )
+    for _ in range(3):
+        sn.simulate(lif, x, params={"tau": tau}, backend="cpu")
+    assert reads == ["tau"]
+    tau[1] = 0.0
+    with pytest.raises(ValueError, match="'tau' is declared positive"):
+        sn.simulate(lif, x, params={"tau": tau}, backend="cpu")
+
+
+def test_a_tensor_is_not_read_while_compiling() -> None:
+    """torch.compile(fullgraph=True) traces simulate with a tensor tau: nothing is read
+    back (a check there would break the graph); the eager call checks it."""
+    lif, tau = sn.models.LIF(), torch.full((3,), 2.0)
+
+    def run(x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+        return sn.simulate(lif, x, params={"tau": tau}, backend="torch")[1]
+
+    x = torch.rand(5, 3)
+    compiled = torch.compile(run, fullgraph=True, backend="eager")
+    assert torch.equal(compiled(x, tau), run(x, tau))

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 import symneuron as sn
-import symneuron.layer_params as layer_params
+import symneuron.assumptions as assumptions
 from symneuron.check_recurrent import recurrent_errors
 from tests.conftest import assert_fires_sometimes, generator, rel_err, seed_of
 
@@ -387,17 +387,18 @@ def test_a_loaded_state_dict_is_checked_at_the_call() -> None:
 
 
 def test_unchanged_values_are_not_checked_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Host time: a call checks only the values replaced or changed since the last one."""
+    """Host time: a call checks only the values replaced or changed since the last one,
+    and the simulate call it makes does not read them again."""
     layer = sn.NeuronLayer(sn.models.LIF(learnable=["tau"]), backend="cpu")
     layer(torch.rand(2, 4))
     seen: list[str] = []
-    check = layer_params.check_assumption
+    check = assumptions.check_assumption
 
     def counted(name: str, *args: Any, **kwargs: Any) -> None:
         seen.append(name)
         check(name, *args, **kwargs)
 
-    monkeypatch.setattr(layer_params, "check_assumption", counted)
+    monkeypatch.setattr(assumptions, "check_assumption", counted)
     layer(torch.rand(2, 4))
     assert seen == []
     with torch.no_grad():

@@ -10,6 +10,8 @@ derivative of that expansion.
 from __future__ import annotations
 
 import random
+import re
+from typing import Any
 
 import pytest
 import sympy as sp
@@ -99,3 +101,100 @@ def test_escape_firing_without_reset_level_is_soft() -> None:
     neuron = sn.models.EscapeLIF(v_reset=None)
     assert neuron.soft_reset
     assert "soft" in repr(neuron) and "hard(" not in repr(neuron)
+
+
+# -- every method: a LIF with a current synapse (two states, V and I) ------------------
+
+TAU_M, TAU_S = sp.Symbol("tau_m", positive=True), sp.Symbol("tau_s", positive=True)
+
+
+def _synapse_lif(method: str) -> sn.Neuron:
+    current = sp.Symbol("I", real=True)
+    return sn.Neuron.from_ode(
+        (current - sn.V) / TAU_M,
+        dt=0.5,
+        method=method,
+        states={"I": sn.ODEState(ode=(sn.X - current) / TAU_S)},
+        params={TAU_M: 4.0, TAU_S: 2.0},
+        learnable=[TAU_M, TAU_S],
+    )
+
+
+def _staged_value(neuron: sn.Neuron, expr: sp.Expr, point: dict[sp.Symbol, Any]) -> sp.Float:
+    """``expr`` as the kernels evaluate it: each stage a number in turn, then ``expr``
+    (40 digits)."""
+    values: dict[sp.Symbol, sp.Expr] = {z: sp.Float(v, 40) for z, v in point.items()}
+    for symbol, stage in neuron.stages:
+        values[symbol] = stage.evalf(40, subs=values)
+    return expr.evalf(40, subs=values)
+
+
+def _printed(neuron: sn.Neuron) -> str:
+    """Every view a user prints: charge, updates, partials, repr, show and its LaTeX."""
+    views = [neuron.charge, *(neuron.view(st.update) for st in neuron.states.values())]
+    parts = [str(v) for v in views] + [repr(neuron)]
+    parts += [f"{k} = {v}" for k, v in neuron.derivatives().items()]
+    parts += [sp.latex(v) for v in views]
+    parts += [f"{a} = {b}" for latex in (False, True) for a, b in describe(neuron, latex=latex)]
+    return "\n".join(parts)
+
+
+def _has_stage(neuron: sn.Neuron, text: str) -> list[str]:
+    names = {n for s in _stage_names(neuron) for n in (s, sp.latex(sp.Symbol(s)))}
+    return [n for n in names if re.search(rf"(?<![\w\\{{]){re.escape(n)}(?![\w}}])", text)]
+
+
+@pytest.mark.parametrize("method", sn.ode.METHODS)
+def test_no_view_shows_a_stage(method: str) -> None:
+    neuron = _synapse_lif(method)
+    assert method == "euler" or neuron.stages  # the kernels keep them
+    assert not _has_stage(neuron, _printed(neuron))
+
+
+@pytest.mark.parametrize("method", sn.ode.METHODS)
+def test_views_equal_the_staged_step(method: str) -> None:
+    neuron = _synapse_lif(method)
+    pairs = [(neuron.charge, neuron.step_charge)]
+    pairs += [(neuron.view(st.update), st.update) for st in neuron.states.values()]
+    for seed in range(3):
+        point = _point(neuron, seed)
+        for shown, staged in pairs:
+            want = float(_staged_value(neuron, staged, point))
+            assert float(shown.evalf(40, subs=point)) == pytest.approx(want, rel=1e-12, abs=1e-14)
+
+
+@pytest.mark.parametrize("method", sn.ode.METHODS)
+def test_derivatives_are_partials_of_the_staged_step(method: str) -> None:
+    """Each shown partial against a central difference of the staged step (40 digits)."""
+    neuron = _synapse_lif(method)
+    found = neuron.derivatives()
+    state = neuron.state_symbols["I"]
+    outputs = {"H": neuron.step_charge, "I~": neuron.states["I"].update}
+    point = {z: sp.Float(v, 40) for z, v in _point(neuron, 11).items()}
+    step = sp.Float("1e-15", 40)
+    for out, staged in outputs.items():
+        for z in [sn.V, sn.X, state, *neuron.symbols.values()]:
+            up, down = {**point, z: point[z] + step}, {**point, z: point[z] - step}
+            rise = _staged_value(neuron, staged, up) - _staged_value(neuron, staged, down)
+            fd = float(rise / (2 * step))
+            got = found.get(f"d{out}/d{z}")
+            got_value = 0.0 if got is None else float(got.evalf(40, subs=point))
+            assert got_value == pytest.approx(fd, rel=1e-7, abs=1e-9), (out, z)
+
+
+def test_a_step_too_large_to_substitute_shows_its_right_hand_sides() -> None:
+    """Morris–Lecar's rk4 step substituted is past VIEW_NODES: the view writes dV/dt and
+    dw/dt as f_V(V, w, X) and f_w(V, w, X); with them put back it is the staged step."""
+    neuron = sn.models.MorrisLecar()
+    assert sn.ode.expanded_size(neuron.stages, neuron.step_charge) > sn.neuron.VIEW_NODES
+    assert not _has_stage(neuron, _printed(neuron))
+    point = _point(neuron, 3)
+    w = neuron.state_symbols["w"]
+    rhs = {"f_V": neuron.ode.dv, "f_w": neuron.ode.states["w"].ode}
+    params = {z: v for z, v in point.items() if z not in (sn.V, w, sn.X)}
+    functions = {name: sp.lambdify((sn.V, w, sn.X), f.subs(params)) for name, f in rhs.items()}
+    shown = sp.lambdify((sn.V, w, sn.X), neuron.charge, [functions, "math"])
+    want = float(_staged_value(neuron, neuron.step_charge, point))
+    assert shown(point[sn.V], point[w], point[sn.X]) == pytest.approx(want, rel=1e-12)
+    step_row = dict(describe(neuron))["step"]
+    assert "f_V = dV/dt" in step_row and "f_w = dw/dt" in step_row

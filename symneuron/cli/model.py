@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import sympy as sp
+from sympy.core.function import AppliedUndef
 
 from .. import models
 from ..definition import Definition, H, S
@@ -174,7 +175,10 @@ def describe(neuron: Neuron, latex: bool = False) -> list[tuple[str, str]]:
 
         rows.append((d("V"), fmt(system.dv)))
         rows += [(d(name), fmt(st.ode)) for name, st in system.states.items()]
-        rows.append(("step", f"{system.method}, dt = {system.dt}"))
+        shown = [neuron.charge, *(neuron.view(st.update) for st in neuron.states.values())]
+        outlined = sorted({f.func.__name__ for e in shown for f in e.atoms(AppliedUndef)})
+        named = "".join(f", {f} = d{f[2:]}/dt" for f in outlined)  # (Neuron.view's f_V)
+        rows.append(("step", f"{system.method}, dt = {system.dt}{named}"))
     rows.append(("H", fmt(neuron.charge)))
     for name, state in neuron.states.items():
         new = neuron.view(state.update) if state.update is not None else neuron.state_symbols[name]
