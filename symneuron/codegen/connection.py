@@ -424,6 +424,7 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
         f"{ct}* sn_ring = ({ct}*)((unsigned int*)scratch + 4);  // [D + 1][B][F]",
         f"{ct}* sn_gtile = ({ct}*)sn_smem;  // [group_rows][TK + {PAD}], then the slice",
         *d.warp_lanes(),
+        "const int tk = (int)TK;",
     ]
     # each warp stages rows (STAGED of them at once), its lanes the row's TK <= 32 · 4
     # neurons: STAGED · 4 loads in flight per thread, coalesced, no division
@@ -432,7 +433,7 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
         f"for (int a = 0; a < {STAGED}; ++a) {{",
         *indent(d.unroll()),
         "    for (int u = 0; u < 4; ++u) {",
-        "        const long long lr = lr0 + a * sn_warps, mm = sn_lane + 32 * u;",
+        "        const int lr = lr0 + a * sn_warps, mm = sn_lane + 32 * u;",
         "{}",
         "    }",
         "}",
@@ -441,10 +442,10 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
     def each_pair(body: str) -> list[str]:
         return [*d.unroll(), *[line.replace("{}", body) for line in pairs]]
 
-    there = "lr < group_rows && mm < TK"
+    there = "lr < group_rows && mm < tk"
     stage = [
         d.barrier(),
-        f"for (long long lr0 = sn_warp; lr0 < group_rows; lr0 += {STAGED} * sn_warps) {{",
+        f"for (int lr0 = sn_warp; lr0 < group_rows; lr0 += {STAGED} * sn_warps) {{",
         f"    {ct} staged[{STAGED}][4];",
         *indent(
             each_pair(
@@ -452,12 +453,12 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
             )
         ),
         *indent(
-            each_pair(f"        if ({there}) sn_gtile[lr * (TK + {PAD}) + mm] = staged[a][u];")
+            each_pair(f"        if ({there}) sn_gtile[lr * (tk + {PAD}) + mm] = staged[a][u];")
         ),
         "}",
         d.barrier(),
     ]
-    factor = f"sn_gtile[local_row * (TK + {PAD}) + m - m0]"
+    factor = f"sn_gtile[local_row * (tk + {PAD}) + m - m0]"
     width = 16 // (8 if ct == "double" else 4)  # the tile's 16-byte loads
     gvec, wvec = f"sn_vec<{ct}, {width}>", printer.vec
     term = [
@@ -465,7 +466,7 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
         f"rec[j] += {printer.expr(DENSE.transpose)};",
     ]
     vectors = [
-        f"const {gvec} g4 = *(const {gvec}*)(sn_gtile + local_row * (TK + {PAD}) + m - m0);",
+        f"const {gvec} g4 = *(const {gvec}*)(sn_gtile + local_row * (tk + {PAD}) + m - m0);",
         *d.unroll(),
         f"for (int q = 0; q < {width}; ++q) {{",
         f"    const {wvec} w4 = *(const {wvec}*)(sn_wslice + (m + q) * S + (c0 - cs0));",
@@ -474,10 +475,10 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
         "}",
     ]
     tile_sum = [
-        "const long long m1 = m0 + TK < F ? m0 + TK : F;",
-        "const long long mc = m1 < cached ? m1 : (m0 > cached ? m0 : cached);",
-        f"const long long mv = m0 + ((mc - m0) / {width}) * {width};",
-        f"for (long long m = m0; m < mv; m += {width}) {{",
+        "const int m1 = m0 + tk < F ? m0 + tk : (int)F;",
+        "const int mc = m1 < cached ? m1 : (m0 > cached ? m0 : cached);",
+        f"const int mv = m0 + ((mc - m0) / {width}) * {width};",
+        f"for (int m = m0; m < mv; m += {width}) {{",
         *indent(vectors),
         "}",
         *product.dense("sn_wslice + m * S + (c0 - cs0)", factor, "m = mv; m < mc"),
@@ -486,7 +487,7 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
     transposed = [
         *product.start(),
         f"const {ct}* g_all = sn_ring + (long long)ring_before * B * F;",
-        "for (long long m0 = 0; m0 < F; m0 += TK) {",
+        "for (int m0 = 0; m0 < F; m0 += tk) {",
         *indent(stage),
         *indent(d.threads(arrays, tile_sum)),
         "}",
@@ -519,7 +520,7 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
 
 
 #: rows of each warp the grid backward stages at once (4 values a lane each, in flight)
-STAGED = 4
+STAGED = 2
 #: the values a row of the staged tile is padded by: rows stay 16-byte aligned (vector
 #: loads) and eight rows of a warp start in different banks
 PAD = 4

@@ -389,18 +389,19 @@ class CUDADialect(Dialect):
         """Block b owns neurons [cs0, cs0 + S) of the rows of its group (the blocks of a
         group cover a row's slices in order), S / K threads a row; the block's other
         threads help with the step's product."""
+        # (32-bit indices within a row and a block: registers are the grid kernels' limit)
         head = [
-            "const long long B = N / F;",
-            "const long long n_slices = (F + S - 1) / S;",
-            "const long long slice_threads = S / K;",
-            "const long long n_groups = gridDim.x / n_slices;",
-            "const long long group_rows = (B + n_groups - 1) / n_groups;",
-            "const long long cs0 = (blockIdx.x % n_slices) * S;",
-            "const long long r0 = (blockIdx.x / n_slices) * group_rows;",
-            "const long long local_row = threadIdx.x / slice_threads;",
-            "const long long row = r0 + local_row;",
-            "const long long c0 = cs0 + (threadIdx.x % slice_threads) * K;",
-            "const long long row0 = row * F;",
+            "const int B = (int)(N / F);",
+            "const int n_slices = (int)((F + S - 1) / S);",
+            "const int slice_threads = (int)(S / K);",
+            "const int n_groups = gridDim.x / n_slices;",
+            "const int group_rows = (B + n_groups - 1) / n_groups;",
+            "const int cs0 = (int)((blockIdx.x % n_slices) * S);",
+            "const int r0 = (blockIdx.x / n_slices) * group_rows;",
+            "const int local_row = threadIdx.x / slice_threads;",
+            "const int row = r0 + local_row;",
+            "const int c0 = cs0 + (threadIdx.x % slice_threads) * K;",
+            "const long long row0 = (long long)row * F;",
             "const long long i0 = row0 + c0;",
             "const bool active = local_row < group_rows && row < B && c0 < F;",
         ]
@@ -409,7 +410,7 @@ class CUDADialect(Dialect):
     def warp_lanes(self) -> list[str]:
         return [
             "const int sn_lane = threadIdx.x & 31;",
-            "const long long sn_warp = threadIdx.x >> 5, sn_warps = blockDim.x >> 5;",
+            "const int sn_warp = threadIdx.x >> 5, sn_warps = blockDim.x >> 5;",
         ]
 
     def warp_sum(self, var: str, width: str) -> list[str]:
@@ -480,7 +481,7 @@ class CUDADialect(Dialect):
             "unsigned int sn_dyn;",
             'asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(sn_dyn));',
             f"const long long sn_fit = {fit};",
-            "const long long cached = sn_fit < 0 ? 0 : (sn_fit < F ? sn_fit : F);",
+            "const int cached = (int)(sn_fit < 0 ? 0 : (sn_fit < F ? sn_fit : F));",
             f"{storage}* sn_wslice = ({storage}*)(sn_smem + {base});",
             *fill,
         ]
