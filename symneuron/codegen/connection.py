@@ -425,6 +425,12 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
         f"{ct}* sn_gtile = ({ct}*)sn_smem;  // [group_rows][TK + {PAD}], then the slice",
         *d.warp_lanes(),
         "const int tk = (int)TK;",
+        "// threads a neuron: at most 4, their sums within the tile's room",
+        "const int n_parts_room = 1 + (tk + 4) / (int)S;",
+        "const int n_parts_max = (int)(blockDim.x / owners) < 4 ? (int)(blockDim.x / owners) : 4;",
+        "const int n_parts = n_parts_max < n_parts_room ? n_parts_max : n_parts_room;",
+        "const bool helping = part < n_parts && local_row < group_rows && row < B && c0 < F;",
+        f"const int sn_chunk = ((tk + n_parts - 1) / n_parts + {3}) / 4 * 4;",
     ]
     # each warp stages rows (STAGED of them at once), its lanes the row's TK <= 32 · 4
     # neurons: STAGED · 4 loads in flight per thread, coalesced, no division
@@ -474,23 +480,44 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
         *indent(d.lane_loop(term)),
         "}",
     ]
+    # each of the n_parts threads of a neuron sums its part of the tile (the threads that
+    # own no neuron help: up to 4 a neuron, their sums' room in the freed tile)
     tile_sum = [
-        "const int m1 = m0 + tk < F ? m0 + tk : (int)F;",
-        "const int mc = m1 < cached ? m1 : (m0 > cached ? m0 : cached);",
-        f"const int mv = m0 + ((mc - m0) / {width}) * {width};",
-        f"for (int m = m0; m < mv; m += {width}) {{",
+        "const int lo = part * sn_chunk < tk ? part * sn_chunk : tk;",
+        "const int hi = lo + sn_chunk < tk ? lo + sn_chunk : tk;",
+        "const int ms = m0 + lo;",
+        "const int m1 = m0 + hi < F ? m0 + hi : (int)F;",
+        "const int mc = m1 < cached ? m1 : (ms > cached ? ms : cached);",
+        f"const int mv = ms + (mc > ms ? (mc - ms) / {width} * {width} : 0);",
+        f"for (int m = ms; m < mv; m += {width}) {{",
         *indent(vectors),
         "}",
         *product.dense("sn_wslice + m * S + (c0 - cs0)", factor, "m = mv; m < mc"),
-        *product.dense("weight + m * F + c0", factor, "m = mc; m < m1"),
+        *product.dense("weight + m * F + c0", factor, "m = (mc > ms ? mc : ms); m < m1"),
+    ]
+    parts = "((part - 1) * owners + own) * K"
+    gather = [
+        d.barrier(),
+        "if (helping && part > 0) {",
+        *indent(d.lane_loop([f"sn_gtile[{parts} + j] = rec[j];"])),
+        "}",
+        d.barrier(),
+        "if (active) {",
+        "    for (int p = 1; p < n_parts; ++p) {",
+        *indent(d.lane_loop([f"rec[j] += sn_gtile[{parts.replace('part', 'p')} + j];"]), 2),
+        "    }",
+        "}",
     ]
     transposed = [
         *product.start(),
         f"const {ct}* g_all = sn_ring + (long long)ring_before * B * F;",
         "for (int m0 = 0; m0 < F; m0 += tk) {",
         *indent(stage),
-        *indent(d.threads(arrays, tile_sum)),
+        "    if (helping) {",
+        *indent(tile_sum, 2),
+        "    }",
         "}",
+        *gather,
     ]
     declared, loads = printer.row_loads(io)
     step = [

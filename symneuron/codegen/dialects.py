@@ -398,12 +398,14 @@ class CUDADialect(Dialect):
             "const int group_rows = (B + n_groups - 1) / n_groups;",
             "const int cs0 = (int)((blockIdx.x % n_slices) * S);",
             "const int r0 = (blockIdx.x / n_slices) * group_rows;",
-            "const int local_row = threadIdx.x / slice_threads;",
+            "const int owners = group_rows * slice_threads;  // the threads that own neurons",
+            "const int part = threadIdx.x / owners, own = threadIdx.x % owners;",
+            "const int local_row = own / slice_threads;",
             "const int row = r0 + local_row;",
-            "const int c0 = cs0 + (threadIdx.x % slice_threads) * K;",
+            "const int c0 = cs0 + (own % slice_threads) * K;",
             "const long long row0 = (long long)row * F;",
             "const long long i0 = row0 + c0;",
-            "const bool active = local_row < group_rows && row < B && c0 < F;",
+            "const bool active = part == 0 && row < B && c0 < F;",
         ]
         return self._wrap(name, params, indent(head + body), lanes, "__launch_bounds__(1024) ")
 
