@@ -37,7 +37,7 @@ from .backward import BackwardPrinter
 from .dialects import indent
 from .forward import ForwardPrinter
 from .layout import CHUNK, N_WORDS, Region, RowLayout, evaluate
-from .steps import Stage, StepPrinter
+from .steps import Stage, StepIO, StepPrinter
 
 __all__ = ["layout", "row_body", "UNROLL", "FORWARD_VOTES", "FORWARD_VALUES", "BACKWARD"]
 
@@ -207,11 +207,18 @@ def _forward(printer: ForwardPrinter, variant: Variant) -> list[str]:
     )
 
 
-def _backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
-    d, ct, at = printer.dialect, printer.dt.compute, printer.dt.accum
-    io = printer.io(variant, mutable=frozenset({"gs_v"}))
+def _backward_arrays(printer: BackwardPrinter, io: StepIO) -> list[tuple[str, str]]:
+    """The per-lane arrays of a backward's time loop: the step's, its carries, and one
+    accumulator per learnable parameter."""
+    ct, at = printer.dt.compute, printer.dt.accum
     arrays = printer.lane_arrays() + [(ct, carry) for carry, _ in io.carries]
-    arrays += [(at, f"acc_{c}") for c in printer.learnable()]
+    return arrays + [(at, f"acc_{c}") for c in printer.learnable()]
+
+
+def _backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
+    d, ct = printer.dialect, printer.dt.compute
+    io = printer.io(variant, mutable=frozenset({"gs_v"}))
+    arrays = _backward_arrays(printer, io)
     product = Product(printer)
     # each of the n_parts threads of a neuron sums its part of the m range (CUDA: up to 4
     # threads a neuron keep more loads in flight); the neuron's own thread adds the parts
@@ -415,10 +422,9 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
     row's threads sum the connection's transpose over them and the block's slice of
     ``weight`` kept in shared memory (the rest from L2): each weight read serves every
     row of the block. Then the rows' threads run the neurons' step with the sums."""
-    d, ct, at = printer.dialect, printer.dt.compute, printer.dt.accum
+    d, ct = printer.dialect, printer.dt.compute
     io = printer.io(variant, mutable=frozenset({"gs_v"}))
-    arrays = printer.lane_arrays() + [(ct, carry) for carry, _ in io.carries]
-    arrays += [(at, f"acc_{c}") for c in printer.learnable()]
+    arrays = _backward_arrays(printer, io)
     product = Product(printer)
     ring = [
         f"{ct}* sn_ring = ({ct}*)((unsigned int*)scratch + 4);  // [D + 1][B][F]",
