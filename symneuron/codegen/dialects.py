@@ -449,7 +449,17 @@ class CUDADialect(Dialect):
         return f"atomicOr({words} + (({index}) >> 5), 1u << (({index}) & 31));"
 
     def each_set(self, words: str, count: str, body: list[str]) -> list[str]:
-        return _each_bit(words, count, "q * 32 + b", body)
+        return [
+            f"const unsigned int* voted = {words};",
+            f"for (long long q = 0; q < {count}; ++q) {{",
+            "    unsigned int bits = voted[q];",
+            "    while (bits) {",
+            "        const long long m = q * 32 + __ffs(bits) - 1;",
+            "        bits &= bits - 1;",
+            *indent(body, 2),
+            "    }",
+            "}",
+        ]
 
     def slice_cache(self, storage: str, source: str, base: str, transposed: bool) -> list[str]:
         if transposed:  # [c][m], rows padded by one value
@@ -528,7 +538,18 @@ class CUDADialect(Dialect):
         ]
 
     def each_voted(self, words: str, count: str, body: list[str]) -> list[str]:
-        return _each_bit(words, count, "(long long)((q / K) * 32 + b) * K + q % K", body)
+        return [
+            f"const unsigned int* voted = {words};",
+            f"for (int q = 0; q < {count}; ++q) {{",
+            "    unsigned int bits = voted[q];",
+            "    while (bits) {",
+            "        const int b = __ffs(bits) - 1;",
+            "        bits &= bits - 1;",
+            "        const long long m = (long long)((q / K) * 32 + b) * K + q % K;",
+            *indent(body, 2),
+            "    }",
+            "}",
+        ]
 
     def kernels(
         self,
@@ -563,23 +584,6 @@ class CUDADialect(Dialect):
                 f"{INDENT}{name}<{k}>({call});\n}}\n"
             )
         return "\n".join(out)
-
-
-def _each_bit(words: str, count: str, index: str, body: list[str]) -> list[str]:
-    """``body`` for each set bit b of the ``count`` words at ``words`` (word q), in order,
-    with ``m`` the neuron ``index`` names (an expression of q and b)."""
-    return [
-        f"const unsigned int* voted = {words};",
-        f"for (int q = 0; q < {count}; ++q) {{",
-        "    unsigned int bits = voted[q];",
-        "    while (bits) {",
-        "        const int b = __ffs(bits) - 1;",
-        "        bits &= bits - 1;",
-        f"        const long long m = {index};",
-        *indent(body, 2),
-        "    }",
-        "}",
-    ]
 
 
 C = CDialect()
