@@ -77,30 +77,50 @@ def _counts(times: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
     return [torch.isfinite(t).sum(1) for t in times]
 
 
-def _fd_errors(loss_of, entries: list[tuple[int, int]] | None = None) -> list[float]:  # type: ignore[no-untyped-def]
-    """Relative errors of EventProp against central differences (denominator at least
-    1e-4: some gradients are 0 up to the differences' noise), over ``entries`` (tensor,
-    element) of [inputs, *flat], or all."""
+def _same_counts(out: tuple[torch.Tensor, ...], ref: tuple[torch.Tensor, ...]) -> bool:
+    return all(torch.equal(c, d) for c, d in zip(_counts(out), _counts(ref), strict=True))
+
+
+def _fd_errors(  # type: ignore[no-untyped-def]
+    loss_of,
+    entries: list[tuple[int, int]] | None = None,
+    *,
+    run=_run,
+    same=_same_counts,
+    network=_network,
+    richardson: bool = False,
+) -> list[float]:
+    """Relative errors of EventProp against central differences (h = 1e-5; or, with
+    ``richardson``, (4·D(h/2) − D(h))/3 at h = 1e-3), the denominator at least 1e-4
+    (some gradients are 0 up to the differences' noise), over ``entries`` (tensor,
+    element) of [inputs, *flat], or all. Each perturbed run must be ``same`` as the
+    unperturbed one (by default: every neuron's spike count)."""
     neuron = _lif()
-    inputs, flat = _network()
+    inputs, flat = network()
     leaves = [t.clone().requires_grad_() for t in [inputs, *flat]]
-    times = _run(neuron, leaves[0], leaves[1:])
-    counts = _counts(times)
-    loss_of(times).backward()
+    outputs = run(neuron, leaves[0], leaves[1:])
+    loss_of(outputs).backward()
     if entries is None:
         entries = [(a, i) for a, t in enumerate(leaves) for i in range(t.numel())]
-    errors, h = [], 1e-5
-    for a, i in entries:
-        if a == 0 and not math.isfinite(float(inputs.view(-1)[i])):
-            continue
+
+    def central(a: int, i: int, h: float) -> float:
         values = []
         for sign in (1, -1):
             moved = [t.detach().clone() for t in leaves]
             moved[a].view(-1)[i] += sign * h
-            out = _run(neuron, moved[0], moved[1:])
-            assert all(torch.equal(c, d) for c, d in zip(_counts(out), counts, strict=True)), (a, i)
+            out = run(neuron, moved[0], moved[1:])
+            assert same(out, outputs), (a, i, h)
             values.append(float(loss_of(out)))
-        fd = (values[0] - values[1]) / (2 * h)
+        return (values[0] - values[1]) / (2 * h)
+
+    errors = []
+    for a, i in entries:
+        if a == 0 and not math.isfinite(float(inputs.view(-1)[i])):
+            continue
+        if richardson:
+            fd = (4 * central(a, i, 5e-4) - central(a, i, 1e-3)) / 3
+        else:
+            fd = central(a, i, 1e-5)
         grad = leaves[a].grad
         assert grad is not None
         ours = float(grad.view(-1)[i])
@@ -154,3 +174,12 @@ def test_gradients_match_central_differences() -> None:
 def test_every_gradient_matches_central_differences(loss_of) -> None:  # type: ignore[no-untyped-def]
     errors = _fd_errors(loss_of)
     assert len(errors) == 173 and max(errors) <= 1e-6, max(errors)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss_of", [_cross_entropy, _with_spike_times])
+def test_every_gradient_matches_richardson_differences(loss_of) -> None:  # type: ignore[no-untyped-def]
+    """Issue 35's second bar: every gradient (inputs, W, D, ϑ, τ_m, τ_s of both layers)
+    within 1e-7 of Richardson-extrapolated central differences (h = 1e-3, 5e-4)."""
+    errors = _fd_errors(loss_of, richardson=True)
+    assert len(errors) == 173 and max(errors) <= 1e-7, max(errors)
