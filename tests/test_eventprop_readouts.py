@@ -131,3 +131,19 @@ def test_every_readout_gradient_matches_central_differences(
 ) -> None:
     errors = _fd_errors(_cross_entropy, run=_reads(kind, tau_weight), same=_same)
     assert len(errors) == 173 and max(errors) <= 1e-6, max(errors)
+
+
+def test_a_batch_of_readouts_is_its_samples() -> None:
+    neuron = _lif()
+    inputs, flat = _on_arrival()
+    batch = torch.stack([inputs, inputs + 0.5])
+    (hidden,) = event_network(neuron, [_layer(flat, 0)], batch, t_end=T_END)
+    peaks = max_voltage(neuron, _layer(flat, 1), hidden, t_end=T_END)
+    means = mean_voltage(neuron, _layer(flat, 1), hidden, t_end=T_END, tau_weight=9.0)
+    assert peaks.values.shape == peaks.times.shape == means.shape == (2, 2)
+    for b in range(2):
+        (single,) = event_network(neuron, [_layer(flat, 0)], batch[b], t_end=T_END)
+        peak = max_voltage(neuron, _layer(flat, 1), single, t_end=T_END)
+        mean = mean_voltage(neuron, _layer(flat, 1), single, t_end=T_END, tau_weight=9.0)
+        assert torch.equal(peaks.values[b], peak.values) and torch.equal(peaks.times[b], peak.times)
+        assert torch.equal(means[b], mean)

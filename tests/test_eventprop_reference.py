@@ -183,3 +183,28 @@ def test_every_gradient_matches_richardson_differences(loss_of) -> None:  # type
     within 1e-7 of Richardson-extrapolated central differences (h = 1e-3, 5e-4)."""
     errors = _fd_errors(loss_of, richardson=True)
     assert len(errors) == 173 and max(errors) <= 1e-7, max(errors)
+
+
+def test_a_batch_is_its_samples() -> None:
+    """[batch, n_in, K] inputs through the same layers: each sample's spike times (padded
+    to the batch's most) and, for the batch's mean loss, the mean of the samples'
+    gradients."""
+    neuron = _lif()
+    inputs, flat = _network()
+    batch = torch.stack([inputs, inputs.flip(0) + 1.0])
+    labels = torch.tensor([1, 2])
+    leaves = [t.clone().requires_grad_() for t in flat]
+    times = _run(neuron, batch, leaves)
+    first_spike_cross_entropy(times[-1], labels, tau0=2.0, t_end=T_END).backward()
+    alone = [t.clone().requires_grad_() for t in flat]
+    total = torch.zeros((), dtype=F64)
+    for b in range(2):
+        single = _run(neuron, batch[b], alone)
+        for got, want in zip(times, single, strict=True):
+            assert torch.equal(got[b, :, : want.shape[1]], want)
+            assert torch.isinf(got[b, :, want.shape[1] :]).all()
+        total = total + first_spike_cross_entropy(single[-1], int(labels[b]), 2.0, T_END) / 2
+    total.backward()
+    for a, b in zip(leaves, alone, strict=True):
+        assert a.grad is not None and b.grad is not None
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-14, atol=1e-15)

@@ -356,8 +356,10 @@ def event_network(
     layer's weights, delays and given params and in ``input_times`` ([n_in, K], +inf
     padded).
 
-    ``system`` defaults to ``neuron.ode``; ``target`` names the state spikes jump
-    (default: through X). Float64 only.
+    A batch of samples, ``input_times`` [batch, n_in, K] with the same layers, gives
+    [batch, n_l, K_l] (K_l the most spikes of any sample): the samples run one after
+    another, not in parallel. ``system`` defaults to ``neuron.ode``; ``target`` names
+    the state spikes jump (default: through X). Float64 only.
 
     Examples
     --------
@@ -373,6 +375,12 @@ def event_network(
     >>> bool(w.grad < 0)
     True
     """
+    if input_times.dim() == 3:
+        rows = [
+            event_network(neuron, layers, x, t_end=t_end, system=system, target=target)
+            for x in input_times
+        ]
+        return tuple(_stacked([row[i] for row in rows]) for i in range(len(layers)))
     model, dt = _model(neuron, system, target)
     flat: list[torch.Tensor] = []
     for layer in layers:
@@ -410,6 +418,13 @@ def _layers(model: _Model, shapes: list[list[str]], flat: Sequence[torch.Tensor]
         )
         i += 2 + len(names)
     return out
+
+
+def _stacked(times: list[torch.Tensor]) -> torch.Tensor:
+    """Samples' spike times [n, K_b] as [batch, n, max K_b], +inf padded."""
+    slots = max(t.shape[1] for t in times)
+    pad = [torch.nn.functional.pad(t, (0, slots - t.shape[1]), value=torch.inf) for t in times]
+    return torch.stack(pad)
 
 
 def _padded(spikes: list[list[_Spike]]) -> torch.Tensor:
@@ -633,15 +648,19 @@ class _Neuron:
 
 
 def first_spike_cross_entropy(
-    times: torch.Tensor, label: int, tau0: float, t_end: float
+    times: torch.Tensor, label: int | torch.Tensor, tau0: float, t_end: float
 ) -> torch.Tensor:
     """−log p_label with p = softmax(−t/τ₀) over the outputs' first spike times (a silent
     output counts as ``t_end``, with no gradient): ∂L/∂t_j = (δ_j,label − p_j)/τ₀
-    (Göltz et al. 2021; EVENTPROP.md (d))."""
-    first = times[:, 0]
+    (Göltz et al. 2021; EVENTPROP.md (d)). A batch, ``times`` [batch, n, K] and
+    ``label`` [batch], gives the mean over the batch, as ``F.cross_entropy`` does."""
+    first = times[..., 0]
     silent = ~torch.isfinite(first)
     first = torch.where(silent, torch.full_like(first, t_end), first)
-    return -torch.log_softmax(-first / tau0, dim=0)[label]
+    log_p = torch.log_softmax(-first / tau0, dim=-1)
+    if times.dim() == 3:
+        return torch.nn.functional.nll_loss(log_p, torch.as_tensor(label))
+    return -log_p[label]
 
 
 class MaxVoltage(NamedTuple):
@@ -672,6 +691,7 @@ def max_voltage(
     arrival t_a (V rising, then an inhibitory input), y moves with it:
     ∂L/∂t_a = ∂L/∂y_j·V̇⁻(t_a) joins that arrival's delay gradient and its source's
     spike time (EVENTPROP.md (d)). Elsewhere V̇(t*) = 0 (or t* is 0 or ``t_end``).
+    A batch, ``input_times`` [batch, n_in, K], gives [batch, n_out].
 
     Examples
     --------
@@ -687,6 +707,12 @@ def max_voltage(
     >>> bool(w.grad[0, 0] < 0 < w.grad[1, 0])
     True
     """
+    if input_times.dim() == 3:
+        rows = [
+            max_voltage(neuron, readout, x, t_end=t_end, system=system, target=target)
+            for x in input_times
+        ]
+        return MaxVoltage(*(torch.stack(part) for part in zip(*rows, strict=True)))
     model, dt = _model(neuron, system, target)
     names = sorted(readout.params)
     loss = _ReadoutLoss("max", None, t_end)
@@ -710,6 +736,7 @@ def mean_voltage(
     reset), differentiable by EventProp: a continuous source −∂L/∂y_j·κ(t)/T in dλ_V/dt,
     no jump. Both integrals (the forward's and the adjoint's) are 8-point Gauss–Legendre
     on pieces of at most ``dt`` between arrivals, exact to rounding for dt ≤ τ.
+    A batch, ``input_times`` [batch, n_in, K], gives [batch, n_out].
 
     >>> import sympy as sp, torch, symneuron as sn
     >>> from symneuron.reference.events import EventLayer, mean_voltage
@@ -722,6 +749,21 @@ def mean_voltage(
     >>> round(float(y) * 1000.0, 6)  # ∫V dt = ∫I dt = w·τ_s over all time
     5.0
     """
+    if input_times.dim() == 3:
+        return torch.stack(
+            [
+                mean_voltage(
+                    neuron,
+                    readout,
+                    x,
+                    t_end=t_end,
+                    tau_weight=tau_weight,
+                    system=system,
+                    target=target,
+                )
+                for x in input_times
+            ]
+        )
     model, dt = _model(neuron, system, target)
     names = sorted(readout.params)
     loss = _ReadoutLoss("mean", tau_weight, t_end)
