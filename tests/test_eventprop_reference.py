@@ -7,13 +7,19 @@ forward (h = 1e-5), with every perturbed run checked to keep each neuron's spike
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import sympy as sp
 import torch
 
 import symneuron as sn
-from symneuron.reference.events import EventLayer, event_network, first_spike_cross_entropy
+from symneuron.reference.events import (
+    EventLayer,
+    GrazingSpikeWarning,
+    event_network,
+    first_spike_cross_entropy,
+)
 
 F64 = torch.float64
 T_END = 30.0
@@ -208,3 +214,31 @@ def test_a_batch_is_its_samples() -> None:
     for a, b in zip(leaves, alone, strict=True):
         assert a.grad is not None and b.grad is not None
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-14, atol=1e-15)
+
+
+def test_a_grazing_spike_is_reported_not_clipped() -> None:
+    """One input of weight w peaks at V = w/4 (τ_m = 10, τ_s = 5): w = 4(1 + 1e-8) just
+    reaches ϑ = 1, with ġ⁻ ≈ 1e-5; the warning names the neuron, time and ġ⁻, an error
+    filter makes it an error, and the gradient stays the exact 1/ġ⁻-sized one."""
+    inputs = torch.tensor([[1.0], [2.0]], dtype=F64)
+    w = torch.tensor([[4.0 * (1 + 1e-8), 0.0], [0.0, 6.0]], dtype=F64, requires_grad=True)
+    layer = EventLayer(w, torch.zeros(2, 2, dtype=F64))
+    with pytest.warns(GrazingSpikeWarning) as caught:
+        (out,) = event_network(_lif(), [layer], inputs, t_end=T_END)
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    t_star = float(out[0, 0].detach())
+    assert f"layer 0, neuron 0: a spike at t = {t_star!r}" in message
+    rate = float(message.split("ġ⁻ = ")[1].split(" ")[0])
+    w_0 = float(w[0, 0].detach())
+    v_dot = (w_0 * math.exp(-(t_star - 1.0) / 5.0) - 1.0) / 10.0  # (I − ϑ)/τ_m at t*
+    assert 1e-6 < rate < 1e-4 and abs(rate - v_dot) < 1e-3 * v_dot
+    out[0, 0].backward()
+    # V is linear in w and V(t*) = ϑ = 1, so ∂t*/∂w = −(1/w)/V̇(t*): the full 1/ġ⁻ size
+    assert w.grad is not None
+    assert abs(float(w.grad[0, 0]) * (-w_0 * v_dot) - 1) < 1e-6
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GrazingSpikeWarning)
+        with pytest.raises(GrazingSpikeWarning, match="neuron 0"):
+            event_network(_lif(), [layer], inputs, t_end=T_END)
+        event_network(_lif(), [layer], inputs, t_end=T_END, grazing=1e-6)

@@ -36,6 +36,7 @@ One sample per call.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -51,6 +52,7 @@ from .equations import torch_function
 
 __all__ = [
     "EventLayer",
+    "GrazingSpikeWarning",
     "MaxVoltage",
     "event_network",
     "first_spike_cross_entropy",
@@ -349,6 +351,7 @@ def event_network(
     t_end: float,
     system: ODESystem | None = None,
     target: str | None = None,
+    grazing: float = 1e-3,
 ) -> tuple[torch.Tensor, ...]:
     """Each layer's spike times [n_l, K_l] (+inf padded, ascending) of a feedforward
     network of ``neuron`` (a linear ODE neuron, :meth:`~symneuron.Neuron.from_ode`) run
@@ -360,6 +363,12 @@ def event_network(
     [batch, n_l, K_l] (K_l the most spikes of any sample): the samples run one after
     another, not in parallel. ``system`` defaults to ``neuron.ode``; ``target`` names
     the state spikes jump (default: through X). Float64 only.
+
+    A spike whose threshold function rises slower than ``grazing`` (ġ⁻ < grazing, in
+    threshold units per time unit) is reported by a :class:`GrazingSpikeWarning` with
+    its layer, neuron, time and ġ⁻: its gradient scales with 1/ġ⁻ and is kept as it is,
+    never clipped. ``warnings.simplefilter("error", GrazingSpikeWarning)`` makes it an
+    error.
 
     Examples
     --------
@@ -377,7 +386,9 @@ def event_network(
     """
     if input_times.dim() == 3:
         rows = [
-            event_network(neuron, layers, x, t_end=t_end, system=system, target=target)
+            event_network(
+                neuron, layers, x, t_end=t_end, system=system, target=target, grazing=grazing
+            )
             for x in input_times
         ]
         return tuple(_stacked([row[i] for row in rows]) for i in range(len(layers)))
@@ -386,7 +397,7 @@ def event_network(
     for layer in layers:
         flat += [layer.weight, layer.delay, *(layer.params[n] for n in sorted(layer.params))]
     shapes = [sorted(layer.params) for layer in layers]
-    return tuple(_EventProp.apply(model, shapes, t_end, dt, input_times, *flat))
+    return tuple(_EventProp.apply(model, shapes, (t_end, dt, grazing), input_times, *flat))
 
 
 def _model(
@@ -420,6 +431,35 @@ def _layers(model: _Model, shapes: list[list[str]], flat: Sequence[torch.Tensor]
     return out
 
 
+class GrazingSpikeWarning(RuntimeWarning):
+    """A spike at which the threshold function barely rises (ġ⁻ below a tolerance):
+    its time's derivative, and so EventProp's jump, scales with 1/ġ⁻."""
+
+
+def _report_grazing(
+    layer: _Layer, index: int, spikes: list[list[_Spike]], tolerance: float
+) -> None:
+    """A :class:`GrazingSpikeWarning` for each spike of ``layer`` with ġ⁻ < tolerance."""
+    found = [(j, spike) for j, row in enumerate(spikes) for spike in row]
+    if not found:
+        return
+    neurons = torch.tensor([j for j, _ in found])
+    states = torch.stack([spike.before for _, spike in found], dim=1)
+    params = {n: v[neurons] for n, v in layer.params.items()}
+    env = _env(layer.model, params, x=states)
+    rates = layer.model.g_dot(env, states[0])[0]
+    for (j, spike), rate in zip(found, rates.tolist(), strict=True):
+        if rate < tolerance:
+            warnings.warn(
+                GrazingSpikeWarning(
+                    f"layer {index}, neuron {j}: a spike at t = {spike.time!r} grazes the "
+                    f"threshold, ġ⁻ = {rate:.3g} < {tolerance:g}; its gradient scales with "
+                    "1/ġ⁻ and is not clipped."
+                ),
+                stacklevel=2,
+            )
+
+
 def _stacked(times: list[torch.Tensor]) -> torch.Tensor:
     """Samples' spike times [n, K_b] as [batch, n, max K_b], +inf padded."""
     slots = max(t.shape[1] for t in times)
@@ -441,15 +481,16 @@ class _EventProp(torch.autograd.Function):
         ctx: Any,
         model: _Model,
         shapes: list[list[str]],
-        t_end: float,
-        dt: float,
+        times_: tuple[float, float, float],
         input_times: torch.Tensor,
         *flat: torch.Tensor,
-    ) -> tuple[torch.Tensor, ...]:  # noqa: E501
+    ) -> tuple[torch.Tensor, ...]:
+        t_end, dt, grazing = times_
         layers = _layers(model, shapes, flat)
         times, spikes = input_times.detach(), []
-        for layer in layers:
+        for index, layer in enumerate(layers):
             spikes.append(layer.forward(times, t_end, dt))
+            _report_grazing(layer, index, spikes[-1], grazing)
             times = _padded(spikes[-1])
         ctx.saved = (model, shapes, t_end, dt, layers, spikes, input_times.detach())
         return tuple(_padded(s) for s in spikes)
@@ -468,7 +509,7 @@ class _EventProp(torch.autograd.Function):
         for names, layer in zip(shapes, reversed(grads), strict=True):
             flat += [layer.weight, layer.delay, *(layer.params[n] for n in names)]
         grad_input = torch.where(torch.isfinite(input_times), -later_b, 0.0)
-        return (None, None, None, None, grad_input, *flat)
+        return (None, None, None, grad_input, *flat)
 
 
 def _backward_layer(
