@@ -58,13 +58,16 @@ def _network(seed: int = 3) -> tuple[torch.Tensor, list[torch.Tensor]]:
 
 
 def _run(
-    neuron: sn.Neuron, inputs: torch.Tensor, flat: list[torch.Tensor]
+    neuron: sn.Neuron,
+    inputs: torch.Tensor,
+    flat: list[torch.Tensor],
+    names: tuple[str, ...] = NAMES,
 ) -> tuple[torch.Tensor, ...]:
+    """The network of ``flat``: per layer W, D and a tensor for each of ``names``."""
+    k = 2 + len(names)
     layers = [
-        EventLayer(
-            flat[5 * i], flat[5 * i + 1], dict(zip(NAMES, flat[5 * i + 2 : 5 * i + 5], strict=True))
-        )
-        for i in range(len(flat) // 5)
+        EventLayer(flat[i], flat[i + 1], dict(zip(names, flat[i + 2 : i + k], strict=True)))
+        for i in range(0, len(flat), k)
     ]
     return event_network(neuron, layers, inputs, t_end=T_END)
 
@@ -95,13 +98,14 @@ def _fd_errors(  # type: ignore[no-untyped-def]
     same=_same_counts,
     network=_network,
     richardson: bool = False,
+    make=_lif,
 ) -> list[float]:
     """Relative errors of EventProp against central differences (h = 1e-5; or, with
     ``richardson``, (4·D(h/2) − D(h))/3 at h = 1e-3), the denominator at least 1e-4
     (some gradients are 0 up to the differences' noise), over ``entries`` (tensor,
     element) of [inputs, *flat], or all. Each perturbed run must be ``same`` as the
     unperturbed one (by default: every neuron's spike count)."""
-    neuron = _lif()
+    neuron = make()
     inputs, flat = network()
     leaves = [t.clone().requires_grad_() for t in [inputs, *flat]]
     outputs = run(neuron, leaves[0], leaves[1:])
@@ -242,3 +246,72 @@ def test_a_grazing_spike_is_reported_not_clipped() -> None:
         with pytest.raises(GrazingSpikeWarning, match="neuron 0"):
             event_network(_lif(), [layer], inputs, t_end=T_END)
         event_network(_lif(), [layer], inputs, t_end=T_END, grazing=1e-6)
+
+
+tau_a, beta = sp.symbols("tau_a beta", positive=True)
+A_THR = sp.Symbol("A", real=True)
+ADAPTIVE = ("theta", "tau_m", "tau_s", "tau_a", "beta")
+
+
+def _adaptive(dt: float = 1.0) -> sn.Neuron:
+    """The LIF with a linear adaptive threshold, a third state: ϑ(t) = ϑ0 + A,
+    dA/dt = −A/τ_a, A ← A + β at a spike."""
+    return sn.Neuron.from_ode(
+        (-sn.V + I_SYN) / tau_m,
+        method="exact",
+        params={tau_m: 10.0, tau_s: 5.0, tau_a: 20.0, theta: 1.0, beta: 0.3},
+        states={
+            I_SYN: sn.ODEState(-I_SYN / tau_s + sn.X),
+            A_THR: sn.ODEState(-A_THR / tau_a, on_spike=A_THR + beta * sn.S),
+        },
+        v_threshold=theta + A_THR,
+        v_reset=0.0,
+        dt=dt,
+    )
+
+
+def _adaptive_network() -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """5 → 8 → 3 as :func:`_network`, each layer with τ_a and β too (7 tensors a layer)."""
+    inputs, flat = _network()
+    g = torch.Generator().manual_seed(5)
+    out: list[torch.Tensor] = []
+    for i in range(2):
+        n = flat[5 * i].shape[0]
+        out += [flat[5 * i] * 1.5, *flat[5 * i + 1 : 5 * i + 5]]
+        out += [15 + 10 * torch.rand(n, generator=g, dtype=F64), torch.full((n,), 0.3, dtype=F64)]
+    return inputs, out
+
+
+def _run_adaptive(
+    neuron: sn.Neuron, inputs: torch.Tensor, flat: list[torch.Tensor]
+) -> tuple[torch.Tensor, ...]:
+    return _run(neuron, inputs, flat, ADAPTIVE)
+
+
+@pytest.mark.slow
+def test_adaptive_threshold_forward_does_not_depend_on_dt() -> None:
+    inputs, flat = _adaptive_network()
+    fine = _run_adaptive(_adaptive(), inputs, flat)
+    coarse = _run_adaptive(_adaptive(5.0), inputs, flat)
+    for a, b in zip(fine, coarse, strict=True):
+        assert torch.equal(torch.isfinite(a), torch.isfinite(b))
+        assert (a[torch.isfinite(a)] - b[torch.isfinite(b)]).abs().max() < 1e-11
+    assert int(torch.isfinite(fine[0]).sum()) >= 8
+
+
+@pytest.mark.slow
+def test_adaptive_threshold_gradients_match_central_differences() -> None:
+    """Two entries of W, D, ϑ0, τ_a, β of each layer and two input times."""
+    entries = [(0, 1), (0, 4), *((a, i) for a in (1, 2, 3, 6, 7, 8, 9, 10, 13, 14) for i in (0, 2))]
+    errors = _fd_errors(
+        _with_spike_times, entries, run=_run_adaptive, network=_adaptive_network, make=_adaptive
+    )
+    assert len(errors) == 22 and max(errors) <= 1e-6, max(errors)
+
+
+@pytest.mark.slow
+def test_every_adaptive_threshold_gradient_matches_central_differences() -> None:
+    errors = _fd_errors(
+        _with_spike_times, run=_run_adaptive, network=_adaptive_network, make=_adaptive
+    )
+    assert len(errors) == 205 and max(errors) <= 1e-6, max(errors)

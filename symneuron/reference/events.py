@@ -62,6 +62,10 @@ __all__ = [
 
 _GAUSS_NODES, _GAUSS_WEIGHTS = np.polynomial.legendre.leggauss(8)
 _EPS = float(torch.finfo(torch.float64).eps)
+#: Sub-intervals a crossing search cuts a piece into for more than two states: g along
+#: the flow is a sum of n exponentials and a constant, ġ has at most n − 1 zeros, and
+#: each sub-interval is taken to hold at most one.
+_PARTS = 8
 
 
 class EventLayer(NamedTuple):
@@ -126,12 +130,9 @@ class _Model:
     def __init__(self, definition: Definition, spec: EventSpec) -> None:
         if spec.flow is None or spec.flow_offset is None:
             raise ValueError("The EventProp reference runs linear models (a closed-form flow).")
-        if len(spec.states) != 2:
-            raise NotImplementedError(
-                "The EventProp reference locates crossings for two states (ġ has at most one "
-                f"zero per sub-interval); {definition.name} has {len(spec.states)}."
-            )
         self.spec, self.definition = spec, definition
+        #: sub-intervals a crossing search cuts each into (:meth:`_Layer.first_crossing`)
+        self.parts = 1 if len(spec.states) == 2 else _PARTS
         self.names = list(spec.params)
         self.args = (
             *spec.states,
@@ -276,7 +277,27 @@ class _Layer:
     def first_crossing(
         self, x: list[torch.Tensor], length: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Whether g reaches 0 within (0, length] of the flow from x (g(x) < 0), and where."""
+        """Whether g reaches 0 within (0, length] of the flow from x (g(x) < 0), and where:
+        the first crossing of ``model.parts`` equal sub-intervals, each searched by
+        :meth:`crossing_in`."""
+        if self.model.parts == 1:
+            return self.crossing_in(x, length)
+        piece = length / self.model.parts
+        found, where = torch.zeros_like(length, dtype=torch.bool), length.clone()
+        for k in range(self.model.parts):
+            crossing, s = self.crossing_in(x, torch.where(found, 0.0, piece))
+            where = torch.where(crossing & ~found, k * piece + s, where)
+            found = found | crossing
+            if bool(found.all()):
+                break
+            x = self.flow(x, piece)
+        return found, where
+
+    def crossing_in(
+        self, x: list[torch.Tensor], length: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Whether g reaches 0 within (0, length] of the flow from x (g(x) < 0), and where,
+        given at most one zero of ġ there."""
         end = self.flow(x, length)
         g_end = self.value(self.model.g, end)
         rate_0, rate_end = self.value(self.model.g_dot, x), self.value(self.model.g_dot, end)
@@ -831,6 +852,11 @@ class _Read:
     """One readout neuron's run: its events, states at them, and the loss's value."""
 
     def __init__(self, layer: _Layer, j: int, dt: float, arrivals: _Arrivals, t_end: float):
+        if layer.model.parts != 1:
+            raise NotImplementedError(
+                "Readouts locate V's maxima for two states (V̇ has at most one zero between "
+                f"arrivals); {layer.model.definition.name} has {len(layer.model.spec.states)}."
+            )
         self.neuron = _Neuron(layer, j, dt)
         self.row = _Arrivals(*(part[j] for part in arrivals))
         self.events = self.neuron.events(self.row, [])
