@@ -7,13 +7,19 @@ forward (h = 1e-5), with every perturbed run checked to keep each neuron's spike
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import sympy as sp
 import torch
 
 import symneuron as sn
-from symneuron.reference.events import EventLayer, event_network, first_spike_cross_entropy
+from symneuron.reference.events import (
+    EventLayer,
+    GrazingSpikeWarning,
+    event_network,
+    first_spike_cross_entropy,
+)
 
 F64 = torch.float64
 T_END = 30.0
@@ -52,13 +58,16 @@ def _network(seed: int = 3) -> tuple[torch.Tensor, list[torch.Tensor]]:
 
 
 def _run(
-    neuron: sn.Neuron, inputs: torch.Tensor, flat: list[torch.Tensor]
+    neuron: sn.Neuron,
+    inputs: torch.Tensor,
+    flat: list[torch.Tensor],
+    names: tuple[str, ...] = NAMES,
 ) -> tuple[torch.Tensor, ...]:
+    """The network of ``flat``: per layer W, D and a tensor for each of ``names``."""
+    k = 2 + len(names)
     layers = [
-        EventLayer(
-            flat[5 * i], flat[5 * i + 1], dict(zip(NAMES, flat[5 * i + 2 : 5 * i + 5], strict=True))
-        )
-        for i in range(len(flat) // 5)
+        EventLayer(flat[i], flat[i + 1], dict(zip(names, flat[i + 2 : i + k], strict=True)))
+        for i in range(0, len(flat), k)
     ]
     return event_network(neuron, layers, inputs, t_end=T_END)
 
@@ -77,30 +86,51 @@ def _counts(times: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
     return [torch.isfinite(t).sum(1) for t in times]
 
 
-def _fd_errors(loss_of, entries: list[tuple[int, int]] | None = None) -> list[float]:  # type: ignore[no-untyped-def]
-    """Relative errors of EventProp against central differences (denominator at least
-    1e-4: some gradients are 0 up to the differences' noise), over ``entries`` (tensor,
-    element) of [inputs, *flat], or all."""
-    neuron = _lif()
-    inputs, flat = _network()
+def _same_counts(out: tuple[torch.Tensor, ...], ref: tuple[torch.Tensor, ...]) -> bool:
+    return all(torch.equal(c, d) for c, d in zip(_counts(out), _counts(ref), strict=True))
+
+
+def _fd_errors(  # type: ignore[no-untyped-def]
+    loss_of,
+    entries: list[tuple[int, int]] | None = None,
+    *,
+    run=_run,
+    same=_same_counts,
+    network=_network,
+    richardson: bool = False,
+    make=_lif,
+) -> list[float]:
+    """Relative errors of EventProp against central differences (h = 1e-5; or, with
+    ``richardson``, (4·D(h/2) − D(h))/3 at h = 1e-3), the denominator at least 1e-4
+    (some gradients are 0 up to the differences' noise), over ``entries`` (tensor,
+    element) of [inputs, *flat], or all. Each perturbed run must be ``same`` as the
+    unperturbed one (by default: every neuron's spike count)."""
+    neuron = make()
+    inputs, flat = network()
     leaves = [t.clone().requires_grad_() for t in [inputs, *flat]]
-    times = _run(neuron, leaves[0], leaves[1:])
-    counts = _counts(times)
-    loss_of(times).backward()
+    outputs = run(neuron, leaves[0], leaves[1:])
+    loss_of(outputs).backward()
     if entries is None:
         entries = [(a, i) for a, t in enumerate(leaves) for i in range(t.numel())]
-    errors, h = [], 1e-5
-    for a, i in entries:
-        if a == 0 and not math.isfinite(float(inputs.view(-1)[i])):
-            continue
+
+    def central(a: int, i: int, h: float) -> float:
         values = []
         for sign in (1, -1):
             moved = [t.detach().clone() for t in leaves]
             moved[a].view(-1)[i] += sign * h
-            out = _run(neuron, moved[0], moved[1:])
-            assert all(torch.equal(c, d) for c, d in zip(_counts(out), counts, strict=True)), (a, i)
+            out = run(neuron, moved[0], moved[1:])
+            assert same(out, outputs), (a, i, h)
             values.append(float(loss_of(out)))
-        fd = (values[0] - values[1]) / (2 * h)
+        return (values[0] - values[1]) / (2 * h)
+
+    errors = []
+    for a, i in entries:
+        if a == 0 and not math.isfinite(float(inputs.view(-1)[i])):
+            continue
+        if richardson:
+            fd = (4 * central(a, i, 5e-4) - central(a, i, 1e-3)) / 3
+        else:
+            fd = central(a, i, 1e-5)
         grad = leaves[a].grad
         assert grad is not None
         ours = float(grad.view(-1)[i])
@@ -154,3 +184,134 @@ def test_gradients_match_central_differences() -> None:
 def test_every_gradient_matches_central_differences(loss_of) -> None:  # type: ignore[no-untyped-def]
     errors = _fd_errors(loss_of)
     assert len(errors) == 173 and max(errors) <= 1e-6, max(errors)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss_of", [_cross_entropy, _with_spike_times])
+def test_every_gradient_matches_richardson_differences(loss_of) -> None:  # type: ignore[no-untyped-def]
+    """Issue 35's second bar: every gradient (inputs, W, D, ϑ, τ_m, τ_s of both layers)
+    within 1e-7 of Richardson-extrapolated central differences (h = 1e-3, 5e-4)."""
+    errors = _fd_errors(loss_of, richardson=True)
+    assert len(errors) == 173 and max(errors) <= 1e-7, max(errors)
+
+
+def test_a_batch_is_its_samples() -> None:
+    """[batch, n_in, K] inputs through the same layers: each sample's spike times (padded
+    to the batch's most) and, for the batch's mean loss, the mean of the samples'
+    gradients."""
+    neuron = _lif()
+    inputs, flat = _network()
+    batch = torch.stack([inputs, inputs.flip(0) + 1.0])
+    labels = torch.tensor([1, 2])
+    leaves = [t.clone().requires_grad_() for t in flat]
+    times = _run(neuron, batch, leaves)
+    first_spike_cross_entropy(times[-1], labels, tau0=2.0, t_end=T_END).backward()
+    alone = [t.clone().requires_grad_() for t in flat]
+    total = torch.zeros((), dtype=F64)
+    for b in range(2):
+        single = _run(neuron, batch[b], alone)
+        for got, want in zip(times, single, strict=True):
+            assert torch.equal(got[b, :, : want.shape[1]], want)
+            assert torch.isinf(got[b, :, want.shape[1] :]).all()
+        total = total + first_spike_cross_entropy(single[-1], int(labels[b]), 2.0, T_END) / 2
+    total.backward()
+    for a, b in zip(leaves, alone, strict=True):
+        assert a.grad is not None and b.grad is not None
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-14, atol=1e-15)
+
+
+def test_a_grazing_spike_is_reported_not_clipped() -> None:
+    """One input of weight w peaks at V = w/4 (τ_m = 10, τ_s = 5): w = 4(1 + 1e-8) just
+    reaches ϑ = 1, with ġ⁻ ≈ 1e-5; the warning names the neuron, time and ġ⁻, an error
+    filter makes it an error, and the gradient stays the exact 1/ġ⁻-sized one."""
+    inputs = torch.tensor([[1.0], [2.0]], dtype=F64)
+    w = torch.tensor([[4.0 * (1 + 1e-8), 0.0], [0.0, 6.0]], dtype=F64, requires_grad=True)
+    layer = EventLayer(w, torch.zeros(2, 2, dtype=F64))
+    with pytest.warns(GrazingSpikeWarning) as caught:
+        (out,) = event_network(_lif(), [layer], inputs, t_end=T_END)
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    t_star = float(out[0, 0].detach())
+    assert f"layer 0, neuron 0: a spike at t = {t_star!r}" in message
+    rate = float(message.split("ġ⁻ = ")[1].split(" ")[0])
+    w_0 = float(w[0, 0].detach())
+    v_dot = (w_0 * math.exp(-(t_star - 1.0) / 5.0) - 1.0) / 10.0  # (I − ϑ)/τ_m at t*
+    assert 1e-6 < rate < 1e-4 and abs(rate - v_dot) < 1e-3 * v_dot
+    out[0, 0].backward()
+    # V is linear in w and V(t*) = ϑ = 1, so ∂t*/∂w = −(1/w)/V̇(t*): the full 1/ġ⁻ size
+    assert w.grad is not None
+    assert abs(float(w.grad[0, 0]) * (-w_0 * v_dot) - 1) < 1e-6
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GrazingSpikeWarning)
+        with pytest.raises(GrazingSpikeWarning, match="neuron 0"):
+            event_network(_lif(), [layer], inputs, t_end=T_END)
+        event_network(_lif(), [layer], inputs, t_end=T_END, grazing=1e-6)
+
+
+tau_a, beta = sp.symbols("tau_a beta", positive=True)
+A_THR = sp.Symbol("A", real=True)
+ADAPTIVE = ("theta", "tau_m", "tau_s", "tau_a", "beta")
+
+
+def _adaptive(dt: float = 1.0) -> sn.Neuron:
+    """The LIF with a linear adaptive threshold, a third state: ϑ(t) = ϑ0 + A,
+    dA/dt = −A/τ_a, A ← A + β at a spike."""
+    return sn.Neuron.from_ode(
+        (-sn.V + I_SYN) / tau_m,
+        method="exact",
+        params={tau_m: 10.0, tau_s: 5.0, tau_a: 20.0, theta: 1.0, beta: 0.3},
+        states={
+            I_SYN: sn.ODEState(-I_SYN / tau_s + sn.X),
+            A_THR: sn.ODEState(-A_THR / tau_a, on_spike=A_THR + beta * sn.S),
+        },
+        v_threshold=theta + A_THR,
+        v_reset=0.0,
+        dt=dt,
+    )
+
+
+def _adaptive_network() -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """5 → 8 → 3 as :func:`_network`, each layer with τ_a and β too (7 tensors a layer)."""
+    inputs, flat = _network()
+    g = torch.Generator().manual_seed(5)
+    out: list[torch.Tensor] = []
+    for i in range(2):
+        n = flat[5 * i].shape[0]
+        out += [flat[5 * i] * 1.5, *flat[5 * i + 1 : 5 * i + 5]]
+        out += [15 + 10 * torch.rand(n, generator=g, dtype=F64), torch.full((n,), 0.3, dtype=F64)]
+    return inputs, out
+
+
+def _run_adaptive(
+    neuron: sn.Neuron, inputs: torch.Tensor, flat: list[torch.Tensor]
+) -> tuple[torch.Tensor, ...]:
+    return _run(neuron, inputs, flat, ADAPTIVE)
+
+
+@pytest.mark.slow
+def test_adaptive_threshold_forward_does_not_depend_on_dt() -> None:
+    inputs, flat = _adaptive_network()
+    fine = _run_adaptive(_adaptive(), inputs, flat)
+    coarse = _run_adaptive(_adaptive(5.0), inputs, flat)
+    for a, b in zip(fine, coarse, strict=True):
+        assert torch.equal(torch.isfinite(a), torch.isfinite(b))
+        assert (a[torch.isfinite(a)] - b[torch.isfinite(b)]).abs().max() < 1e-11
+    assert int(torch.isfinite(fine[0]).sum()) >= 8
+
+
+@pytest.mark.slow
+def test_adaptive_threshold_gradients_match_central_differences() -> None:
+    """Two entries of W, D, ϑ0, τ_a, β of each layer and two input times."""
+    entries = [(0, 1), (0, 4), *((a, i) for a in (1, 2, 3, 6, 7, 8, 9, 10, 13, 14) for i in (0, 2))]
+    errors = _fd_errors(
+        _with_spike_times, entries, run=_run_adaptive, network=_adaptive_network, make=_adaptive
+    )
+    assert len(errors) == 22 and max(errors) <= 1e-6, max(errors)
+
+
+@pytest.mark.slow
+def test_every_adaptive_threshold_gradient_matches_central_differences() -> None:
+    errors = _fd_errors(
+        _with_spike_times, run=_run_adaptive, network=_adaptive_network, make=_adaptive
+    )
+    assert len(errors) == 205 and max(errors) <= 1e-6, max(errors)
