@@ -12,6 +12,7 @@ where its values can be read: :func:`check_values`).
 
 from __future__ import annotations
 
+import math
 import operator
 import warnings
 from collections.abc import Callable, Iterable
@@ -168,6 +169,8 @@ def check_assumption(
             _check_elements(name, assumptions, value, what)
             return
         value = float(value.detach())
+    if math.isnan(value):  # (no assumption's: NaN is the finiteness check's to name)
+        return
     for assumption in assumptions:
         if not _HOLDS[assumption](value):
             raise ValueError(
@@ -241,6 +244,7 @@ def _check_elements(name: str, assumptions: Iterable[str], values: torch.Tensor,
     """:func:`check_assumption` of each of ``values``: the error names the first value
     (in the tensor's order) that contradicts an assumption."""
     flat = values.detach().reshape(-1)
+    flat = flat[~torch.isnan(flat)] if flat.is_floating_point() else flat
     for assumption in assumptions:
         holds = _HOLDS_ELEMENTWISE.get(assumption)
         if holds is None:  # (prime, composite: no torch op asks it)
