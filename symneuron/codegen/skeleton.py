@@ -19,7 +19,7 @@ import sympy as sp
 from ..derivation import KernelSpec
 from ..dtypes import DType
 from ..signature import BACKWARD, FORWARD, Pass, Variant, lane_counts, variants
-from . import connection, noise
+from . import connection, grid, noise
 from .backward import BackwardPrinter
 from .dialects import Dialect
 from .forward import ForwardPrinter
@@ -79,8 +79,7 @@ def _kernels(spec: KernelSpec, group: list[Variant], dtype: DType, dialect: Dial
     lanes = {v.lanes: v.exported(spec.name) for v in group}
     name = first.function(spec.name)
     if pass_.grid:
-        body = connection.row_body(printer, first)
-        return dialect.grid_kernels(name, params, body, lanes)
+        return dialect.grid_kernels(name, params, grid.body(printer, first), lanes)
     if pass_.rows:
         body = connection.row_body(printer, first)
         return dialect.row_kernels(name, params, body, lanes, ROW_THREADS)

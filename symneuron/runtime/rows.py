@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, TypeVar
 import torch
 
 from .. import dtypes
-from ..codegen import connection
+from ..codegen import connection, grid
 from ..codegen.layout import CHUNK, N_WORDS, ROW_THREADS, evaluate
 from ..memo import BoundedTable
 from ..signature import GBACKWARD, GFORWARD, RBACKWARD, RFORWARD, Geometry, Variant
@@ -207,7 +207,7 @@ def _spread(
     prog: Program, first: torch.Tensor, features: int, rows: int, lanes: int, backward: bool
 ) -> tuple[Span, Geometry] | None:
     """The spread and launch: shared memory for the pass's tile, then as much of the
-    weight's slice as fits (:class:`~symneuron.codegen.connection.GridLayout`)."""
+    weight's slice as fits (:class:`~symneuron.codegen.grid.GridLayout`)."""
     from .cuda import shared_limits
 
     optin, per_sm, sms, _ = shared_limits(first.device.index or 0)
@@ -215,10 +215,10 @@ def _spread(
     span = grid_span(features, rows, lanes, sms)
     if span is None:
         return None
-    plan = connection.GRID_BACKWARD if backward else connection.GRID_FORWARD
+    plan = grid.GRID_BACKWARD if backward else grid.GRID_FORWARD
     compute = dtypes.lookup(prog.backend, first.dtype).torch_compute.itemsize
     # the backward's tile: at most half the room, the rest for the weight's slice
-    tk = min(MAX_TILE, features, room // 2 // (span.rows_per_block * compute) - connection.PAD)
+    tk = min(MAX_TILE, features, room // 2 // (span.rows_per_block * compute) - grid.PAD)
     if tk < min(8, features):
         return None
     tk = max(4, tk // 4 * 4)  # whole 16-byte loads of a row (a narrower row: masked)
