@@ -1,4 +1,4 @@
-"""Readout losses of the float64 EventProp reference (symneuron/reference/events.py): the
+"""Readout losses of the float64 EventProp reference (symneuron/reference/readouts.py): the
 maximum over time of a non-spiking readout's V and its (weighted) mean. Oracles: the
 potential after one input written out here, and central finite differences of the same
 forward (tests/test_eventprop_reference.py's helper), every perturbed run checked to keep
@@ -14,8 +14,9 @@ import torch
 import torch.nn.functional as F
 
 import symneuron as sn
-from symneuron.reference import events
-from symneuron.reference.events import EventLayer, event_network, max_voltage, mean_voltage
+from symneuron.reference import readouts
+from symneuron.reference.events import EventLayer, event_network
+from symneuron.reference.readouts import max_voltage, mean_voltage
 from tests.test_eventprop_reference import F64, NAMES, T_END, _counts, _fd_errors, _lif
 
 #: An input time, D and ϑ of the hidden layer, D and τ_s of the readout (indices into
@@ -122,7 +123,7 @@ def test_a_maximum_on_an_arrival_moves_with_it(monkeypatch: pytest.MonkeyPatch) 
     run = _reads("max")
     errors = _fd_errors(_cross_entropy, ON_ARRIVAL, run=run, same=_same, network=_on_arrival)
     assert len(errors) == 8 and max(errors) <= 1e-6, max(errors)
-    monkeypatch.setattr(events, "_peak_time_term", lambda read, peak, grad_y: 0.0 * grad_y)
+    monkeypatch.setattr(readouts, "_peak_time_term", lambda read, peak, grad_y: 0.0 * grad_y)
     without = _fd_errors(_cross_entropy, ON_ARRIVAL, run=run, same=_same, network=_on_arrival)
     assert max(without) > 0.1, max(without)
 

@@ -14,12 +14,8 @@ import sympy as sp
 import torch
 
 import symneuron as sn
-from symneuron.reference.events import (
-    EventLayer,
-    GrazingSpikeWarning,
-    event_network,
-    first_spike_cross_entropy,
-)
+from symneuron.reference.events import EventLayer, GrazingSpikeWarning, event_network
+from symneuron.reference.readouts import first_spike_cross_entropy
 
 F64 = torch.float64
 T_END = 30.0
