@@ -175,7 +175,7 @@ def grid_span(features: int, rows: int, lanes: int, sms: int) -> Span | None:
     return None
 
 
-#: (device, F, rows, lanes, storage bytes, backward) -> (the grid launch or None,)
+#: (device, F, rows, lanes, dtype, backward) -> (the grid launch or None,) (host time)
 _SPANS: BoundedTable[tuple[Any, ...], tuple[tuple[Span, Geometry] | None]] = BoundedTable(
     1024, "runtime.rows.spans"
 )
@@ -217,13 +217,16 @@ def _spread(
         return None
     plan = grid.GRID_BACKWARD if backward else grid.GRID_FORWARD
     compute = dtypes.lookup(prog.backend, first.dtype).torch_compute.itemsize
-    # the backward's tile: at most half the room, the rest for the weight's slice
-    tk = min(MAX_TILE, features, room // 2 // (span.rows_per_block * compute) - grid.PAD)
-    if tk < min(8, features):
-        return None
-    tk = max(4, tk // 4 * 4)  # whole 16-byte loads of a row (a narrower row: masked)
+    tk = 0
+    if backward:  # its tile: at most half the room, the rest for the weight's slice
+        tk = min(MAX_TILE, features, room // 2 // (span.rows_per_block * compute) - grid.PAD)
+        if tk < min(8, features):
+            return None
+        tk = max(4, tk // 4 * 4)  # whole 16-byte loads of a row (a narrower row: masked)
     values = {"group_rows": span.rows_per_block, "F": features, "S": span.S, "cs": compute}
     tile = plan.tile_bytes({**values, "TK": tk})
+    if tile >= room:
+        return None
     whole = span.S * (features + plan.transposed) * first.element_size()
     shared = tile + min(whole, room - tile)
     return span._replace(TK=tk), Geometry(span.blocks, span.threads, shared, cooperative=True)
@@ -292,11 +295,11 @@ def forward(
         "F": features,
         "rng": rng,
     }
-    grid = _grid_launch(prog, x_seq, features)
-    if grid is not None:
-        span, launch, lanes = grid
+    spread = _grid_launch(prog, x_seq, features)
+    if spread is not None:
+        span, launch, lanes = spread
         words = (delay + 2) * (n // features) * -(-features // 32)
-        values["scratch"], values["S"], values["TK"] = _scratch(x_seq, 4 * words), span.S, 0
+        values["scratch"], values["S"], values["TK"] = _scratch(x_seq, 4 * words), span.S, span.TK
         prog.run(GFORWARD, (store_h, v_mode), out, values, n, lambda *_: launch, lanes)
         return out
     lanes = _lanes(prog, features, x_seq.dtype)
@@ -355,9 +358,9 @@ def backward(
             "F": features,
             "rng": rng,
         }
-        grid = _grid_launch(prog, h_seq, features, backward=True)
-        if grid is not None:
-            span, launch, lanes = grid
+        spread = _grid_launch(prog, h_seq, features, backward=True)
+        if spread is not None:
+            span, launch, lanes = spread
             size = dtypes.lookup(prog.backend, h_seq.dtype).torch_compute.itemsize
             values["scratch"] = _scratch(h_seq, (delay + 1) * n * size)
             values["S"], values["TK"] = span.S, span.TK
