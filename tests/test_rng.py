@@ -513,3 +513,11 @@ def test_cuda_lane_templates_draw_the_torch_normals_and_fast_ones_to_6_ulps() ->
     ulps = (fast.double() - exact).abs() / torch.from_numpy(np.spacing(exact.abs().float().numpy()))
     assert float(ulps.max()) <= 6, float(ulps.max())
     assert float((fast.double() - exact).abs().max()) < 1e-6
+
+
+def test_the_fast_normal_splits_ln2_as_the_float_coefficients_do() -> None:
+    """The fast float normal's −2 ln 2 split is written out (no SymPy at import); it is
+    the one the float coefficients derive."""
+    from symneuron.rng import convert
+
+    assert convert._FAST["ln2"] == convert._coefficients("float")["ln2"]

@@ -8,6 +8,7 @@ operation per call, in one order, so every form rounds the same way (see
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from typing import Any, Protocol
@@ -57,6 +58,7 @@ class Ops(Protocol):
     def bit(self, n: Any, k: int) -> Any: ...
 
 
+@functools.cache
 def _coefficients(precision: str) -> dict[str, list[float]]:
     """Taylor coefficients (rounded to the dtype when used): of atanh, as
     ln m = 2s(1 + Σ z^k/(2k+1)) with z = s², and of sin(πf/2)/f and cos(πf/2) in g = f²,
@@ -78,8 +80,6 @@ def _value(exact: sp.Expr) -> float:
     return float(sp.N(exact, 40))
 
 
-_COEFFICIENTS = {p: _coefficients(p) for p in ("float", "double")}
-
 #: The fast float normal's coefficients: minimax fits (weighted least squares iterated
 #: to equal ripple, in float64) of atanh(s)/s − 1 in z = s² on [0, 0.0295] (3 terms,
 #: 0.014 float32 ulp), sin(πf/2)/f and (cos(πf/2) − 1)/f² in g = f² on [0, ¼]
@@ -88,7 +88,7 @@ _FAST = {
     "atanh": [0.33333388043557, 0.19988786918049617, 0.1493547090583784],
     "sin": [1.5707963217080791, -0.6459634602228796, 0.07968003267071708, -0.00460165762905736],
     "cos": [1.0, -1.2336977063106658, 0.2536032105685885, -0.020417281399060884],
-    "ln2": _COEFFICIENTS["float"]["ln2"],
+    "ln2": [0.693145751953125, 1.4286068203094173e-06],  # = _coefficients("float")["ln2"]
 }
 
 
@@ -140,7 +140,7 @@ def _turn(o: Ops, w: Any, k: dict[str, list[float]], horner: Any = None) -> tupl
 
 def box_muller(o: Ops, wu: Any, wv: Any, precision: str) -> tuple[Any, Any]:
     """The two normals of words (wu, wv): √(−2 ln u)·(cos 2πv, sin 2πv)."""
-    k = _COEFFICIENTS[precision]
+    k = _coefficients(precision)
     r = o.sqrt(o.mul(_log(o, uniform_of(o, wu), k), o.const(-2.0)))
     cos, sin = _turn(o, wv, k)
     return o.mul(r, cos), o.mul(r, sin)
