@@ -180,7 +180,7 @@ static int sn_neuron_forward(const sn_arrival* arr, long long n_arr, real t_end,
 void sn_events_forward(SN_FORWARD_PARAMS) {
     const real t_end = scalars[0], dt = scalars[1];
     const long long m = n_in * k_in;
-#pragma omp parallel
+#pragma omp parallel if (B * N >= SN_PARALLEL_FROM)
     {
         sn_arrival* arr = (sn_arrival*)malloc((size_t)(m + 1) * sizeof(sn_arrival));
         sn_arrival* tmp = (sn_arrival*)malloc((size_t)(m + 1) * sizeof(sn_arrival));
@@ -345,7 +345,7 @@ void sn_events_backward(SN_BACKWARD_PARAMS) {
     const real t_end = scalars[0], dt = scalars[1];
     const long long m = n_in * k_in;
     const long long n_events = SN_REPLAY ? m + k_out + 1 : 1;
-#pragma omp parallel
+#pragma omp parallel if (B * N >= SN_PARALLEL_FROM)
     {
         sn_arrival* arr = (sn_arrival*)malloc((size_t)(m + 1) * sizeof(sn_arrival));
         sn_arrival* tmp = (sn_arrival*)malloc((size_t)(m + 1) * sizeof(sn_arrival));
