@@ -2,8 +2,9 @@
 
 :func:`yin_yang` draws the Yin-Yang data set of Kriener, Göltz & Petrovici (2021, "The
 Yin-Yang dataset", NICE '22; arXiv 2102.08211): points in the unit square inside a
-circle of radius R = 0.5, classed as yin (0), yang (1) or one of the two dots (2) of
-radius r = 0.1 centred at (0.25, 0.5) and (0.75, 0.5). Each sample's class is drawn
+circle of radius R = 0.5 centred at (0.5, 0.5), in three classes: the two S-shaped
+halves of the symbol (0 and 1) and its two dots (2) of radius r = 0.1 centred at
+(0.25, 0.5) and (0.75, 0.5), with the authors' labels. Each sample's class is drawn
 first, uniformly, and its point by rejection until it falls in that class, so the
 classes are balanced in expectation (as the authors' generator does; the numbers drawn
 differ from theirs). :func:`latency_code` turns points into one spike per input:
@@ -20,7 +21,7 @@ __all__ = ["YinYang", "yin_yang", "yin_yang_class", "latency_code"]
 
 #: the radius of the whole figure and of its two dots
 R_BIG, R_SMALL = 0.5, 0.1
-#: the classes' names, by label
+#: the classes' names, by label, as the authors' generator names them
 CLASSES = ("yin", "yang", "dot")
 
 
@@ -32,21 +33,23 @@ class YinYang(NamedTuple):
 
 
 def yin_yang_class(points: torch.Tensor) -> torch.Tensor:
-    """The class of each point [..., 2] inside the circle: 0 yin, 1 yang, 2 a dot.
+    """The label of each point [..., 2] inside the circle (the authors' rule).
 
-    The yin is the part with the right dot's disc, the ring around the left dot up to
-    half the radius, and the upper half away from the right dot's half-radius disc
-    (the two S-shaped halves of the symbol); the dots are the discs of radius r."""
+    2: within r of either dot's centre. 1: the upper half (y > 0.5) outside the disc of
+    radius R/2 around the right dot, and the disc of radius R/2 around the left dot
+    (its dot excluded). 0: the rest, the lower half outside the left dot's disc and the
+    disc of radius R/2 around the right dot: two S-shaped halves, each holding the
+    other's dot."""
     x, y = points[..., 0], points[..., 1]
     d_right = torch.hypot(x - 1.5 * R_BIG, y - R_BIG)
     d_left = torch.hypot(x - 0.5 * R_BIG, y - R_BIG)
-    yin = (
+    upper = (
         (d_right <= R_SMALL)
         | ((d_left > R_SMALL) & (d_left <= 0.5 * R_BIG))
         | ((y > R_BIG) & (d_right > 0.5 * R_BIG))
     )
     dots = (d_right < R_SMALL) | (d_left < R_SMALL)
-    return torch.where(dots, 2, yin.long())
+    return torch.where(dots, 2, upper.long())
 
 
 def yin_yang(size: int, seed: int) -> YinYang:
