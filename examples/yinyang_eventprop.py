@@ -64,16 +64,16 @@ from symneuron.datasets import CLASSES, latency_code, yin_yang, yin_yang_class
 from symneuron.eventprop import EventLayer, GrazingSpikeWarning, event_network
 
 tau_m, tau_s, theta = sp.symbols("tau_m tau_s theta", positive=True)
-I = sp.Symbol("I", real=True)
+I_SYN = sp.Symbol("I", real=True)
 
 #: the LIF with a current synapse; ``dt`` is only the step the exact forward advances
 #: by (its spike times do not depend on it)
 lif = sn.Neuron.from_ode(
-    (-sn.V + I) / tau_m,
+    (-sn.V + I_SYN) / tau_m,
     dt=10.0,
     method="exact",
     params={tau_m: 20.0, tau_s: 5.0, theta: 1.0},
-    states={I: sn.ODEState(-I / tau_s + sn.X)},
+    states={I_SYN: sn.ODEState(-I_SYN / tau_s + sn.X)},
     v_threshold=theta,
     v_reset=0.0,
 )
@@ -219,10 +219,10 @@ def decision_map(net: Network, accuracy_: float, path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 5))
     titles = (f"the network's class (test accuracy {accuracy_:.3f})", "the true class")
     for ax, title, classes in zip(axes, titles, (predicted, truth), strict=True):
-        image = classes.reshape(121, 121)
+        image = classes.reshape(121, 121).numpy()
         ax.imshow(image, origin="lower", extent=(0, 1, 0, 1), cmap=cmap, vmin=0, vmax=2)
         ax.set(title=title, xlabel="x", ylabel="y", aspect="equal")
-    axes[0].scatter(*test.points[wrong].T, marker="x", c="k", s=18)
+    axes[0].scatter(*test.points[wrong].T.numpy(), marker="x", c="k", s=18)
     handles = [Patch(color=c, label=name) for c, name in zip(COLOURS, CLASSES, strict=True)]
     handles.append(axes[0].scatter([], [], marker="x", c="k", label="misclassified test point"))
     fig.legend(handles=handles, loc="lower center", ncol=4)
@@ -247,7 +247,7 @@ def raster(net: Network, path: Path) -> None:
             spikes = torch.isfinite(times[col])
             neurons = spikes.nonzero()[:, 0]
             colour = [COLOURS[int(j)] for j in neurons] if name == "output" else "k"
-            axes[row, col].scatter(times[col][spikes], neurons, s=size, c=colour)
+            axes[row, col].scatter(times[col][spikes].numpy(), neurons.numpy(), s=size, c=colour)
             axes[row, 0].set_ylabel(f"{name} neuron")
         axes[0, col].set_yticks(range(5), ["x", "y", "1-x", "1-y", "bias"])
         axes[2, col].set_yticks(range(3), CLASSES)
