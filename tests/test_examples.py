@@ -168,6 +168,6 @@ def test_yinyang_example_learns_and_draws(
     out = capsys.readouterr().out
     assert accuracy > 0.45, f"two short epochs should beat chance (1/3) clearly: {out}"
     assert f"test accuracy {accuracy:.3f} after 2 epochs" in out
-    for name in ("decision_map.png", "raster.png"):
+    for name in ("yinyang_decision_map.png", "yinyang_raster.png"):
         data = (tmp_path / name).read_bytes()
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 10_000, name
