@@ -231,17 +231,33 @@ def test_a_batch_is_its_samples_and_one_sample_has_no_batch_axis() -> None:
 
 
 def test_the_forward_does_not_depend_on_dt() -> None:
-    """Exact between breakpoints: steps of 1 and of 7.5 (several spikes a step, a last
-    step cut at t_end) give the same spikes."""
+    """Exact between breakpoints: steps of 1 and of 7 (several spikes a step) give the
+    same spikes, and the reference's steps of 7 too."""
     flat = _network(batch=2)
-    fine = event_network(_lif(1.0), _layers(flat, LIF_PARAMS), flat[0], t_end=T_END)
-    coarse = event_network(_lif(7.5), _layers(flat, LIF_PARAMS), flat[0], t_end=T_END)
-    for a, b in zip(fine, coarse, strict=True):
+    layers = _layers(flat, LIF_PARAMS)
+    fine = event_network(_lif(1.0), layers, flat[0], t_end=T_END)
+    coarse = event_network(_lif(7.0), layers, flat[0], t_end=T_END)
+    reference = reference_network(_lif(7.0), layers, flat[0][1], t_end=T_END)
+    for a, b, c in zip(fine, coarse, reference, strict=True):
         finite = torch.isfinite(a)
         assert torch.equal(finite, torch.isfinite(b))
         assert (a[finite] - b[finite]).abs().max() < 1e-11
-    steps = torch.floor(coarse[0][torch.isfinite(coarse[0])] / 7.5)
+        assert torch.equal(torch.isfinite(c), torch.isfinite(b[1, :, : c.shape[1]]))
+        assert (c[torch.isfinite(c)] - b[1][torch.isfinite(b[1])]).abs().max() < 1e-11
+    steps = torch.floor(coarse[0][torch.isfinite(coarse[0])] / 7.0)
     assert len(steps) > len(torch.unique(steps))
+
+
+def test_a_step_that_does_not_divide_t_end_runs_to_t_end() -> None:
+    """t_end = 30 in steps of 7: the last step, [28, 30], is cut at t_end, not dropped;
+    an input at 28.2 makes a spike in it, found by the kernels and the reference alike."""
+    layer = EventLayer(torch.full((1, 1), 20.0, dtype=F64), torch.zeros(1, 1, dtype=F64))
+    inputs = torch.tensor([[28.2]], dtype=F64)
+    (fine,) = event_network(_lif(1.0), [layer], inputs, t_end=T_END)
+    for network in (event_network, reference_network):
+        (coarse,) = network(_lif(7.0), [layer], inputs, t_end=T_END)
+        assert 28.0 < float(coarse[0, 0]) < T_END
+        assert abs(float(coarse[0, 0] - fine[0, 0])) < 1e-12
 
 
 def test_a_grazing_spike_is_reported_with_its_sample() -> None:
