@@ -42,11 +42,21 @@ def _rn(prefix: str) -> dict[str, str]:
     return {**spelled, "sqrt": f"__{prefix}sqrt_rn({{}})"}
 
 
-#: the approximate reciprocal and square root of the fast conversion (the GPU's special
-#: function unit, within an ulp or two; inputs are normal numbers, so .ftz changes nothing)
-_CUDA_APPROX = """__device__ __forceinline__ float sn_rcp_approx(float x) {
+#: the fast conversion's approximate base-2 logarithm, sine, cosine and square root (the
+#: GPU's special function unit; inputs are normal numbers or 0, so .ftz changes nothing)
+_CUDA_APPROX = """__device__ __forceinline__ float sn_lg2_approx(float x) {
     float y;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float sn_sin_approx(float x) {
+    float y;
+    asm("sin.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float sn_cos_approx(float x) {
+    float y;
+    asm("cos.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
 __device__ __forceinline__ float sn_sqrt_approx(float x) {
@@ -101,8 +111,10 @@ TARGETS: dict[str, Target] = {
         {"float": _rn("f"), "double": _rn("d")},
         {
             **_rn("f"),
-            "fma": "__fmaf_rn({}, {}, {})",
-            "rcp": "sn_rcp_approx({})",
+            "lg2": "sn_lg2_approx({})",
+            "sin": "sn_sin_approx({})",
+            "cos": "sn_cos_approx({})",
+            "max": "fmaxf({}, {})",
             "sqrt": "sn_sqrt_approx({})",
         },
     ),
@@ -152,11 +164,17 @@ class Text:
     def sqrt(self, a: str) -> str:
         return self._op("sqrt", a)
 
-    def fma(self, a: str, b: str, c: str) -> str:
-        return self._op("fma", a, b, c)
+    def lg2(self, a: str) -> str:
+        return self._op("lg2", a)
 
-    def rcp(self, a: str) -> str:
-        return self._op("rcp", a)
+    def sin(self, a: str) -> str:
+        return self._op("sin", a)
+
+    def cos(self, a: str) -> str:
+        return self._op("cos", a)
+
+    def max(self, a: str, b: str) -> str:
+        return self._op("max", a, b)
 
     def neg(self, a: str) -> str:
         return self._let(self.precision, f"-{a}")
