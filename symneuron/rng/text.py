@@ -44,27 +44,13 @@ def _rn(prefix: str) -> dict[str, str]:
 
 #: the fast conversion's approximate base-2 logarithm, sine, cosine and square root (the
 #: GPU's special function unit; inputs are normal numbers or 0, so .ftz changes nothing)
-_CUDA_APPROX = """__device__ __forceinline__ float sn_lg2_approx(float x) {
-    float y;
-    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-__device__ __forceinline__ float sn_sin_approx(float x) {
-    float y;
-    asm("sin.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-__device__ __forceinline__ float sn_cos_approx(float x) {
-    float y;
-    asm("cos.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-__device__ __forceinline__ float sn_sqrt_approx(float x) {
-    float y;
-    asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-"""
+_CUDA_APPROX = "".join(
+    f"__device__ __forceinline__ float sn_{op}_approx(float x) {{\n"
+    f"    float y;\n"
+    f'    asm("{op}.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));\n'
+    f"    return y;\n}}\n"
+    for op in ("lg2", "sin", "cos", "sqrt")
+)
 
 _INFIX = {"add": "{} + {}", "sub": "{} - {}", "mul": "{} * {}", "div": "{} / {}"}
 
