@@ -131,8 +131,12 @@ def hermite_root(
         2 * g_a + length * r_a - 2 * g_b + length * r_b,
     )
     zero, one = torch.zeros_like(g_a), torch.ones_like(g_a)
-    bounds = [zero, *_turns(c), one]
     moving = length > 0
+    # the Hermite basis: h00 + h01 = 1, |h10|, |h11| ≤ 4/27 on [0, 1]
+    bound = torch.maximum(g_a, g_b) + 4 / 27 * length * (r_a.abs() + r_b.abs())
+    if not bool((moving & (bound >= 0)).any()):
+        return torch.zeros_like(moving), one
+    bounds = [zero, *_turns(c), one]
     found = torch.zeros_like(moving)
     lo, hi = zero, one
     for k in range(1, 4):
