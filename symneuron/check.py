@@ -312,18 +312,11 @@ def check(
 ) -> CheckReport:
     """Verify ``neuron``'s derivatives and its ``backend`` kernels against oracles.
 
-    ``gradient`` names the gradient mode checked: ``"surrogate"`` (the default: the
-    derived partials, and the kernels' surrogate gradients through time against the
-    torch reference, ``T`` steps, default 8), or ``"eventprop"``: EventProp's exact
-    event-based gradient (docs/eventprop.md) of a seeded 3 → 4 → 2 network of the neuron
-    run by the float64 EventProp reference for ``T`` steps of its ``dt`` (default 40),
-    against central finite differences of the same forward (relative error ≤ 1e-6 for
-    a linear model, ≤ 1e-4 for a nonlinear one, or ``tolerance``), and for a nonlinear
-    model the gradient's convergence in dt (dt, dt/2, dt/4 against dt/16, order about
-    4). A neuron EventProp does not apply to raises
-    :class:`~symneuron.derivation.events.EventPropError` with the reason; ``backend``,
-    ``dtype``, ``device``, ``shape``, ``points`` and ``recurrent`` are the surrogate
-    check's and must stay at their defaults.
+    ``gradient="eventprop"`` checks EventProp instead of the surrogate gradients
+    (:mod:`symneuron.check_events`, docs/eventprop.md): a seeded network of the neuron
+    run for ``T`` steps of its ``dt`` (default 40; 8 for the surrogate check), its
+    gradient against central differences and, for a nonlinear model, its convergence in
+    dt; a refused neuron raises the derivation's ``EventPropError``.
 
     With ``recurrent=True`` it also runs a :class:`~symneuron.RecurrentNeuronLayer` of
     ``shape[-1]`` neurons (and a bias) on ``backend`` against the same layer on the
@@ -352,9 +345,8 @@ def check(
     if gradient not in GRADIENTS:
         raise ValueError(f"gradient is one of {GRADIENTS}, got {gradient!r}")
     if gradient == "eventprop":
-        given = {"backend": backend, "dtype": dtype, "device": device, "shape": shape}
-        given |= {"points": points, "recurrent": recurrent}
-        return _eventprop_check(neuron, T, tolerance, seed, _surrogate_only(given))
+        given = dict(backend=backend, dtype=dtype, device=device, shape=shape, points=points)
+        return _eventprop_check(neuron, T, tolerance, seed, _surrogate_only(given, recurrent))
     T = 8 if T is None else T
     shape = _arguments(T, shape, points, tolerance)
     device = torch.device(device)
@@ -392,8 +384,9 @@ _SURROGATE_DEFAULTS = {
 }
 
 
-def _surrogate_only(arguments: dict[str, object]) -> list[str]:
+def _surrogate_only(arguments: dict[str, object], recurrent: bool) -> list[str]:
     """The surrogate check's arguments given other than their defaults."""
+    arguments = {**arguments, "recurrent": recurrent}
     return [
         name
         for name, default in _SURROGATE_DEFAULTS.items()
