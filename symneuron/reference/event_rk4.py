@@ -24,7 +24,7 @@ forward, which differs from it at O(dt³) (docs/eventprop.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import sympy as sp
@@ -32,11 +32,10 @@ import torch
 
 from .event_adjoint import Grads
 from .event_forward import Layer, Spike
-from .event_model import EventModel, symbol_values
+from .event_model import root_along_flow, symbol_values
 
-__all__ = ["Segment", "Jump", "RK4Layer", "rk4_layers_of", "backward_rk4_layer", "hermite_root"]
+__all__ = ["Segment", "Jump", "RK4Layer", "backward_rk4_layer", "hermite_root"]
 
-_EPS = float(torch.finfo(torch.float64).eps)
 Vector = list[torch.Tensor]
 
 
@@ -153,21 +152,23 @@ def _bracketed_newton(
     c: Sequence[torch.Tensor], lo: torch.Tensor, hi: torch.Tensor, active: torch.Tensor
 ) -> torch.Tensor:
     """The zero of the cubic ``c`` in [lo, hi], where it is < 0 at lo and ≥ 0 at hi and
-    monotone between: Newton's method, bisection where a step leaves the bracket."""
-    u = hi.clone()
-    for _ in range(200):
-        value, slope = _cubic(c, u)
-        below = value < 0
-        lo, hi = torch.where(below, u, lo), torch.where(below, hi, u)
-        newton = u - value / slope
-        inside = (newton > lo) & (newton < hi)
-        new = torch.where(inside, newton, 0.5 * (lo + hi))
-        new = torch.where(value == 0, u, new)
-        done = (new - u).abs() <= 2 * _EPS * u.abs().clamp_min(1e-300)
-        u = new
-        if bool((done | ~active).all()):
-            break
-    return u
+    monotone between (:func:`~.event_model.root_along_flow` along u itself)."""
+
+    def value(u: torch.Tensor) -> list[torch.Tensor]:
+        return [_cubic(c, u)[0]]
+
+    def slope(u: torch.Tensor) -> list[torch.Tensor]:
+        return [_cubic(c, u)[1]]
+
+    return root_along_flow(
+        lambda _, u: u,
+        lambda fn, u: fn(u)[0],
+        (value, slope),
+        None,
+        (lo, hi),
+        torch.ones_like(active),
+        active,
+    )
 
 
 class RK4Layer(Layer):
@@ -175,16 +176,8 @@ class RK4Layer(Layer):
     params): its RK4 forward in lockstep over its neurons, recorded for
     :func:`backward_rk4_layer`."""
 
-    def __init__(
-        self,
-        model: EventModel,
-        weight: torch.Tensor,
-        delay: torch.Tensor,
-        params: Mapping[str, torch.Tensor],
-    ) -> None:
-        super().__init__(model, weight, delay, params)
-        #: the forward's segments and jumps, in forward order
-        self.record: list[Segment | Jump] = []
+    #: the forward's segments and jumps, in forward order (set by :meth:`forward`)
+    record: list[Segment | Jump]
 
     def rhs(self, x: Vector) -> Vector:
         return self.model.rhs(symbol_values(self.model, self.params, x=x), x[0])
@@ -199,26 +192,11 @@ class RK4Layer(Layer):
         return _axpy(h / 6, total, x)
 
     def forward(self, pre_times: torch.Tensor, t_end: float, dt: float) -> list[list[Spike]]:
-        times, weights, _, _ = self.arrivals(pre_times, t_end)
-        zero = torch.zeros(self.n, dtype=torch.float64)
-        x = self.model.init(symbol_values(self.model, self.params), zero)
-        t, ptr = zero.clone(), torch.zeros(self.n, dtype=torch.long)
-        spikes: list[list[Spike]] = [[] for _ in range(self.n)]
         self.record = []
-        for step in range(int(round(t_end / dt))):
-            end = torch.full_like(t, min((step + 1) * dt, t_end))
-            while True:
-                due = times.gather(1, ptr[:, None])[:, 0]
-                x, t = self.advance(x, t, torch.minimum(due, end), spikes)
-                arriving = due < end
-                if not bool(arriving.any()):
-                    break
-                w = weights.gather(1, ptr[:, None])[:, 0]
-                jumped = self.model.synapse(symbol_values(self.model, self.params, x=x, w=w), zero)
-                self.record.append(Jump("arrival", arriving, ptr.clone(), x))
-                x = _where(arriving, jumped, x)
-                ptr = ptr + arriving.long()
-        return spikes
+        return super().forward(pre_times, t_end, dt)
+
+    def arrive(self, arriving: torch.Tensor, index: torch.Tensor, x: Vector) -> None:
+        self.record.append(Jump("arrival", arriving, index.clone(), x))
 
     def advance(
         self, x: Vector, t: torch.Tensor, to: torch.Tensor, spikes: list[list[Spike]]
@@ -257,20 +235,6 @@ class RK4Layer(Layer):
         g = (self.value(self.model.g, x), self.value(self.model.g, end))
         rates = (self.value(self.model.g_dot, x), self.value(self.model.g_dot, end))
         return hermite_root(g, rates, length)
-
-
-def rk4_layers_of(
-    model: EventModel, shapes: list[list[str]], flat: Sequence[torch.Tensor]
-) -> list[RK4Layer]:
-    """The layers of ``flat`` as :func:`~.event_forward.layers_of` reads them, each an
-    :class:`RK4Layer`."""
-    out, i = [], 0
-    for names in shapes:
-        params = dict(zip(names, flat[i + 2 : i + 2 + len(names)], strict=True))
-        detached = {k: v.detach() for k, v in params.items()}
-        out.append(RK4Layer(model, flat[i].detach(), flat[i + 1].detach(), detached))
-        i += 2 + len(names)
-    return out
 
 
 class _Adjoint:

@@ -30,7 +30,7 @@ from ..ode import ODESystem
 from .event_adjoint import Grads, backward_layer
 from .event_forward import Layer, Spike, layers_of
 from .event_model import EventModel, model_of, symbol_values
-from .event_rk4 import RK4Layer, backward_rk4_layer, rk4_layers_of
+from .event_rk4 import RK4Layer, backward_rk4_layer
 
 __all__ = ["EventLayer", "GrazingSpikeWarning", "event_network"]
 
@@ -187,9 +187,7 @@ class _EventProp(torch.autograd.Function):
         *flat: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
         t_end, dt, grazing, rk4 = times_
-        layers: list[Layer] = (
-            [*rk4_layers_of(model, shapes, flat)] if rk4 else layers_of(model, shapes, flat)
-        )
+        layers = layers_of(model, shapes, flat, RK4Layer if rk4 else Layer)
         times, spikes = input_times.detach(), []
         for index, layer in enumerate(layers):
             spikes.append(layer.forward(times, t_end, dt))
