@@ -48,6 +48,7 @@ STAGES: dict[str, int] = {
     "layer": 7,
     "recurrent": 8,
     "check": 8,
+    "check_events": 8,
     "check_recurrent": 8,
     "testing": 8,
     "plot": 8,

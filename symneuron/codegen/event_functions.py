@@ -142,7 +142,8 @@ def event_functions(definition: Definition, spec: EventSpec, compute: str) -> Ev
     if not spec.linear or spec.flow is None:
         raise ValueError(
             f"{definition.name}: the EventProp kernels run linear models (a closed-form flow "
-            "e^{Js}); this neuron's Jacobian depends on its state."
+            "e^{Js}); this neuron's Jacobian depends on its state. The float64 reference "
+            "runs it by RK4 (symneuron.reference.events.event_network, integrator='rk4')."
         )
     printer = KernelPrinter(compute)
     names = _symbols(spec)

@@ -102,9 +102,14 @@ class Layer:
                     break
                 w = weights.gather(1, ptr[:, None])[:, 0]
                 jumped = self.model.synapse(symbol_values(self.model, self.params, x=x, w=w), zero)
+                self.arrive(arriving, ptr, x)
                 x = [torch.where(arriving, a, b) for a, b in zip(jumped, x, strict=True)]
                 ptr = ptr + arriving.long()
         return spikes
+
+    def arrive(self, arriving: torch.Tensor, index: torch.Tensor, x: list[torch.Tensor]) -> None:
+        """Called at each arrival (``arriving`` neurons; ``index`` into the sorted
+        arrivals; x just before it): a hook for :class:`~.event_rk4.RK4Layer`'s record."""
 
     def advance(
         self, x: list[torch.Tensor], t: torch.Tensor, to: torch.Tensor, spikes: list[list[Spike]]
@@ -185,15 +190,18 @@ class Layer:
 
 
 def layers_of(
-    model: EventModel, shapes: list[list[str]], flat: Sequence[torch.Tensor]
+    model: EventModel,
+    shapes: list[list[str]],
+    flat: Sequence[torch.Tensor],
+    kind: type[Layer] = Layer,
 ) -> list[Layer]:
     """The layers of ``flat`` (per layer: weight, delay, then its params in the order
-    ``shapes`` names them), detached."""
+    ``shapes`` names them), detached, each a ``kind``."""
     out, i = [], 0
     for names in shapes:
         weight, delay = flat[i], flat[i + 1]
         params = dict(zip(names, flat[i + 2 : i + 2 + len(names)], strict=True))
         detached = {k: v.detach() for k, v in params.items()}
-        out.append(Layer(model, weight.detach(), delay.detach(), detached))
+        out.append(kind(model, weight.detach(), delay.detach(), detached))
         i += 2 + len(names)
     return out
