@@ -239,6 +239,19 @@ def test_bad_inputs_are_refused_with_the_reason() -> None:
         event_network(_lif(), [EventLayer(*layers[0][:2], {"tau": flat[3]})], flat[0], t_end=T_END)
 
 
+def test_a_reset_that_does_not_leave_the_threshold_is_an_error_at_run_time() -> None:
+    """With the adaptive threshold the reset's margin g(h(x)) = −ϑ0 − A − β depends on
+    A, so it is checked per spike: β = −2 makes it ≥ 0 at the first spike (A = 0)."""
+    weight, delay = torch.full((1, 1), 6.0, dtype=F64), torch.zeros(1, 1, dtype=F64)
+    inputs = torch.tensor([[1.0]], dtype=F64)
+    wrong = EventLayer(weight, delay, {"beta": torch.tensor([-2.0], dtype=F64)})
+    for network in (event_network, reference_network):
+        with pytest.raises(RuntimeError, match="did not leave the threshold"):
+            network(_adaptive(), [wrong], inputs, t_end=T_END)
+    right = EventLayer(weight, delay, {"beta": torch.tensor([0.3], dtype=F64)})
+    assert torch.isfinite(event_network(_adaptive(), [right], inputs, t_end=T_END)[0]).any()
+
+
 def test_a_nonlinear_neuron_is_refused_by_the_kernels() -> None:
     """The kernels' flow is the closed form of a linear system; a QIF has none."""
     layer = EventLayer(torch.ones(1, 1, dtype=F64), torch.zeros(1, 1, dtype=F64))
