@@ -11,6 +11,7 @@ is run again, so a neuron may spike several times in a step.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -91,7 +92,7 @@ class Layer:
         x = self.model.init(symbol_values(self.model, self.params), zero)
         t, ptr = zero.clone(), torch.zeros(self.n, dtype=torch.long)
         spikes: list[list[Spike]] = [[] for _ in range(self.n)]
-        for step in range(int(round(t_end / dt))):
+        for step in range(math.ceil(t_end / dt)):  # the last step cut at t_end
             end = torch.full_like(t, min((step + 1) * dt, t_end))
             while True:
                 due = times.gather(1, ptr[:, None])[:, 0]
