@@ -17,6 +17,7 @@ import sympy as sp
 import torch
 
 from . import derivation
+from .check_events import eventprop_errors
 from .check_recurrent import recurrent_errors
 from .definition import H, V, X
 from .derivation import partial_definitions
@@ -301,14 +302,21 @@ def check(
     backend: str = "auto",
     dtype: torch.dtype = torch.float64,
     device: str | torch.device = "cpu",
-    T: int = 8,
+    T: int | None = None,
     shape: tuple[int, ...] = (4, 16),
     points: int = 64,
     tolerance: float | None = None,
     seed: int | None = None,
     recurrent: bool = False,
+    gradient: str = "surrogate",
 ) -> CheckReport:
     """Verify ``neuron``'s derivatives and its ``backend`` kernels against oracles.
+
+    ``gradient="eventprop"`` checks EventProp instead of the surrogate gradients
+    (:mod:`symneuron.check_events`, docs/eventprop.md): a seeded network of the neuron
+    run for ``T`` steps of its ``dt`` (default 40; 8 for the surrogate check), its
+    gradient against central differences and, for a nonlinear model, its convergence in
+    dt; a refused neuron raises the derivation's ``EventPropError``.
 
     With ``recurrent=True`` it also runs a :class:`~symneuron.RecurrentNeuronLayer` of
     ``shape[-1]`` neurons (and a bias) on ``backend`` against the same layer on the
@@ -334,6 +342,12 @@ def check(
     >>> assert report.passed, str(report)
     """
     require_neuron(neuron)
+    if gradient not in GRADIENTS:
+        raise ValueError(f"gradient is one of {GRADIENTS}, got {gradient!r}")
+    if gradient == "eventprop":
+        given = dict(backend=backend, dtype=dtype, device=device, shape=shape, points=points)
+        return _eventprop_check(neuron, T, tolerance, seed, _surrogate_only(given, recurrent))
+    T = 8 if T is None else T
     shape = _arguments(T, shape, points, tolerance)
     device = torch.device(device)
     gen = _generator(seed)
@@ -354,6 +368,46 @@ def check(
     if recurrent:
         found = recurrent_errors(neuron, backend, inputs["x_seq"], weights[0], gen)
         report.results += [CheckResult(name, _rel_error(a, b), tol) for name, a, b in found]
+    return report
+
+
+#: The gradient modes :func:`check` verifies.
+GRADIENTS = ("surrogate", "eventprop")
+#: The surrogate check's arguments, at their defaults (the EventProp check refuses others).
+_SURROGATE_DEFAULTS = {
+    "backend": "auto",
+    "dtype": torch.float64,
+    "device": "cpu",
+    "shape": (4, 16),
+    "points": 64,
+    "recurrent": False,
+}
+
+
+def _surrogate_only(arguments: dict[str, object], recurrent: bool) -> list[str]:
+    """The surrogate check's arguments given other than their defaults."""
+    arguments = {**arguments, "recurrent": recurrent}
+    return [
+        name
+        for name, default in _SURROGATE_DEFAULTS.items()
+        if arguments[name] != default and str(arguments[name]) != str(default)
+    ]
+
+
+def _eventprop_check(
+    neuron: Neuron, T: int | None, tolerance: float | None, seed: int | None, given: list[str]
+) -> CheckReport:
+    """``check(gradient="eventprop")``: :func:`~symneuron.check_events.eventprop_errors`."""
+    if given:
+        raise ValueError(
+            f"check(gradient='eventprop') checks the float64 EventProp reference of a small "
+            f"network; {', '.join(given)} belong to the surrogate check: leave them out."
+        )
+    steps = 40 if T is None else T
+    _arguments(steps, (1,), 1, tolerance)
+    rows = eventprop_errors(neuron, steps, _generator(seed), tolerance)
+    report = CheckReport(neuron.name, "eventprop reference", "float64")
+    report.results += [CheckResult(name, error, tol) for name, error, tol in rows]
     return report
 
 

@@ -37,9 +37,9 @@ class DType:
     lanes : neurons per thread (CUDA) or per loop iteration (C) in the wide kernel
         variant (1: no wide variant).
     fast_draws : whether the kernels draw normals by the fast conversion
-        (:func:`symneuron.rng.convert.box_muller_fast`: within a few float32 ulps of the
-        exact normals, not bit for bit); the 16-bit CUDA rows, whose stored values round
-        far coarser.
+        (:func:`symneuron.rng.convert.box_muller_fast`: within 4e-6 of the exact normals
+        where they are at least 0.01 in size, not bit for bit); the 16-bit CUDA rows,
+        whose stored values round far coarser.
     torch_dtype, torch_compute, torch_accum : the torch dtypes of the same three roles.
     """
 

@@ -277,10 +277,15 @@ class RecurrentNeuronLayer(nn.Module):
             return not self.fused
         if torch.compiler.is_compiling():  # (Dynamo cannot trace the capture query)
             return False
-        if not x_seq.is_cuda or not torch.cuda.is_current_stream_capturing():
+        if not x_seq.is_cuda:
             return False
         rows = x_seq[0].numel() // self.size if x_seq.shape[0] else 0
-        return rows * self.size**2 >= LOOP_FROM
+        large = rows * self.size**2 >= LOOP_FROM
+        if not torch.cuda.is_current_stream_capturing():
+            if large:  # a capture of this call runs cuBLAS, whose handle a capture cannot
+                torch.cuda.current_blas_handle()  # create: made now, by the warm-up call
+            return False
+        return large
 
     def _last_steps(self, before: torch.Tensor | None, spikes: torch.Tensor) -> torch.Tensor:
         """The spikes of the last ``delay`` steps after a call: the call's last ones,

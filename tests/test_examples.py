@@ -129,3 +129,45 @@ def test_recurrent_example_trials_hold_the_cue_only_at_the_start() -> None:
 def test_recurrent_example_rejects_a_zero_budget() -> None:
     with pytest.raises(SystemExit):
         load_example("recurrent").main(["--steps", "0"])
+
+
+def load_yinyang() -> ModuleType:
+    return load_example("yinyang_eventprop")
+
+
+def test_yinyang_loss_leaves_out_samples_whose_label_output_is_silent() -> None:
+    """The first-spike cross-entropy with W&P's α term, and nothing (no gradient either)
+    from a sample whose label output did not spike."""
+    example = load_yinyang()
+    inf = math.inf
+    output = torch.tensor(
+        [[[5.0, inf], [7.0, 9.0], [inf, inf]], [[4.0, inf], [inf, inf], [6.0, inf]]],
+        dtype=torch.float64,
+        requires_grad=True,
+    )
+    labels = torch.tensor([0, 1])  # the second sample's label output is silent
+    loss = example.loss_of(output, labels)
+    first = torch.tensor([5.0, 7.0, example.T_END], dtype=torch.float64)
+    want = -torch.log_softmax(-first / example.TAU0, 0)[0]
+    want = want + example.ALPHA * (math.exp(5.0 / example.TAU1) - 1)
+    assert loss.item() == pytest.approx(want.item() / 2, rel=1e-12)
+    loss.backward()
+    assert output.grad is not None
+    assert output.grad[1].eq(0).all() and output.grad[0, :2, 0].ne(0).all()
+
+
+@pytest.mark.slow  # two short epochs, the kernels compiled and the figures drawn: ~10 s
+def test_yinyang_example_learns_and_draws(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for extra in ("tqdm", "matplotlib"):
+        pytest.importorskip(extra)
+    example = load_yinyang()
+    argv = ["--epochs", "2", "--train", "800", "--test", "300", "--hidden", "60"]
+    accuracy = example.main([*argv, "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert accuracy > 0.45, f"two short epochs should beat chance (1/3) clearly: {out}"
+    assert f"test accuracy {accuracy:.3f} after 2 epochs" in out
+    for name in ("yinyang_decision_map.png", "yinyang_raster.png"):
+        data = (tmp_path / name).read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 10_000, name

@@ -515,7 +515,7 @@ def test_cuda_lanes_of_a_group_share_one_philox_block() -> None:
     ("dtype", "draw", "one_pair"),
     [
         (torch.float32, "sn_rng_normals_float<K>", "div.rn.f32"),
-        (torch.bfloat16, "sn_rng_normals_fast_float<K>", "rcp.approx.ftz.f32"),
+        (torch.bfloat16, "sn_rng_normals_fast_float<K>", "lg2.approx.ftz.f32"),
     ],
 )
 def test_cuda_steps_draw_their_lanes_at_once_16_bit_kernels_by_the_fast_conversion(

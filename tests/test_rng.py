@@ -83,6 +83,15 @@ SN_LANES(test_lanes4_float, 4, float, sn_rng_normals_float)
 SN_LANES(test_lanes2_double, 2, double, sn_rng_normals_double)
 SN_LANES(test_lanes4_fast, 4, float, sn_rng_normals_fast_float)
 SN_LANES(test_lanes1_fast, 1, float, sn_rng_normals_fast_float)
+extern "C" __global__ void test_box_muller_fast(long long n, const unsigned int* wu,
+                                                const unsigned int* wv, float* out) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        const sn_pair_float z = sn_box_muller_fast_float(wu[i], wv[i]);
+        out[2 * i] = z.z0;
+        out[2 * i + 1] = z.z1;
+    }
+}
 """
 C_DRIVER = "#define SN_KERNEL void\n#define SN_EACH(i) for (long long i = 0; i < n; ++i)\n" + DRIVER
 CUDA_DRIVER = (
@@ -284,14 +293,18 @@ def test_float32_normals_are_within_4_ulps_of_box_muller_in_float64() -> None:
     assert ulps <= 4, ulps
 
 
-def test_fast_float_normals_are_within_5_ulps_of_box_muller_in_float64() -> None:
-    """The fast conversion of 16-bit kernels (fused multiply-adds, minimax polynomials of
-    fewer terms), with a correctly rounded reciprocal and square root where the GPU's are
-    within an ulp or two: 4.1 ulps measured; within 6.4e-7 of the exact float32 normals."""
-    z, ulps = _float32_ulps(rng.normal_fast)
-    assert ulps <= 5, ulps
-    exact = rng.normal(5, 0, 0, torch.arange(256)[:, None], torch.arange(4096))
-    assert float((z - exact).abs().max()) < 1e-6 and not torch.equal(z, exact)
+def test_fast_float_normals_model_is_within_1e_6_of_box_muller_in_float64() -> None:
+    """The fast conversion of 16-bit kernels, modelled with torch's float32 log2, sin and
+    cos: within 1e-6 of Box–Muller in float64 (8.4e-7 measured; an absolute bound, since
+    its angle 2π(v − ½) is rounded once, which near a zero of the sine or cosine is many
+    ulps of the tiny result), and not the exact float32 normals' bits."""
+    step, neuron = torch.arange(256)[:, None], torch.arange(4096)
+    u, v, sine = _oracle_inputs(step, neuron)
+    turn = torch.where(sine, torch.sin(2 * math.pi * v), torch.cos(2 * math.pi * v))
+    ref = torch.sqrt(-2 * torch.log(u)) * turn
+    z = rng.normal_fast(5, 0, 0, step, neuron)
+    assert float((z.double() - ref).abs().max()) < 1e-6
+    assert not torch.equal(z, rng.normal(5, 0, 0, step, neuron))
 
 
 def test_float64_normals_are_within_4_ulps_of_box_muller_in_mpmath() -> None:
@@ -430,14 +443,16 @@ def test_the_cuda_text_compiles_with_nvrtc_and_nothing_is_fused() -> None:
 
 def test_the_cuda_lane_templates_compile_and_share_one_block_per_four_lanes() -> None:
     """K = 4: one Philox call (ten products of each multiplier's high half) and two
-    Box–Muller pairs (one division each, or one approximate reciprocal when fast)."""
+    Box–Muller pairs (one division each; when fast, no division and one approximate
+    logarithm, sine, cosine and square root each)."""
     ptx = nvrtc_or_skip().compile_to_ptx(rng.source("cuda") + CUDA_DRIVER + LANES, name="lanes.cu")
     entries = dict(re.findall(r"\.entry (\w+)\((.*?)\n\}\n", ptx, re.S))
     four, fast = entries["test_lanes4_float"], entries["test_lanes4_fast"]
     assert four.count("mul.hi.u32") == 20 and four.count("div.rn.f32") == 2, four.count("div")
-    assert fast.count("mul.hi.u32") == 20 and fast.count("rcp.approx.ftz.f32") == 2
-    assert "div.rn" not in fast and "fma.rn.f32" in fast
-    assert entries["test_lanes1_fast"].count("rcp.approx.ftz.f32") == 1
+    assert fast.count("mul.hi.u32") == 20 and "div.rn" not in fast
+    for op in ("lg2", "sin", "cos", "sqrt"):
+        assert fast.count(f"{op}.approx.ftz.f32") == 2, op
+        assert entries["test_lanes1_fast"].count(f"{op}.approx.ftz.f32") == 1, op
 
 
 # -- on a GPU -------------------------------------------------------------------------
@@ -476,10 +491,13 @@ def test_cuda_draws_equal_torch_draws_on_cpu_and_gpu(name: str, dtype: torch.dty
 
 
 @pytest.mark.cuda
-def test_cuda_lane_templates_draw_the_torch_normals_and_fast_ones_to_6_ulps() -> None:
+def test_cuda_lane_templates_draw_the_torch_normals_and_fast_ones_to_4e_6() -> None:
     """K lanes at once draw each key's normal: exact ones bit for bit (float32, K = 4;
-    float64, K = 2); fast ones (16-bit kernels) the same bits for K = 4 and K = 1, within 6
-    ulps of Box–Muller in float64 and 1e-6 of the exact float32 normals."""
+    float64, K = 2); fast ones (16-bit kernels) the same bits for K = 4 and K = 1, and,
+    where the normal is at least 0.01 in size, within 4e-6 of Box–Muller in float64 and
+    of their torch model (the special function unit's sine and cosine are within about
+    2^-21 on (−π, π), times a radius up to 5.6); within 1e-3 everywhere
+    (:func:`test_cuda_fast_conversion_over_every_uniform` says why)."""
     from symneuron.runtime import cuda
     from symneuron.signature import Geometry
 
@@ -510,14 +528,51 @@ def test_cuda_lane_templates_draw_the_torch_normals_and_fast_ones_to_6_ulps() ->
     fast = run("test_lanes4_fast", torch.float32)
     assert torch.equal(fast, run("test_lanes1_fast", torch.float32))
     exact = _torch_form(keys, "normal", torch.float64)
-    ulps = (fast.double() - exact).abs() / torch.from_numpy(np.spacing(exact.abs().float().numpy()))
-    assert float(ulps.max()) <= 6, float(ulps.max())
-    assert float((fast.double() - exact).abs().max()) < 1e-6
+    fixed = [int(keys[k][0]) for k in ("seed", "offset", "stream")]
+    model = rng.normal_fast(*fixed, keys["step"], keys["neuron"])
+    wide = exact.abs() >= 0.01
+    for name, ref in (("float64", exact), ("the model", model.double())):
+        error = (fast.double() - ref).abs()
+        print(f"fast normals on the GPU from {name}: {float(error[wide].max()):.3g} where")
+        print(f"|z| >= 0.01 ({int((~wide).sum())} draws below), {float(error.max()):.3g} overall")
+        assert float(error[wide].max()) < 4e-6 and float(error.max()) < 1e-3
 
 
-def test_the_fast_normal_splits_ln2_as_the_float_coefficients_do() -> None:
-    """The fast float normal's −2 ln 2 split is written out (no SymPy at import); it is
-    the one the float coefficients derive."""
-    from symneuron.rng import convert
+@pytest.mark.cuda
+def test_cuda_fast_conversion_over_every_uniform() -> None:
+    """The fast conversion of every one of the 2^23 radius words (the angle's word fixed)
+    and of every angle word (the radius's fixed) against Box–Muller in float64: within
+    4e-6 wherever the radius is at least 0.01; below it (u within 5e-5 of 1, a draw in
+    20,000) the approximate logarithm's absolute error, about 2^-22, leaves the radius
+    within 1e-3, a normal that small being stored in a 16-bit H among values of order 1."""
+    from symneuron.runtime import cuda
+    from symneuron.signature import Geometry
 
-    assert convert._FAST["ln2"] == convert._coefficients("float")["ln2"]
+    launch = cuda.launcher(
+        cuda.load(rng.source("cuda") + CUDA_DRIVER + LANES, 0), "test_box_muller_fast", 0
+    )
+    every = torch.arange(2**23, dtype=torch.int64) << 9
+    fixed = torch.full_like(every, 0x5A5A5A5A)
+
+    def fast(wu: torch.Tensor, wv: torch.Tensor) -> torch.Tensor:
+        n, args = len(wu), [w.to(torch.int32).cuda() for w in (wu, wv)]
+        out = torch.zeros(n, 2, device="cuda")
+        launch(
+            "qPPP",
+            [n, *(a.data_ptr() for a in args), out.data_ptr()],
+            Geometry((n + 255) // 256, 256),
+        )
+        return out.cpu().double()
+
+    def exact(wu: torch.Tensor, wv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        u, v = (((w >> 9) * 2 + 1).double() * 2.0**-24 for w in (wu, wv))
+        r = torch.sqrt(-2 * torch.log(u))
+        return torch.stack([r * torch.cos(2 * math.pi * v), r * torch.sin(2 * math.pi * v)], -1), r
+
+    for wu, wv in ((every, fixed), (fixed, every)):
+        z = fast(wu, wv)
+        ref, r = exact(wu, wv)
+        error = (z - ref).abs().amax(-1)
+        wide = float(error[r >= 0.01].max())
+        print(f"fast conversion: {wide:.3g} where r >= 0.01, {float(error.max()):.3g} overall")
+        assert wide < 4e-6 and float(error.max()) < 1e-3

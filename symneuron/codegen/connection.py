@@ -32,7 +32,7 @@ from ..derivation.connection import DENSE, G_POST, ConnectionSpec, W
 from ..signature import Variant
 from . import noise
 from .backward import BackwardPrinter
-from .dialects import indent
+from .dialects import Fetch, indent
 from .forward import ForwardPrinter
 from .layout import CHUNK, N_WORDS, Region, RowLayout
 from .steps import Stage, StepIO, StepPrinter
@@ -93,11 +93,25 @@ class Product:
         """One spiking neuron's spike term added into each lane's sum."""
         return self.add(self.spec.spike_term)
 
-    def add(self, term: sp.Expr) -> list[str]:
-        """One neuron's term added into each lane's sum."""
+    def add(self, term: sp.Expr, values: str = "w_row") -> list[str]:
+        """One neuron's term added into each lane's sum, its weights ``values[j]``."""
         ct = self.dt.compute
-        weight = f"const {ct} {W} = {self.printer.load('w_row[j]')};"
+        weight = f"const {ct} {W} = {self.printer.load(values + '[j]')};"
         return self.dialect.lane_loop([weight, f"rec[j] += {self.printer.expr(term)};"])
+
+    def fetch(self, row: str) -> Fetch:
+        """The lines that copy the K weights at ``row`` (m's row, from column c0) into an
+        array, for a gather (:meth:`~.dialects.Dialect.each_set`)."""
+
+        def lines(values: str) -> list[str]:
+            copy = self.dialect.lane_loop([f"{values}[j] = w_row[j];"])
+            return [f"const {self.dt.storage}* w_row = {row};", *copy]
+
+        return lines
+
+    def use_spike(self, values: str) -> list[str]:
+        """A gathered spiking neuron's spike term, its weights in ``values``."""
+        return self.add(self.spec.spike_term, values)
 
     def dense(self, row: str, factor: str | None, span: str) -> list[str]:
         """``rec[j] += term`` for m in ``span``, ``row`` the address of row m's value of
@@ -116,10 +130,10 @@ class Product:
     def spiking(self, slot: str) -> list[str]:
         """CUDA: the spike term summed over the neurons whose vote bit is set in ``slot``'s
         words, in a fixed order (the result does not depend on timing)."""
-        body = [f"const {self.dt.storage}* w_row = weight_t + m * F + c0;"]
-        body += self.add(self.spec.spike_term)
         words = f"sn_words + ({slot}) * n_words"
-        return [*self.start(), *self.dialect.each_voted(words, "n_words", body)]
+        fetch = self.fetch("weight_t + m * F + c0")
+        gather = self.dialect.each_voted(words, "n_words", self.dt.storage, fetch, self.use_spike)
+        return [*self.start(), *gather]
 
 
 def _ring(compute: str) -> list[str]:

@@ -74,16 +74,17 @@ def _grid_forward(printer: ForwardPrinter, variant: Variant) -> list[str]:
         "unsigned int* sn_wtile = (unsigned int*)sn_smem;  // [group_rows][n_words]",
         *d.warp_lanes(),
     ]
-    cached = [f"const {st}* w_row = sn_wslice + m * S + (c0 - cs0);", *product.add_spike()]
-    uncached = [f"const {st}* w_row = weight_t + m * F + c0;", *product.add_spike()]
-    gather = [
-        *product.start(),
-        *d.each_set(
-            "sn_wtile + local_row * n_words",
-            "n_words",
-            ["if (m < cached) {", *indent(cached), "} else {", *indent(uncached), "}"],
-        ),
-    ]
+    cached, uncached = (
+        product.fetch("sn_wslice + m * S + (c0 - cs0)"),
+        product.fetch("weight_t + m * F + c0"),
+    )
+
+    def fetch(values: str) -> list[str]:
+        split = ["if (m < cached) {", *indent(cached(values)), "} else {"]
+        return [*split, *indent(uncached(values)), "}"]
+
+    words_of_row = "sn_wtile + local_row * n_words"
+    gather = [*product.start(), *d.each_set(words_of_row, "n_words", st, fetch, product.use_spike)]
     stage = [
         "{  // this step's words of the block's rows, from L2 into shared memory",
         "    const unsigned int* src = sn_words + ((long long)ring_before * B + r0) * n_words;",

@@ -11,6 +11,7 @@ is run again, so a neuron may spike several times in a step.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -91,7 +92,7 @@ class Layer:
         x = self.model.init(symbol_values(self.model, self.params), zero)
         t, ptr = zero.clone(), torch.zeros(self.n, dtype=torch.long)
         spikes: list[list[Spike]] = [[] for _ in range(self.n)]
-        for step in range(int(round(t_end / dt))):
+        for step in range(math.ceil(t_end / dt)):  # the last step cut at t_end
             end = torch.full_like(t, min((step + 1) * dt, t_end))
             while True:
                 due = times.gather(1, ptr[:, None])[:, 0]
@@ -101,9 +102,14 @@ class Layer:
                     break
                 w = weights.gather(1, ptr[:, None])[:, 0]
                 jumped = self.model.synapse(symbol_values(self.model, self.params, x=x, w=w), zero)
+                self.arrive(arriving, ptr, x)
                 x = [torch.where(arriving, a, b) for a, b in zip(jumped, x, strict=True)]
                 ptr = ptr + arriving.long()
         return spikes
+
+    def arrive(self, arriving: torch.Tensor, index: torch.Tensor, x: list[torch.Tensor]) -> None:
+        """Called at each arrival (``arriving`` neurons; ``index`` into the sorted
+        arrivals; x just before it): a hook for :class:`~.event_rk4.RK4Layer`'s record."""
 
     def advance(
         self, x: list[torch.Tensor], t: torch.Tensor, to: torch.Tensor, spikes: list[list[Spike]]
@@ -184,15 +190,18 @@ class Layer:
 
 
 def layers_of(
-    model: EventModel, shapes: list[list[str]], flat: Sequence[torch.Tensor]
+    model: EventModel,
+    shapes: list[list[str]],
+    flat: Sequence[torch.Tensor],
+    kind: type[Layer] = Layer,
 ) -> list[Layer]:
     """The layers of ``flat`` (per layer: weight, delay, then its params in the order
-    ``shapes`` names them), detached."""
+    ``shapes`` names them), detached, each a ``kind``."""
     out, i = [], 0
     for names in shapes:
         weight, delay = flat[i], flat[i + 1]
         params = dict(zip(names, flat[i + 2 : i + 2 + len(names)], strict=True))
         detached = {k: v.detach() for k, v in params.items()}
-        out.append(Layer(model, weight.detach(), delay.detach(), detached))
+        out.append(kind(model, weight.detach(), delay.detach(), detached))
         i += 2 + len(names)
     return out

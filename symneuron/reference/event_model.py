@@ -35,8 +35,6 @@ class EventModel:
     """A spec's expressions as torch functions of (*x, *λ, w, B, s, *θ)."""
 
     def __init__(self, definition: Definition, spec: EventSpec) -> None:
-        if spec.flow is None or spec.flow_offset is None:
-            raise ValueError("The EventProp reference runs linear models (a closed-form flow).")
         self.spec, self.definition = spec, definition
         #: sub-intervals a crossing search cuts each into
         #: (:meth:`.event_forward.Layer.first_crossing`)
@@ -51,8 +49,14 @@ class EventModel:
             *spec.params.values(),
         )
         rate_slope = sp.Matrix([spec.threshold_rate]).jacobian(spec.states).dot(spec.rhs)
-        self.flow = self._vector(list(spec.flow))
-        self.offset = self._vector(list(spec.flow_offset))
+        if spec.flow is None or spec.flow_offset is None:
+            self.flow = self.offset = _no_flow(definition.name)
+        else:
+            self.flow = self._vector(list(spec.flow))
+            self.offset = self._vector(list(spec.flow_offset))
+        #: f(x) and dλ/dt = −Jᵀλ, for the RK4 path (:mod:`.event_rk4`)
+        self.rhs = self._vector(list(spec.rhs))
+        self.adjoint_rhs = self._vector(list(spec.adjoint_rhs))
         self.g = self._vector([spec.threshold])
         self.g_dot = self._vector([spec.threshold_rate])
         self.g_ddot = self._vector([rate_slope])
@@ -81,6 +85,17 @@ class EventModel:
             return [torch.as_tensor(f(*values), dtype=like.dtype).expand_as(like) for f in fns]
 
         return evaluate
+
+
+def _no_flow(name: str) -> Callable[..., list[torch.Tensor]]:
+    def refuse(*_: Any) -> list[torch.Tensor]:
+        raise NotImplementedError(
+            f"{name} is nonlinear (its Jacobian depends on the state): it has no closed-form "
+            "flow. event_network runs it by RK4 (integrator='rk4'); readouts need a linear "
+            "model."
+        )
+
+    return refuse
 
 
 def symbol_values(

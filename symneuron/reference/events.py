@@ -1,11 +1,13 @@
 """The float64 torch reference of EventProp: the exact forward and its adjoint backward.
 
-A feedforward network of layers of one linear ODE neuron (a LIF with a current synapse:
-any neuron whose :class:`~symneuron.derivation.events.EventSpec` has a closed-form flow)
-runs in continuous time, and its gradient is EventProp's (docs/eventprop.md), built from
-the derived expressions only (no module of the reference writes a model's equation):
-the spec as torch functions in :mod:`.event_model`, each layer's exact forward in
-:mod:`.event_forward`, each neuron's adjoint in :mod:`.event_adjoint`.
+A feedforward network of layers of one ODE neuron runs in continuous time, and its
+gradient is EventProp's (docs/eventprop.md), built from the derived expressions only (no
+module of the reference writes a model's equation): the spec as torch functions in
+:mod:`.event_model`; for a linear neuron (a LIF with a current synapse: any neuron whose
+:class:`~symneuron.derivation.events.EventSpec` has a closed-form flow) each layer's
+exact forward in :mod:`.event_forward` and each neuron's adjoint in
+:mod:`.event_adjoint`; for a nonlinear one (QIF, EIF, AdEx) RK4 steps with crossings on
+the Hermite interpolant and the adjoint back by RK4, in :mod:`.event_rk4`.
 
 API (a first step, no kernels yet): :func:`event_network` is a differentiable function
 of tensors, as ``torch.nn.functional``'s are: given the input spike times and each
@@ -30,6 +32,7 @@ from ..ode import ODESystem
 from .event_adjoint import Grads, backward_layer
 from .event_forward import Layer, Spike, layers_of
 from .event_model import EventModel, model_of, symbol_values
+from .event_rk4 import RK4Layer, backward_rk4_layer
 
 __all__ = ["EventLayer", "GrazingSpikeWarning", "event_network"]
 
@@ -53,12 +56,19 @@ def event_network(
     system: ODESystem | None = None,
     target: str | None = None,
     grazing: float = 1e-3,
+    integrator: str | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """Each layer's spike times [n_l, K_l] (+inf padded, ascending) of a feedforward
-    network of ``neuron`` (a linear ODE neuron, :meth:`~symneuron.Neuron.from_ode`) run
-    exactly up to ``t_end`` in steps of its ``dt``, differentiable by EventProp in each
-    layer's weights, delays and given params and in ``input_times`` ([n_in, K], +inf
-    padded).
+    network of ``neuron`` (an ODE neuron, :meth:`~symneuron.Neuron.from_ode`) run up to
+    ``t_end`` in steps of its ``dt``, differentiable by EventProp in each layer's
+    weights, delays and given params and in ``input_times`` ([n_in, K], +inf padded).
+
+    ``integrator`` is how a layer moves between events: ``"exact"``, the closed-form
+    flow of a linear model (the default for one: the forward is exact and the gradient
+    is its exact gradient), or ``"rk4"``, RK4 steps with crossings on each step's cubic
+    Hermite interpolant and the adjoint integrated back by RK4 (the default for a
+    nonlinear model: spike times and gradients accurate to O(dt⁴),
+    :mod:`~symneuron.reference.event_rk4`).
 
     A batch of samples, ``input_times`` [batch, n_in, K] with the same layers, gives
     [batch, n_l, K_l] (K_l the most spikes of any sample): the samples run one after
@@ -88,7 +98,14 @@ def event_network(
     if input_times.dim() == 3:
         rows = [
             event_network(
-                neuron, layers, x, t_end=t_end, system=system, target=target, grazing=grazing
+                neuron,
+                layers,
+                x,
+                t_end=t_end,
+                system=system,
+                target=target,
+                grazing=grazing,
+                integrator=integrator,
             )
             for x in input_times
         ]
@@ -98,7 +115,25 @@ def event_network(
     for layer in layers:
         flat += [layer.weight, layer.delay, *(layer.params[n] for n in sorted(layer.params))]
     shapes = [sorted(layer.params) for layer in layers]
-    return tuple(_EventProp.apply(model, shapes, (t_end, dt, grazing), input_times, *flat))
+    rk4 = _uses_rk4(model, integrator)
+    return tuple(_EventProp.apply(model, shapes, (t_end, dt, grazing, rk4), input_times, *flat))
+
+
+#: How a layer moves between events: closed form (linear models) or RK4 (any).
+INTEGRATORS = ("exact", "rk4")
+
+
+def _uses_rk4(model: EventModel, integrator: str | None) -> bool:
+    if integrator is None:
+        return not model.spec.linear
+    if integrator not in INTEGRATORS:
+        raise ValueError(f"integrator is one of {INTEGRATORS} (or None), got {integrator!r}")
+    if integrator == "exact" and not model.spec.linear:
+        raise ValueError(
+            f"{model.definition.name} is nonlinear (its Jacobian depends on the state): "
+            "there is no closed-form flow; use integrator='rk4'."
+        )
+    return integrator == "rk4"
 
 
 class GrazingSpikeWarning(RuntimeWarning):
@@ -149,12 +184,12 @@ class _EventProp(torch.autograd.Function):
         ctx: Any,
         model: EventModel,
         shapes: list[list[str]],
-        times_: tuple[float, float, float],
+        times_: tuple[float, float, float, bool],
         input_times: torch.Tensor,
         *flat: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
-        t_end, dt, grazing = times_
-        layers = layers_of(model, shapes, flat)
+        t_end, dt, grazing, rk4 = times_
+        layers = layers_of(model, shapes, flat, RK4Layer if rk4 else Layer)
         times, spikes = input_times.detach(), []
         for index, layer in enumerate(layers):
             spikes.append(layer.forward(times, t_end, dt))
@@ -171,7 +206,8 @@ class _EventProp(torch.autograd.Function):
         for index in reversed(range(len(layers))):
             pre = input_times if index == 0 else _padded(spikes[index - 1])
             own_b = later_b - grad_times[index]  # B = Σ Q − ∂L/∂t_k
-            grads.append(backward_layer(layers[index], pre, spikes[index], own_b, t_end, dt))
+            backward = backward_rk4_layer if isinstance(layers[index], RK4Layer) else backward_layer
+            grads.append(backward(layers[index], pre, spikes[index], own_b, t_end, dt))
             later_b = grads[-1].source_b
         flat: list[torch.Tensor] = []
         for names, layer in zip(shapes, reversed(grads), strict=True):

@@ -58,10 +58,10 @@ own ln, sin and cos (no cheaper on a GPU: 104 PTX instructions per pair with CUD
 ``logf``, ``sincospif`` and ``sqrtf``, 100 here) agrees across forms only to 3 ulps.
 
 Fast conversion. 16-bit CUDA kernels draw normals by
-:func:`symneuron.rng.convert.box_muller_fast` (fused multiply-adds, the GPU's
-approximate reciprocal and square root, shorter minimax polynomials): a few float32
-ulps from the exact normals, not bit for bit (:func:`normal_fast` is its torch model
-with correctly rounded reciprocal and square root).
+:func:`symneuron.rng.convert.box_muller_fast` (the GPU's approximate base-2 logarithm,
+sine, cosine and square root): within 4e-6 of the exact normals where they are at least
+0.01 in size and 2e-4 below, not bit for bit (:func:`normal_fast` is its torch model
+with torch's float32 log2, sin and cos).
 
 Guarantees. The same (seed, offset, stream, step, neuron) gives the same words and
 uniforms on every form and dtype, and the same normal bits in C, CUDA and eager torch

@@ -42,19 +42,15 @@ def _rn(prefix: str) -> dict[str, str]:
     return {**spelled, "sqrt": f"__{prefix}sqrt_rn({{}})"}
 
 
-#: the approximate reciprocal and square root of the fast conversion (the GPU's special
-#: function unit, within an ulp or two; inputs are normal numbers, so .ftz changes nothing)
-_CUDA_APPROX = """__device__ __forceinline__ float sn_rcp_approx(float x) {
-    float y;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-__device__ __forceinline__ float sn_sqrt_approx(float x) {
-    float y;
-    asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-"""
+#: the fast conversion's approximate base-2 logarithm, sine, cosine and square root (the
+#: GPU's special function unit; inputs are normal numbers or 0, so .ftz changes nothing)
+_CUDA_APPROX = "".join(
+    f"__device__ __forceinline__ float sn_{op}_approx(float x) {{\n"
+    f"    float y;\n"
+    f'    asm("{op}.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));\n'
+    f"    return y;\n}}\n"
+    for op in ("lg2", "sin", "cos", "sqrt")
+)
 
 _INFIX = {"add": "{} + {}", "sub": "{} - {}", "mul": "{} * {}", "div": "{} / {}"}
 
@@ -101,8 +97,10 @@ TARGETS: dict[str, Target] = {
         {"float": _rn("f"), "double": _rn("d")},
         {
             **_rn("f"),
-            "fma": "__fmaf_rn({}, {}, {})",
-            "rcp": "sn_rcp_approx({})",
+            "lg2": "sn_lg2_approx({})",
+            "sin": "sn_sin_approx({})",
+            "cos": "sn_cos_approx({})",
+            "max": "fmaxf({}, {})",
             "sqrt": "sn_sqrt_approx({})",
         },
     ),
@@ -152,11 +150,17 @@ class Text:
     def sqrt(self, a: str) -> str:
         return self._op("sqrt", a)
 
-    def fma(self, a: str, b: str, c: str) -> str:
-        return self._op("fma", a, b, c)
+    def lg2(self, a: str) -> str:
+        return self._op("lg2", a)
 
-    def rcp(self, a: str) -> str:
-        return self._op("rcp", a)
+    def sin(self, a: str) -> str:
+        return self._op("sin", a)
+
+    def cos(self, a: str) -> str:
+        return self._op("cos", a)
+
+    def max(self, a: str, b: str) -> str:
+        return self._op("max", a, b)
 
     def neg(self, a: str) -> str:
         return self._let(self.precision, f"-{a}")

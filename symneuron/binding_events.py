@@ -1,0 +1,96 @@
+"""EventProp's compiled kernels bound to torch autograd, one layer per function.
+
+:class:`EventLayerFunction` maps a layer's input spike times [B, n_in, K_in], its
+weights and delays [N, n_in] and its given params ([N] each) to its spike times
+[B, N, K] (+inf padded) with the compiled forward (:mod:`symneuron.runtime.events`),
+and its backward runs the compiled adjoint. Layers compose through autograd: the
+gradient a layer receives for its spike times is dL/dt_k with every later layer's
+share in it (−Σ Q of their arrivals), so its spikes' couplings are B = −dL/dt_k, and
+the gradient it returns for its input times is −Σ Q of their arrivals (0 where a slot
+is empty).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, NamedTuple
+
+import torch
+
+from .reference.events import GrazingSpikeWarning
+from .runtime.events import EventKernels, LayerInputs, Spikes
+
+__all__ = ["LayerCall", "EventLayerFunction", "report_grazing"]
+
+
+class LayerCall(NamedTuple):
+    """What a layer's function needs besides its tensors: the kernels, (t_end, dt), the
+    names of the params given (in the order they follow the delays), the first run's
+    spike slots, the grazing tolerance and the layer's index ``layer`` (for reports)."""
+
+    kernels: EventKernels
+    times: tuple[float, float]
+    names: tuple[str, ...]
+    capacity: int
+    grazing: float
+    layer: int
+
+
+def report_grazing(spikes: Spikes, tolerance: float, index: int) -> None:
+    """A :class:`~symneuron.reference.events.GrazingSpikeWarning` for each spike at which
+    g rises slower than ``tolerance`` (ġ⁻ < tolerance): its gradient scales with 1/ġ⁻
+    and is kept, never clipped."""
+    finite = torch.isfinite(spikes.times)
+    slow = finite & (spikes.rate < tolerance)
+    for b, j, k in slow.nonzero().tolist():
+        time, rate = float(spikes.times[b, j, k]), float(spikes.rate[b, j, k])
+        warnings.warn(
+            GrazingSpikeWarning(
+                f"layer {index}, sample {b}, neuron {j}: a spike at t = {time!r} grazes the "
+                f"threshold, ġ⁻ = {rate:.3g} < {tolerance:g}; its gradient scales with "
+                "1/ġ⁻ and is not clipped."
+            ),
+            stacklevel=3,
+        )
+
+
+class EventLayerFunction(torch.autograd.Function):
+    """One feedforward layer's spike times, differentiable by EventProp."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        call: LayerCall,
+        pre: torch.Tensor,
+        weight: torch.Tensor,
+        delay: torch.Tensor,
+        *given: torch.Tensor,
+    ) -> torch.Tensor:
+        n = weight.shape[0]
+        tensors = [t.detach().contiguous() for t in (pre, weight, delay)]
+        params = call.kernels.params(dict(zip(call.names, given, strict=True)), n, tensors[1])
+        inputs = LayerInputs(tensors[0], tensors[1], tensors[2], params)
+        spikes = call.kernels.forward(inputs, call.times, call.capacity)
+        report_grazing(spikes, call.grazing, call.layer)
+        ctx.call, ctx.inputs, ctx.spikes = call, inputs, spikes
+        ctx.shapes = [p.shape for p in given]
+        return spikes.times
+
+    @staticmethod
+    def backward(ctx: Any, grad_times: torch.Tensor) -> tuple[Any, ...]:
+        call: LayerCall = ctx.call
+        kernels = call.kernels
+        wanted = ctx.needs_input_grad[4:]
+        integrals = any(
+            need and not kernels.spec.rhs_partials[name].is_zero_matrix
+            for name, need in zip(call.names, wanted, strict=True)
+        )
+        pre = ctx.inputs.pre
+        own_b = -grad_times.to(pre.dtype)
+        grads = kernels.backward(ctx.inputs, call.times, ctx.spikes, own_b, integrals)
+        grad_pre = torch.where(torch.isfinite(pre), -grads.source_b, 0.0)
+        given = [
+            grads.params[kernels.names.index(name)].sum_to_size(shape) if need else None
+            for name, need, shape in zip(call.names, wanted, ctx.shapes, strict=True)
+        ]
+        return (None, grad_pre, grads.weight, grads.delay, *given)

@@ -1,0 +1,162 @@
+"""A neuron's EventProp expressions printed as C functions.
+
+Every model-specific line of the EventProp kernels (:mod:`.events`) is printed here
+from the :class:`~symneuron.derivation.events.EventSpec` that SymPy derived: the
+closed-form flow x(s) = Φ(s)x + Γ(s) and its transpose λ(t − s) = Φ(s)ᵀλ(t), the
+threshold function g and its first two rates along the flow, the reset h and its margin
+g(h(x)), the synapse m(x, w), the adjoint's jump at a spike, a spike's share of each
+param's gradient, the arrival terms (λ·∂m/∂w, Q, (∂m/∂x)ᵀλ), the integrands λ·∂f/∂θ and
+the initial state. Each becomes one ``static inline`` function of the same signature,
+
+    void sn_<name>(const real* x, const real* lam, real w, real B, real s,
+                   const real* p, real* out)
+
+(states, adjoints, weight, coupling, elapsed time, params in :attr:`EventSpec.params`
+order), its common subexpressions hoisted by SymPy's ``cse`` and every output computed
+before any is written, so ``out`` may be one of the inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sympy as sp
+
+from ..definition import Definition
+from ..derivation.events import EventSpec
+from .printer import KernelPrinter
+
+__all__ = ["EventFunctions", "event_functions", "STATE_FREE"]
+
+#: the functions whose expressions must not depend on the state for a backward that does
+#: not replay the forward (the kernels replay it when one does, :attr:`EventFunctions.replay`)
+STATE_FREE = ("weight_partial", "target_term", "synapse_t")
+
+
+@dataclass(frozen=True)
+class EventFunctions:
+    """The printed functions of one neuron and what the kernels' skeleton needs to know.
+
+    Attributes
+    ----------
+    source : the C text of every ``sn_<name>`` function.
+    states, params : the counts (``NS``, ``NP``).
+    store : indices (into the states) of the values a spike stores.
+    replay : whether the backward needs the forward's states between events (an arrival
+        term that depends on them).
+    integrands : whether any param has a nonzero ∂f/∂θ (its gradient needs ∫λ·∂f/∂θ dt).
+    """
+
+    source: str
+    states: int
+    params: int
+    store: tuple[int, ...]
+    replay: bool
+    integrands: bool
+
+
+def _symbols(spec: EventSpec) -> dict[sp.Symbol, sp.Symbol]:
+    """The spec's symbols -> the C locals the functions declare (x0, l0, p0, w, B, s)."""
+    names = {z: sp.Symbol(f"x{i}", real=True) for i, z in enumerate(spec.states)}
+    names.update({a: sp.Symbol(f"l{i}", real=True) for i, a in enumerate(spec.adjoints)})
+    names.update({p: sp.Symbol(f"p{k}", real=True) for k, p in enumerate(spec.params.values())})
+    names.update({spec.weight: sp.Symbol("w", real=True), spec.coupling: sp.Symbol("B")})
+    names[spec.elapsed] = sp.Symbol("s", real=True)
+    return names
+
+
+def _locals(used: set[sp.Symbol], compute: str) -> list[str]:
+    """Declarations of the array elements a function reads, in a fixed order."""
+    out = []
+    for sym in sorted(used, key=lambda s: (s.name[0], s.name)):
+        name = sym.name
+        if name[0] in "xlp" and name[1:].isdigit():
+            array = {"x": "x", "l": "lam", "p": "p"}[name[0]]
+            out.append(f"    const {compute} {name} = {array}[{name[1:]}];")
+    return out
+
+
+def _function(
+    name: str, exprs: Sequence[sp.Expr], names: dict[sp.Symbol, sp.Symbol], printer: KernelPrinter
+) -> str:
+    """One ``sn_<name>`` function writing ``out[i] = exprs[i]``."""
+    compute = printer.compute
+    renamed = [sp.sympify(e).xreplace(names) for e in exprs]
+    temps, reduced = sp.cse(renamed, symbols=sp.numbered_symbols("c"), optimizations="basic")
+    used: set[sp.Symbol] = set()
+    for e in [*renamed, *(t for _, t in temps)]:
+        used |= e.free_symbols
+    body = _locals(used, compute)
+    body += [f"    const {compute} {t} = {printer.doprint(v)};" for t, v in temps]
+    body += [f"    const {compute} r{i} = {printer.doprint(v)};" for i, v in enumerate(reduced)]
+    body += [f"    out[{i}] = r{i};" for i in range(len(reduced))]
+    head = (
+        f"static inline void sn_{name}(const {compute}* x, const {compute}* lam, {compute} w, "
+        f"{compute} B, {compute} s, const {compute}* p, {compute}* out)"
+    )
+    unused = "    (void)x; (void)lam; (void)w; (void)B; (void)s; (void)p;"
+    return "\n".join([head + " {", unused, *body, "}"])
+
+
+def _expressions(definition: Definition, spec: EventSpec) -> dict[str, list[sp.Expr]]:
+    """Each function's outputs, from the spec alone (and the definition's initial state)."""
+    assert spec.flow is not None and spec.flow_offset is not None
+    lam = sp.Matrix(spec.adjoints)
+    x = sp.Matrix(spec.states)
+    rate_slope = sp.Matrix([spec.threshold_rate]).jacobian(spec.states).dot(spec.rhs)
+    names = list(spec.params)
+    init = [definition.v_start, *(st.init for st in definition.states.values())]
+    return {
+        "flow": list(spec.flow * x + spec.flow_offset),
+        "adjoint_flow": list(spec.flow.T * lam),
+        "g": [spec.threshold],
+        "g_dot": [spec.threshold_rate],
+        "g_ddot": [rate_slope],
+        "reset": list(spec.reset),
+        "margin": [spec.reset_margin],
+        "synapse": list(spec.synapse),
+        "init": [sp.sympify(e) for e in init],
+        "jump": list(spec.jump),
+        "spike_partials": [spec.spike_partials[n] for n in names],
+        "weight_partial": [spec.weight_partial.dot(lam)],
+        "target_term": [spec.target_term],
+        "synapse_t": list(spec.synapse_jacobian.T * lam),
+        "integrands": [lam.dot(spec.rhs_partials[n]) for n in names],
+    }
+
+
+def event_functions(definition: Definition, spec: EventSpec, compute: str) -> EventFunctions:
+    """The C functions of ``spec`` in ``compute`` (``"float"`` or ``"double"``) arithmetic.
+
+    >>> import sympy as sp, symneuron as sn
+    >>> tau_m, tau_s, I = sp.symbols("tau_m tau_s I")
+    >>> lif = sn.Neuron.from_ode((-sn.V + I) / tau_m, dt=1.0, method="exact",
+    ...     params={tau_m: 10.0, tau_s: 5.0}, states={I: sn.ODEState(-I / tau_s + sn.X)})
+    >>> fns = event_functions(lif, lif.events(), "double")
+    >>> fns.store, fns.replay, fns.integrands
+    ((1,), False, True)
+    >>> "exp(-s/p0)" in fns.source
+    True
+    """
+    if not spec.linear or spec.flow is None:
+        raise ValueError(
+            f"{definition.name}: the EventProp kernels run linear models (a closed-form flow "
+            "e^{Js}); this neuron's Jacobian depends on its state. The float64 reference "
+            "runs it by RK4 (symneuron.reference.events.event_network, integrator='rk4')."
+        )
+    printer = KernelPrinter(compute)
+    names = _symbols(spec)
+    exprs = _expressions(definition, spec)
+    source = "\n\n".join(_function(n, e, names, printer) for n, e in exprs.items())
+    states = set(spec.states)
+    replay = any(sp.sympify(e).free_symbols & states for n in STATE_FREE for e in exprs[n])
+    integrands = any(not sp.sympify(e).is_zero for e in exprs["integrands"])
+    return EventFunctions(
+        source=source,
+        states=len(spec.states),
+        params=len(spec.params),
+        store=tuple(spec.states.index(z) for z in spec.store),
+        replay=replay,
+        integrands=integrands,
+    )
