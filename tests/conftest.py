@@ -31,6 +31,16 @@ import symneuron as sn
 from symneuron.reference import simulate_reference
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist each worker gets its share of the cores for torch's own threads.
+    Two workers of two threads on two cores, with one more busy process, took 46 s for
+    test_noise and test_rng instead of 31 s (an OU moments test 12 s instead of 1: its
+    threads wait on a preempted peer). The kernels' OpenMP is left as it is."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        torch.set_num_threads(max(1, torch.get_num_threads() // workers))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``cuda`` skip where torch sees no CUDA device."""
     if torch.cuda.is_available():
