@@ -289,8 +289,13 @@ def test_cache_info_and_clear(
     not hasattr(importlib.import_module("symneuron.runtime.cache"), "clear"),
     reason="symneuron.runtime.cache.info/clear not there yet",
 )
-def test_cache_clear_empties_the_cache(capsys: pytest.CaptureFixture[str]) -> None:
-    sn.simulate(sn.models.IF(), torch.ones(2, 3, dtype=torch.float64))  # compiles: fills it
+def test_cache_clear_empties_the_cache(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # a cache of its own: the session's is shared with the other test processes (xdist)
+    monkeypatch.setenv("SYMNEURON_CACHE", str(tmp_path / "cache"))
+    neuron = sn.Neuron(0.5 * sn.V + sn.X, name="ClearedByTheCLI")  # compiled by no other test
+    sn.simulate(neuron, torch.ones(2, 3, dtype=torch.float64))  # compiles: fills it
     code, out, _ = run(capsys, "cache", "clear")
     assert code == 0 and "removed" in out and "removed 0 " not in out
     code, out, _ = run(capsys, "cache", "clear")
