@@ -183,7 +183,15 @@ def test_custom_op_with_the_generator_state_passes_opcheck() -> None:
     torch.library.opcheck(binding_recurrent.rforward_op, (prog.key, "cpu", *args))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize(
+    "dtype",
+    [  # NVRTC takes seconds a dtype: float32's in the quick run
+        torch.float32,
+        pytest.param(torch.bfloat16, marks=pytest.mark.slow),
+        pytest.param(torch.float64, marks=pytest.mark.slow),
+    ],
+    ids=str,
+)
 def test_noisy_recurrent_cuda_sources_compile_with_nvrtc(dtype: torch.dtype) -> None:
     """The recurrent CUDA kernels of the noisy models draw (the rng state, the lanes'
     normals or the escape uniform) and compile."""

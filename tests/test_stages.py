@@ -95,7 +95,12 @@ def test_compile_time_benchmark_quick_mode_passes() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "seed"), [("Pospischil2008", 7), ("HodgkinHuxley", 3), ("WangBuzsaki", 8)]
+    ("name", "seed"),
+    [  # HodgkinHuxley's in the quick run; the others take 3-5 s each
+        pytest.param("Pospischil2008", 7, marks=pytest.mark.slow),
+        ("HodgkinHuxley", 3),
+        pytest.param("WangBuzsaki", 8, marks=pytest.mark.slow),
+    ],
 )
 def test_conductance_models_float32_gradients_pass_check(name: str, seed: int) -> None:
     """NEURON's vtrap x/(exp(x/y) − 1) lost eps/(x/y)² of its derivative near x = 0, and
