@@ -32,8 +32,9 @@ from ..derivation.connection import DENSE, G_POST, ConnectionSpec, W
 from ..signature import Variant
 from . import noise
 from .backward import BackwardPrinter
-from .dialects import Fetch, indent
+from .dialects import indent
 from .forward import ForwardPrinter
+from .gather import Fetch
 from .layout import CHUNK, N_WORDS, Region, RowLayout
 from .steps import Stage, StepIO, StepPrinter
 

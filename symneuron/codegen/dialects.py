@@ -20,24 +20,12 @@ compute types come from :mod:`symneuron.dtypes`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from .. import rng
 from ..dtypes import DType
+from .gather import Fetch, each_bit
+from .lines import INDENT, indent
 
 __all__ = ["Dialect", "C", "CUDA", "DIALECTS", "INDENT", "indent"]
-
-INDENT = "    "
-
-#: neurons whose weights a CUDA gather over set bits loads before it uses the first
-GATHER = 8
-
-#: lines that fetch (or use) one neuron's values in the array named by the argument
-Fetch = Callable[[str], list[str]]
-
-
-def indent(lines: list[str], depth: int = 1) -> list[str]:
-    return [INDENT * depth + line if line else line for line in lines]
 
 
 class Dialect:
@@ -150,7 +138,7 @@ class Dialect:
         """For each ``m`` whose bit is set in the ``count`` words at ``words``, in
         increasing order: ``fetch(a)``'s lines (they load m's values into ``a[j]``, an
         array of ``storage``), then ``use(a)``'s (they read them). CUDA fetches
-        :data:`GATHER` neurons' values before it uses the first, so that their loads are
+        :data:`~.gather.GATHER` neurons' values before it uses the first, so that their loads are
         in flight together."""
         raise NotImplementedError
 
@@ -462,7 +450,7 @@ class CUDADialect(Dialect):
         return f"atomicOr({words} + (({index}) >> 5), 1u << (({index}) & 31));"
 
     def each_set(self, words: str, count: str, storage: str, fetch: Fetch, use: Fetch) -> list[str]:
-        return _each_bit(words, count, "q * 32 + b", storage, fetch, use)
+        return each_bit(words, count, "q * 32 + b", storage, fetch, use, self.unroll())
 
     def slice_cache(self, storage: str, source: str, base: str, transposed: bool) -> list[str]:
         if transposed:  # [c][m], rows padded by one value
@@ -544,7 +532,7 @@ class CUDADialect(Dialect):
         self, words: str, count: str, storage: str, fetch: Fetch, use: Fetch
     ) -> list[str]:
         index = "(long long)((q / K) * 32 + b) * K + q % K"
-        return _each_bit(words, count, index, storage, fetch, use)
+        return each_bit(words, count, index, storage, fetch, use, self.unroll())
 
     def kernels(
         self,
@@ -579,45 +567,6 @@ class CUDADialect(Dialect):
                 f"{INDENT}{name}<{k}>({call});\n}}\n"
             )
         return "\n".join(out)
-
-
-def _each_bit(
-    words: str, count: str, index: str, storage: str, fetch: Fetch, use: Fetch
-) -> list[str]:
-    """CUDA: :meth:`Dialect.each_set` with the neuron of bit ``b`` of word ``q`` at
-    ``index``: batches of the next :data:`GATHER` set bits' neurons, across words (−1
-    past the last), their values fetched into ``sn_wg[u]``, then used in the same
-    order. The batch's loop is unrolled, so its loads are issued together (one at a
-    time, each waited for, they were the step's critical path)."""
-    each = [*CUDA.unroll(), f"for (int u = 0; u < {GATHER}; ++u) {{"]
-    return [
-        f"const unsigned int* voted = {words};",
-        f"const long long sn_q1 = {count};",
-        "long long q = 0;",
-        "unsigned int bits = sn_q1 > 0 ? voted[0] : 0u;",
-        "while (true) {",
-        f"    long long sn_m[{GATHER}];",
-        *indent(each),
-        "        while (bits == 0u && q + 1 < sn_q1) bits = voted[++q];",
-        "        const int b = bits ? __ffs(bits) - 1 : -1;",
-        "        bits &= bits - 1u;  // (0 stays 0)",
-        f"        sn_m[u] = b < 0 ? -1 : {index};",
-        "    }",
-        "    if (sn_m[0] < 0) break;",
-        f"    {storage} sn_wg[{GATHER}][K];",
-        *indent(each),
-        "        if (sn_m[u] >= 0) {",
-        "            const long long m = sn_m[u];",
-        *indent(fetch("sn_wg[u]"), 3),
-        "        }",
-        "    }",
-        *indent(each),
-        "        if (sn_m[u] >= 0) {",
-        *indent(use("sn_wg[u]"), 3),
-        "        }",
-        "    }",
-        "}",
-    ]
 
 
 C = CDialect()
