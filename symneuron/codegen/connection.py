@@ -90,10 +90,6 @@ class Product:
     def start(self) -> list[str]:
         return [f"{self.dt.compute} rec[K];", *self.dialect.lane_loop(["rec[j] = 0;"])]
 
-    def add_spike(self) -> list[str]:
-        """One spiking neuron's spike term added into each lane's sum."""
-        return self.add(self.spec.spike_term)
-
     def add(self, term: sp.Expr, values: str = "w_row") -> list[str]:
         """One neuron's term added into each lane's sum, its weights ``values[j]``."""
         ct = self.dt.compute
