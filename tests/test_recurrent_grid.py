@@ -18,7 +18,7 @@ from test_recurrent_kernels import _compare, _drive, _run
 
 import symneuron as sn
 from symneuron import dtypes
-from symneuron.codegen import render_source
+from symneuron.codegen import grid, render_source
 from symneuron.derivation import derive
 from symneuron.runtime import cpu, nvrtc
 from symneuron.runtime import rows as rkernels
@@ -39,9 +39,9 @@ def test_a_spread_covers_every_neuron_once(sms: int, rows: int, features: int, l
     """Each (row, neuron) belongs to exactly one thread of one block, blocks <= SMs."""
     span = rkernels.grid_span(features, rows, lanes, sms)
     if span is None:  # only when the layer needs more threads than the SMs hold
-        assert rows * features // lanes > sms * rkernels.MAX_THREADS // 2
+        assert rows * features // lanes > sms * grid.THREADS // 2
         return
-    assert span.blocks <= sms and span.threads <= rkernels.MAX_THREADS
+    assert span.blocks <= sms and span.threads == grid.THREADS
     assert span.threads % 32 == 0 and span.S % lanes == 0 and span.S & (span.S - 1) == 0
     seen = torch.zeros(rows, features, dtype=torch.int64)
     slice_threads = span.S // lanes

@@ -103,12 +103,13 @@ class Dialect:
         raise NotImplementedError
 
     def grid_kernels(
-        self, name: str, params: list[str], body: list[str], lanes: dict[int, str]
+        self, name: str, params: list[str], body: list[str], lanes: dict[int, str], threads: int
     ) -> str:
         """``body`` as the kernels of a grid whose blocks each own ``S`` neurons of a row
         for a group of batch rows: it sees ``row`` (the thread's batch row), ``c0``,
         ``i0``, ``cs0`` (the block's first neuron of the row) and ``active``, and runs
-        its per-neuron parts in :meth:`threads` (dialects with :attr:`grids`)."""
+        its per-neuron parts in :meth:`threads` (dialects with :attr:`grids`); blocks of
+        ``threads`` threads."""
         raise NotImplementedError
 
     def grid_barrier(self, counter: str) -> list[str]:
@@ -385,7 +386,7 @@ class CUDADialect(Dialect):
         return self._wrap(name, params, indent(head + body), lanes, "__launch_bounds__(1024) ")
 
     def grid_kernels(
-        self, name: str, params: list[str], body: list[str], lanes: dict[int, str]
+        self, name: str, params: list[str], body: list[str], lanes: dict[int, str], threads: int
     ) -> str:
         """Block b owns neurons [cs0, cs0 + S) of the rows of its group (the blocks of a
         group cover a row's slices in order), S / K threads a row; the block's other
@@ -408,7 +409,10 @@ class CUDADialect(Dialect):
             "const long long i0 = row0 + c0;",
             "const bool active = part == 0 && row < B && c0 < F;",
         ]
-        return self._wrap(name, params, indent(head + body), lanes, "__launch_bounds__(1024) ")
+        # registers: 65536 over the block's ``threads`` (the product's micro-tiles need
+        # more than the 64 a thread of 1024 gets)
+        bounds = f"__launch_bounds__({threads}) "
+        return self._wrap(name, params, indent(head + body), lanes, bounds)
 
     def warp_lanes(self) -> list[str]:
         return [

@@ -13,8 +13,10 @@ kernel's scratch in global memory, read after the step's grid barrier
   sets bits of t by atomic or and clears t + 1, which step t − 1 read last); each step
   the block's warps stage its rows' words of step t − D into shared memory;
 * backward: dL/dX_eff as a ring of D + 1 steps ([D + 1][B][F]), staged each step in
-  tiles of ``TK`` neurons of every row of the block; the product over a tile runs in the
-  rows' threads and the threads that own no neuron (:func:`_tile_sum`).
+  tiles of ``TK`` neurons of every row of the block; the product over a tile runs as a
+  matrix product's micro-kernel, each thread summing a few rows × K columns over its
+  part of the tile (:func:`_blocking`, :func:`_tile_sum`), so that each weight read
+  from shared memory serves several rows.
 
 The step itself is the pass's own printer, as in the row kernels. The runtime
 (:mod:`symneuron.runtime.rows`) spreads a layer and sizes the shared memory from the
@@ -35,7 +37,7 @@ from .forward import ForwardPrinter
 from .layout import evaluate
 from .steps import Stage, StepPrinter
 
-__all__ = ["body", "GridLayout", "GRID_FORWARD", "GRID_BACKWARD", "STAGED", "PAD"]
+__all__ = ["body", "GridLayout", "GRID_FORWARD", "GRID_BACKWARD", "PAD", "THREADS"]
 
 
 #: a grid kernel's slots: the forward's D + 2 (step t reads t − D, writes t and clears
@@ -149,19 +151,20 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
         f"{ct}* sn_gtile = ({ct}*)sn_smem;  // [group_rows][TK + {PAD}], then the slice",
         *d.warp_lanes(),
         "const int tk = (int)TK;",
-        "// threads a neuron: at most 4, their sums within the tile's room",
-        "const int n_parts_room = 1 + (tk + 4) / (int)S;",
-        "const int n_parts_max = (int)(blockDim.x / owners) < 4 ? (int)(blockDim.x / owners) : 4;",
-        "const int n_parts = n_parts_max < n_parts_room ? n_parts_max : n_parts_room;",
-        "const bool helping = part < n_parts && local_row < group_rows && row < B && c0 < F;",
-        f"const int sn_chunk = ((tk + n_parts - 1) / n_parts + {3}) / 4 * 4;",
+        f"const bool sn_aligned = F % {_width(ct)} == 0;  // rows of whole 16-byte chunks",
+        *_blocking(printer),
     ]
     transposed = [
         *Product(printer).start(),
         f"const {ct}* g_all = sn_ring + (long long)ring_before * B * F;",
+        f"{ct} acc[SN_RB][K];",
+        *d.unroll(),
+        "for (int r = 0; r < SN_RB; ++r) {",
+        *indent(d.lane_loop(["acc[r][j] = 0;"])),
+        "}",
         "for (int m0 = 0; m0 < F; m0 += tk) {",
         *indent(_stage_tile(printer)),
-        "    if (helping) {",
+        "    if (blocking) {",
         *indent(_tile_sum(printer), 2),
         "    }",
         "}",
@@ -194,70 +197,132 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
     )
 
 
+def _width(compute: str) -> int:
+    """Values of the ``compute`` type in 16 bytes (the tile's vector loads and copies)."""
+    return 16 // (8 if compute == "double" else 4)
+
+
 def _stage_tile(printer: BackwardPrinter) -> list[str]:
     """Every thread: the tile of neurons [m0, m0 + tk) of the block's rows' dL/dX_eff into
-    shared memory. Each warp stages rows (:data:`STAGED` of them at once), its lanes the
-    row's tk <= 32 · 4 neurons: STAGED · 4 loads in flight per thread, coalesced, no
-    division."""
+    shared memory, 16 bytes at a time by asynchronous copies from L2 (sm_80 on: all of a
+    thread's copies in flight at once, no registers), or loads where a row's end or its
+    alignment leaves less than 16 bytes; zeros past the batch and the row."""
     d, ct = printer.dialect, printer.dt.compute
-    load = d.shared_load("g_all[(r0 + lr) * F + m0 + mm]")
-    pairs = [
-        f"for (int a = 0; a < {STAGED}; ++a) {{",
-        *indent(d.unroll()),
-        "    for (int u = 0; u < 4; ++u) {",
-        "        const int lr = lr0 + a * sn_warps, mm = sn_lane + 32 * u;",
-        "{}",
+    width = _width(ct)
+    copy = [
+        *_ASYNC_COPY,
+        "} else {",
+        f"    for (int q = 0; q < {width}; ++q) {{",
+        "        const bool there = r0 + lr < B && m0 + mm + q < F;",
+        f"        dst[q] = there ? {d.shared_load('src[q]')} : ({ct})0;",
         "    }",
         "}",
     ]
-
-    def each_pair(body: str) -> list[str]:
-        return [*d.unroll(), *[line.replace("{}", body) for line in pairs]]
-
-    there = "lr < group_rows && mm < tk"
     return [
         d.barrier(),
-        f"for (int lr0 = sn_warp; lr0 < group_rows; lr0 += {STAGED} * sn_warps) {{",
-        f"    {ct} staged[{STAGED}][4];",
-        *indent(
-            each_pair(
-                f"        staged[a][u] = {there} && r0 + lr < B && m0 + mm < F ? {load} : ({ct})0;"
-            )
-        ),
-        *indent(
-            each_pair(f"        if ({there}) sn_gtile[lr * (tk + {PAD}) + mm] = staged[a][u];")
-        ),
+        f"const int sn_chunks = tk / {width};  // 16-byte chunks a row of the tile",
+        "for (int e = threadIdx.x; e < group_rows * sn_chunks; e += blockDim.x) {",
+        "    const int lr = e / sn_chunks, mm = (e - lr * sn_chunks) * " + f"{width};",
+        f"    {ct}* dst = sn_gtile + lr * (tk + {PAD}) + mm;",
+        f"    const {ct}* src = g_all + (long long)(r0 + lr) * F + m0 + mm;",
+        f"    const bool whole = sn_aligned && r0 + lr < B && m0 + mm + {width} <= F;",
+        *indent(copy),
         "}",
+        *_ASYNC_WAIT,
         d.barrier(),
+    ]
+
+
+#: a 16-byte asynchronous copy from L2 (``.cg``: past L1, which may hold an older copy of
+#: what other blocks wrote) of ``src`` to ``dst`` in shared memory, where ``whole``
+_ASYNC_COPY = [
+    "#if __CUDA_ARCH__ >= 800",
+    "if (whole) {",
+    "    unsigned int sn_to;",
+    '    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }"',
+    '        : "=r"(sn_to) : "l"(dst));',
+    '    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(sn_to), "l"(src));',
+    "#else",
+    "if (false) {  // before sm_80: loads",
+    "#endif",
+]
+#: wait for this thread's asynchronous copies (the barrier after it: for everyone's)
+_ASYNC_WAIT = [
+    "#if __CUDA_ARCH__ >= 800",
+    'asm volatile("cp.async.wait_all;" ::: "memory");',
+    "#endif",
+]
+
+
+def _blocking(printer: BackwardPrinter) -> list[str]:
+    """How a block's threads share the step's product, as a matrix product's
+    micro-kernel: thread (part, row group, column group) sums ``SN_RB`` rows × K columns
+    of the block (rows rg, rg + groups, ...: a warp's rows are adjacent, so its tile
+    loads fall in different banks) over its part of each tile, so that each weight it
+    reads serves ``SN_RB`` rows and each value of the tile K columns. The parts (at most
+    as many as their sums fit the tile's room) are added in order afterwards."""
+    ct = printer.dt.compute
+    rb = f"{MICRO_BYTES} / (K * (int)sizeof({ct}))"
+    return [
+        f"constexpr int SN_RB = {rb} > {MICRO_ROWS} ? {MICRO_ROWS} : ({rb} < 1 ? 1 : {rb});",
+        "const int sn_row_groups = (group_rows + SN_RB - 1) / SN_RB;",
+        "const int sn_micro = sn_row_groups * slice_threads;",
+        f"const int sn_fits = (tk + {PAD}) / (int)S;  // the parts' sums fit the tile's room",
+        "const int sn_most = (int)blockDim.x / sn_micro;",
+        "const int sn_bparts = sn_most < sn_fits ? (sn_most < 1 ? 1 : sn_most) : sn_fits;",
+        "const int sn_bpart = threadIdx.x / sn_micro, sn_mi = threadIdx.x % sn_micro;",
+        "const int sn_rg = sn_mi / slice_threads;",
+        "const int cb0 = cs0 + (sn_mi % slice_threads) * K;  // the micro-tile's first column",
+        "const bool blocking = sn_bpart < sn_bparts && cb0 < F;",
+        "const int sn_chunk = ((tk + sn_bparts - 1) / sn_bparts + 3) / 4 * 4;",
+        "int sn_rows[SN_RB];  // where each of the micro-tile's rows starts in the tile",
+        *printer.dialect.unroll(),
+        "for (int r = 0; r < SN_RB; ++r) {",
+        "    const int lr = sn_rg + r * sn_row_groups;",
+        f"    sn_rows[r] = (lr < group_rows ? lr : group_rows - 1) * (tk + {PAD});",
+        "}",
+    ]
+
+
+def _rows_term(printer: BackwardPrinter, factor: str, weights: str) -> list[str]:
+    """The connection's transpose of one neuron m added into the micro-tile's sums: its
+    value ``factor`` (of row r) in each row, its weights ``weights[j]`` in each column."""
+    ct = printer.dt.compute
+    term = [
+        f"const {ct} {W} = {printer.load(weights + '[j]')};",
+        f"acc[r][j] += {printer.expr(DENSE.transpose)};",
+    ]
+    return [
+        *printer.dialect.unroll(),
+        "for (int r = 0; r < SN_RB; ++r) {",
+        f"    const {ct} {G_POST} = {factor};",
+        *indent(printer.dialect.lane_loop(term)),
+        "}",
     ]
 
 
 def _tile_sum(printer: BackwardPrinter) -> list[str]:
-    """A helping thread's part of the tile: the connection's transpose summed into its
-    lanes' ``rec``. Each of the n_parts threads of a neuron takes its part of the tile
-    (the threads that own no neuron help: up to 4 a neuron); the weight's cached rows with
-    16-byte loads of the tile and the slice, the rest one by one, those past the cache
-    from L2."""
-    d, ct = printer.dialect, printer.dt.compute
-    product = Product(printer)
-    factor = f"sn_gtile[local_row * (tk + {PAD}) + m - m0]"
-    width = 16 // (8 if ct == "double" else 4)  # the tile's 16-byte loads
+    """A thread's part of the tile, summed into its micro-tile (:func:`_blocking`): the
+    weight's cached rows with 16-byte loads of the tile and the slice, the rest one by
+    one, those past the cache from L2."""
+    d, ct, st = printer.dialect, printer.dt.compute, printer.dt.storage
+    width = _width(ct)  # the tile's 16-byte loads
     gvec, wvec = f"sn_vec<{ct}, {width}>", printer.vec
-    term = [
-        f"const {ct} {W} = {printer.load('w4.v[j]')};",
-        f"rec[j] += {printer.expr(DENSE.transpose)};",
-    ]
     vectors = [
-        f"const {gvec} g4 = *(const {gvec}*)(sn_gtile + local_row * (tk + {PAD}) + m - m0);",
+        f"{gvec} g4[SN_RB];",
+        *d.unroll(),
+        "for (int r = 0; r < SN_RB; ++r) {",
+        f"    g4[r] = *(const {gvec}*)(sn_gtile + sn_rows[r] + m - m0);",
+        "}",
         *d.unroll(),
         f"for (int q = 0; q < {width}; ++q) {{",
-        f"    const {wvec} w4 = *(const {wvec}*)(sn_wslice + (m + q) * S + (c0 - cs0));",
-        f"    const {ct} {G_POST} = g4.v[q];",
-        *indent(d.lane_loop(term)),
+        f"    const {wvec} w4 = *(const {wvec}*)(sn_wslice + (m + q) * S + (cb0 - cs0));",
+        *indent(_rows_term(printer, "g4[r].v[q]", "w4.v")),
         "}",
     ]
+    one = "sn_gtile[sn_rows[r] + m - m0]"
     return [
-        "const int lo = part * sn_chunk < tk ? part * sn_chunk : tk;",
+        "const int lo = sn_bpart * sn_chunk < tk ? sn_bpart * sn_chunk : tk;",
         "const int hi = lo + sn_chunk < tk ? lo + sn_chunk : tk;",
         "const int ms = m0 + lo;",
         "const int m1 = m0 + hi < F ? m0 + hi : (int)F;",
@@ -266,32 +331,52 @@ def _tile_sum(printer: BackwardPrinter) -> list[str]:
         f"for (int m = ms; m < mv; m += {width}) {{",
         *indent(vectors),
         "}",
-        *product.dense("sn_wslice + m * S + (c0 - cs0)", factor, "m = mv; m < mc"),
-        *product.dense("weight + m * F + c0", factor, "m = (mc > ms ? mc : ms); m < m1"),
+        "for (int m = mv; m < mc; ++m) {",
+        f"    const {st}* w_row = sn_wslice + m * S + (cb0 - cs0);",
+        *indent(_rows_term(printer, one, "w_row")),
+        "}",
+        *d.unroll("4"),
+        "for (int m = (mc > ms ? mc : ms); m < m1; ++m) {",
+        f"    const {st}* w_row = weight + (long long)m * F + cb0;",
+        *indent(_rows_term(printer, one, "w_row")),
+        "}",
     ]
 
 
 def _add_parts(printer: BackwardPrinter) -> list[str]:
-    """The helpers' sums, through the freed tile, added by each neuron's own thread in
-    order of part (the result does not depend on timing)."""
+    """The micro-tiles' sums, through the freed tile ([part][row][column of the slice]),
+    added by each neuron's own thread in order of part (the result does not depend on
+    timing)."""
     d = printer.dialect
-    parts = "((part - 1) * owners + own) * K"
+    stored = "sn_gtile[(sn_bpart * group_rows + lr) * S + (cb0 - cs0) + j] = acc[r][j];"
+    summed = "rec[j] += sn_gtile[(p * group_rows + local_row) * S + (c0 - cs0) + j];"
     return [
         d.barrier(),
-        "if (helping && part > 0) {",
-        *indent(d.lane_loop([f"sn_gtile[{parts} + j] = rec[j];"])),
+        "if (blocking) {",
+        *indent(d.unroll()),
+        "    for (int r = 0; r < SN_RB; ++r) {",
+        "        const int lr = sn_rg + r * sn_row_groups;",
+        "        if (lr < group_rows) {",
+        *indent(d.lane_loop([stored]), 3),
+        "        }",
+        "    }",
         "}",
         d.barrier(),
         "if (active) {",
-        "    for (int p = 1; p < n_parts; ++p) {",
-        *indent(d.lane_loop([f"rec[j] += sn_gtile[{parts.replace('part', 'p')} + j];"]), 2),
+        "    for (int p = 0; p < sn_bparts; ++p) {",
+        *indent(d.lane_loop([summed]), 2),
         "    }",
         "}",
     ]
 
 
-#: rows of each warp the grid backward stages at once (4 values a lane each, in flight)
-STAGED = 2
+#: a micro-tile's rows (at most) and the bytes of its sums (at most): two rows of a
+#: thread's 16 bytes. Four rows (64 bytes) were as fast on an H100 (128 × 2048, fp32
+#: and fp64) and spill more of the 64 registers a thread of 1024 gets
+MICRO_ROWS, MICRO_BYTES = 2, 32
+#: threads of a grid kernel's block (its ``__launch_bounds__``). 512 would give a thread
+#: 128 registers (no spills) but halve the layers a grid holds, and was no faster
+THREADS = 1024
 #: the values a row of the staged tile is padded by: rows stay 16-byte aligned (vector
 #: loads) and eight rows of a warp start in different banks
 PAD = 4

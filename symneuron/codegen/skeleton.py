@@ -79,7 +79,7 @@ def _kernels(spec: KernelSpec, group: list[Variant], dtype: DType, dialect: Dial
     lanes = {v.lanes: v.exported(spec.name) for v in group}
     name = first.function(spec.name)
     if pass_.grid:
-        return dialect.grid_kernels(name, params, grid.body(printer, first), lanes)
+        return dialect.grid_kernels(name, params, grid.body(printer, first), lanes, grid.THREADS)
     if pass_.rows:
         body = connection.row_body(printer, first)
         return dialect.row_kernels(name, params, body, lanes, ROW_THREADS)

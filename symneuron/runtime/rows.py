@@ -162,16 +162,16 @@ def grid_span(features: int, rows: int, lanes: int, sms: int) -> Span | None:
     ``sms`` blocks (one per SM, so that every block is resident), ``lanes`` neurons per
     thread: the fewest groups of rows (each weight read then serves the most rows) whose
     neurons' threads fit a block, a power of two neurons of a row per block (the
-    backward's warps split them evenly), :data:`MAX_THREADS` threads a block (those that
-    own no neuron help with the product). None: no spread fits."""
+    backward's warps split them evenly), :data:`~symneuron.codegen.grid.THREADS` threads
+    a block (those that own no neuron help with the product). None: no spread fits."""
     for groups in range(1, rows + 1):
         slices = sms // groups
         if slices == 0:
             return None
         size = max(lanes, 1 << (-(-features // slices) - 1).bit_length())
         per_block = -(-rows // groups)
-        if per_block * (size // lanes) <= MAX_THREADS:
-            return Span(size, groups, per_block, MAX_THREADS, -(-features // size))
+        if per_block * (size // lanes) <= grid.THREADS:
+            return Span(size, groups, per_block, grid.THREADS, -(-features // size))
     return None
 
 
@@ -223,6 +223,8 @@ def _spread(
         if tk < min(8, features):
             return None
         tk = max(4, tk // 4 * 4)  # whole 16-byte loads of a row (a narrower row: masked)
+        if span.S > tk + grid.PAD:  # the product's sums of a part: a slice of each row
+            return None
     values = {"group_rows": span.rows_per_block, "F": features, "S": span.S, "cs": compute}
     tile = plan.tile_bytes({**values, "TK": tk})
     if tile >= room:
