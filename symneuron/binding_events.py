@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import torch
 
 from .reference.events import GrazingSpikeWarning
-from .runtime.events import EventKernels, LayerInputs, Spikes
+from .runtime.events import EventKernels, LayerInputs, Spikes, arrival_order
 
 __all__ = ["LayerCall", "EventLayerFunction", "report_grazing"]
 
@@ -69,7 +69,8 @@ class EventLayerFunction(torch.autograd.Function):
         n = weight.shape[0]
         tensors = [t.detach().contiguous() for t in (pre, weight, delay)]
         params = call.kernels.params(dict(zip(call.names, given, strict=True)), n, tensors[1])
-        inputs = LayerInputs(tensors[0], tensors[1], tensors[2], params)
+        order = arrival_order(tensors[0], tensors[2])
+        inputs = LayerInputs(tensors[0], tensors[1], tensors[2], params, order)
         spikes = call.kernels.forward(inputs, call.times, call.capacity)
         report_grazing(spikes, call.grazing, call.layer)
         ctx.call, ctx.inputs, ctx.spikes = call, inputs, spikes
