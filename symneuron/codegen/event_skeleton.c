@@ -264,10 +264,10 @@ typedef struct {
     long long count;
     real t_end, dt;
     real* grad_w;       /* this neuron's row of dL/dW (its group's), [n_in] */
-    real* grad_d;
+    real* grad_d;       /* null where the delays' gradient is not wanted */
     real* grad_p;       /* dL/dθ, [NP] with stride `p_stride` */
     long long p_stride;
-    real* source_b;     /* the row's ΣQ per presynaptic spike, [n_in * k_in] */
+    real* source_b;     /* the row's ΣQ per presynaptic spike, [n_in * k_in]; or null */
     long long k_in;
 } sn_adjoint;
 
@@ -337,8 +337,8 @@ SN_FN void sn_arrival_back(const sn_adjoint* a, const sn_arrival* e, const real*
     sn_weight_partial(x, lam, e->w, 0, 0, a->p, &partial);
     sn_target_term(x, lam, e->w, 0, 0, a->p, &q);
     SN_ADD(a->grad_w[i], partial);
-    SN_ADD(a->grad_d[i], -q);
-    SN_ADD(a->source_b[e->src], q);
+    if (a->grad_d) SN_ADD(a->grad_d[i], -q);
+    if (a->source_b) SN_ADD(a->source_b[e->src], q);
     sn_synapse_t(x, lam, e->w, 0, 0, a->p, lam);
 }
 
@@ -416,8 +416,8 @@ SN_FN void sn_backward_row(long long r, unsigned char* slab, SN_BACKWARD_PARAMS)
                                      (sn_arrival*)slab);
     sn_adjoint a = {p, times + r * k_out, store + r * k_out * NSTORE, own_b + r * k_out,
                     counts[r], t_end, dt, grad_w + (g * N + j) * n_in,
-                    grad_d + (g * N + j) * n_in, grad_p + g * NP * N + j, N, source_b + b * m,
-                    k_in};
+                    grad_d ? grad_d + (g * N + j) * n_in : grad_d, grad_p + g * NP * N + j, N,
+                    source_b ? source_b + b * m : source_b, k_in};
     sn_neuron_backward(&a, &arr, before, after, cuts);
 }
 

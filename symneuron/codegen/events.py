@@ -107,7 +107,7 @@ FORWARD_ARGS = _args(
 #: the forward's inputs and what it returned, ``own_b`` [B, N, k_out] (B = −dL/dt_k);
 #: out (zeroed by the caller): ``grad_w``/``grad_d`` [groups, N, n_in], ``grad_p``
 #: [groups, NP, N] (sample b adds into group b mod groups), ``source_b`` [B, n_in, k_in]
-#: (Σ Q per presynaptic spike)
+#: (Σ Q per presynaptic spike); ``grad_d`` and ``source_b`` may be null (not wanted)
 BACKWARD_ARGS = _args(
     _SHARED + ", long long groups, const real* times, const real* store, "
     "const long long* counts, const real* own_b, real* grad_w, real* grad_d, real* grad_p, "

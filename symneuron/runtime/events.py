@@ -254,9 +254,12 @@ class EventKernels:
         spikes: Spikes,
         own_b: torch.Tensor,
         integrals: bool = False,
+        wanted: tuple[bool, bool] = (True, True),
     ) -> Gradients:
         """The layer's gradients given each of its spikes' B = −dL/dt_k (``own_b``
-        [B, N, K]); ``integrals``: add ∫λ·∂f/∂θ dt to dL/dθ (time constants)."""
+        [B, N, K]); ``integrals``: add ∫λ·∂f/∂θ dt to dL/dθ (time constants);
+        ``wanted``: whether the delays' gradient and Σ Q per input spike are (each left
+        zero where not: the kernels skip their sums)."""
         pre = inputs.pre
         (batch, n_in, k_in), n = pre.shape, inputs.weight.shape[0]
         groups = max(1, min(batch, GROUPS))
@@ -276,8 +279,11 @@ class EventKernels:
                 "source_b": pre.new_zeros((batch, n_in, k_in)),
             }
         )
+        sums = {"grad_d": values["grad_d"], "source_b": values["source_b"]}
+        values.update({k: v if want else None for (k, v), want in zip(sums.items(), wanted)})
         slab = self._scratch(inputs, k_out, _int(values["n_steps"]), integrals)["backward"]
         self._run("backward", integrals, values, slab, pre)
+        values.update(sums)
         grad_w, grad_d, grad_p = (_tensor(values, k).sum(0) for k in ("grad_w", "grad_d", "grad_p"))
         return Gradients(grad_w, grad_d, grad_p, _tensor(values, "source_b"))
 
