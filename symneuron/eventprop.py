@@ -83,8 +83,9 @@ def event_network(
     The dtype is the input times' (float32 or float64); the layers' tensors are cast to
     it. The device is the input times' too (the layers' tensors must be on it): every
     (sample, neuron) pair of a layer runs in parallel, in a compiled C kernel (OpenMP)
-    for CPU tensors, in a CUDA kernel (one thread per pair) for CUDA tensors. ``system`` defaults to ``neuron.ode``; ``target`` names the state spikes
-    jump (default: through X). ``capacity``: the spike slots a neuron gets in a layer's
+    for CPU tensors, in a CUDA kernel (one thread per pair) for CUDA tensors.
+    ``system`` defaults to ``neuron.ode``; ``target`` names the state spikes jump
+    (default: through X). ``capacity``: the spike slots a neuron gets in a layer's
     first run (more only cost a second run). A spike with ġ⁻ < ``grazing`` is reported
     by a :class:`GrazingSpikeWarning` and its gradient kept exact, never clipped.
 

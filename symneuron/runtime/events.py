@@ -126,7 +126,9 @@ class Gradients(NamedTuple):
     source_b: torch.Tensor
 
 
-def _packed(args: tuple[KernelArg, ...], values: Mapping[str, torch.Tensor | int | None]) -> list[int]:
+def _packed(
+    args: tuple[KernelArg, ...], values: Mapping[str, torch.Tensor | int | None]
+) -> list[int]:
     """The launch's values in the kernel's argument order: tensors as addresses (None as
     a null pointer)."""
     out = []
@@ -212,7 +214,9 @@ class EventKernels:
         ]
         return torch.stack(rows).contiguous() if rows else like.new_zeros((0, n))
 
-    def _scratch(self, inputs: LayerInputs, k_out: int, n_steps: int, integrals: bool) -> dict[str, int]:
+    def _scratch(
+        self, inputs: LayerInputs, k_out: int, n_steps: int, integrals: bool
+    ) -> dict[str, int]:
         _, n_in, k_in = inputs.pre.shape
         source = self.source(integrals)
         sorting = inputs.order is None
@@ -280,7 +284,8 @@ class EventKernels:
             }
         )
         sums = {"grad_d": values["grad_d"], "source_b": values["source_b"]}
-        values.update({k: v if want else None for (k, v), want in zip(sums.items(), wanted)})
+        for (name, value), want in zip(sums.items(), wanted, strict=True):
+            values[name] = value if want else None
         slab = self._scratch(inputs, k_out, _int(values["n_steps"]), integrals)["backward"]
         self._run("backward", integrals, values, slab, pre)
         values.update(sums)
