@@ -214,8 +214,8 @@ def test_cuda_empty_inputs() -> None:
 
 @pytest.mark.cuda
 def test_cuda_capacity_retry_and_waves(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One spike slot at first (the forward runs again with enough), and scratch for only
-    3 rows a launch (the rows run in waves): the same results."""
+    """One spike slot at first (the forward runs again with enough), and 6 KiB of scratch
+    a launch (a few rows each: the rows run in waves): the same results."""
     flat = _batch(size=4)
     theirs = _run(_lif(), flat, LIF_PARAMS, "cpu")
     assert int(torch.isfinite(theirs[0][0]).sum(-1).max()) >= 3
