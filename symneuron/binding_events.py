@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import torch
 
 from .reference.events import GrazingSpikeWarning
-from .runtime.events import EventKernels, LayerInputs, Spikes
+from .runtime.events import EventKernels, LayerInputs, Spikes, arrival_order
 
 __all__ = ["LayerCall", "EventLayerFunction", "report_grazing"]
 
@@ -69,7 +69,8 @@ class EventLayerFunction(torch.autograd.Function):
         n = weight.shape[0]
         tensors = [t.detach().contiguous() for t in (pre, weight, delay)]
         params = call.kernels.params(dict(zip(call.names, given, strict=True)), n, tensors[1])
-        inputs = LayerInputs(tensors[0], tensors[1], tensors[2], params)
+        order = arrival_order(tensors[0], tensors[2])
+        inputs = LayerInputs(tensors[0], tensors[1], tensors[2], params, order)
         spikes = call.kernels.forward(inputs, call.times, call.capacity)
         report_grazing(spikes, call.grazing, call.layer)
         ctx.call, ctx.inputs, ctx.spikes = call, inputs, spikes
@@ -87,10 +88,13 @@ class EventLayerFunction(torch.autograd.Function):
         )
         pre = ctx.inputs.pre
         own_b = -grad_times.to(pre.dtype)
-        grads = kernels.backward(ctx.inputs, call.times, ctx.spikes, own_b, integrals)
-        grad_pre = torch.where(torch.isfinite(pre), -grads.source_b, 0.0)
+        need_pre, need_delay = ctx.needs_input_grad[1], ctx.needs_input_grad[3]
+        grads = kernels.backward(
+            ctx.inputs, call.times, ctx.spikes, own_b, integrals, (need_delay, need_pre)
+        )
+        grad_pre = torch.where(torch.isfinite(pre), -grads.source_b, 0.0) if need_pre else None
         given = [
             grads.params[kernels.names.index(name)].sum_to_size(shape) if need else None
             for name, need, shape in zip(call.names, wanted, ctx.shapes, strict=True)
         ]
-        return (None, grad_pre, grads.weight, grads.delay, *given)
+        return (None, grad_pre, grads.weight, grads.delay if need_delay else None, *given)

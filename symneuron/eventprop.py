@@ -1,12 +1,13 @@
-"""Exact event-based gradients (EventProp) for batches, with compiled C kernels.
+"""Exact event-based gradients (EventProp) for batches, with compiled C or CUDA kernels.
 
 :func:`event_network` runs a feedforward network of one linear ODE neuron (a LIF with a
 current synapse, a linear adaptive threshold...: any neuron whose
 :class:`~symneuron.derivation.events.EventSpec` has a closed-form flow) on a batch of
 input spike times, exactly, and is differentiable by EventProp. It is the float64
 reference's function (:func:`symneuron.reference.events.event_network`) with the batch
-run in parallel by generated kernels (:mod:`symneuron.codegen.events`), in float32 or
-float64; the reference is its oracle (docs/eventprop.md).
+run in parallel by generated kernels (:mod:`symneuron.codegen.events`: C on the CPU,
+CUDA on a GPU, as the inputs are), in float32 or float64; the reference is its oracle
+(docs/eventprop.md).
 
 Representation: spike times as tensors padded with +inf ([batch, n, K], K the most
 spikes of any neuron in the batch), as the reference returns them. A loss is then
@@ -50,6 +51,12 @@ def _checked(layers: Sequence[EventLayer], input_times: torch.Tensor, t_end: flo
             )
         if layer.delay.shape != layer.weight.shape:
             raise ValueError(f"layer {index}: delay and weight shapes differ.")
+        others = {t.device for t in (layer.weight, layer.delay, *layer.params.values())}
+        if others != {input_times.device}:
+            raise ValueError(
+                f"layer {index}: its tensors are on {sorted(map(str, others))}, the input "
+                f"times on {input_times.device}; the kernels run where the inputs are."
+            )
         if not torch.isfinite(layer.delay).all() or (layer.delay < 0).any():
             raise ValueError(f"layer {index}: delays must be finite and ≥ 0.")
         n_in = layer.weight.shape[0]
@@ -74,9 +81,11 @@ def event_network(
     which gives [n_l, K_l]).
 
     The dtype is the input times' (float32 or float64); the layers' tensors are cast to
-    it. Every (sample, neuron) pair of a layer runs in parallel in a compiled C kernel
-    (OpenMP). ``system`` defaults to ``neuron.ode``; ``target`` names the state spikes
-    jump (default: through X). ``capacity``: the spike slots a neuron gets in a layer's
+    it. The device is the input times' too (the layers' tensors must be on it): every
+    (sample, neuron) pair of a layer runs in parallel, in a compiled C kernel (OpenMP)
+    for CPU tensors, in a CUDA kernel (one thread per pair) for CUDA tensors.
+    ``system`` defaults to ``neuron.ode``; ``target`` names the state spikes jump
+    (default: through X). ``capacity``: the spike slots a neuron gets in a layer's
     first run (more only cost a second run). A spike with ġ⁻ < ``grazing`` is reported
     by a :class:`GrazingSpikeWarning` and its gradient kept exact, never clipped.
 
@@ -105,7 +114,7 @@ def event_network(
     system = system if system is not None else getattr(neuron, "ode", None)
     spec = derive_events(neuron, system, target=target)
     assert system is not None  # derive_events refuses a neuron without one
-    kernels = event_kernels(neuron, spec, repr(system), target, times.dtype)
+    kernels = event_kernels(neuron, spec, repr(system), target, times.dtype, times.device)
     outputs = []
     for index, layer in enumerate(layers):
         names = tuple(sorted(layer.params))

@@ -265,6 +265,6 @@ def test_generated_source_prints_the_derived_jump() -> None:
     lif = _lif()
     double = render_events(lif, lif.events(), "float64").text
     assert "    const double r0 = -(B*p0 + l0*x1)/(p2 - x1);" in double
-    assert "static const int sn_store[NSTORE + 1] = {1, 0};" in double
+    assert "SN_CONST int sn_store[NSTORE + 1] = {1, 0};" in double
     single = render_events(lif, lif.events(), "float32").text
     assert "typedef float real;" in single and "expf(-s/p0)" in single

@@ -6,7 +6,8 @@ closed-form flow x(s) = Φ(s)x + Γ(s) and its transpose λ(t − s) = Φ(s)ᵀ�
 threshold function g and its first two rates along the flow, the reset h and its margin
 g(h(x)), the synapse m(x, w), the adjoint's jump at a spike, a spike's share of each
 param's gradient, the arrival terms (λ·∂m/∂w, Q, (∂m/∂x)ᵀλ), the integrands λ·∂f/∂θ and
-the initial state. Each becomes one ``static inline`` function of the same signature,
+the initial state. Each becomes one ``SN_INLINE`` function (``static inline`` in C, a
+``__device__`` one in CUDA: :mod:`.events` defines the word) of the same signature,
 
     void sn_<name>(const real* x, const real* lam, real w, real B, real s,
                    const real* p, real* out)
@@ -92,7 +93,7 @@ def _function(
     body += [f"    const {compute} r{i} = {printer.doprint(v)};" for i, v in enumerate(reduced)]
     body += [f"    out[{i}] = r{i};" for i in range(len(reduced))]
     head = (
-        f"static inline void sn_{name}(const {compute}* x, const {compute}* lam, {compute} w, "
+        f"SN_INLINE void sn_{name}(const {compute}* x, const {compute}* lam, {compute} w, "
         f"{compute} B, {compute} s, const {compute}* p, {compute}* out)"
     )
     unused = "    (void)x; (void)lam; (void)w; (void)B; (void)s; (void)p;"

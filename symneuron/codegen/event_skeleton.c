@@ -1,21 +1,32 @@
-/* The EventProp kernels' skeleton: the same for every neuron. Everything that depends on
-   the model is one of the sn_<name> functions printed before it from SymPy's derivation
-   (symneuron/codegen/event_functions.py); NS, NP, NSTORE, PARTS, SN_REPLAY, SN_INTEGRALS,
-   real and the store's indices are defined above it (symneuron/codegen/events.py). */
+/* The EventProp kernels' skeleton: the same for every neuron and for both languages.
+   Everything that depends on the model is one of the sn_<name> functions printed before
+   it from SymPy's derivation (symneuron/codegen/event_functions.py); NS, NP, NSTORE,
+   PARTS, SN_REPLAY, SN_INTEGRALS, real, the store's indices and the language's words
+   (SN_CUDA, SN_FN, SN_INLINE, SN_CONST, SN_INF, SN_ADD) are defined above it
+   (symneuron/codegen/events.py). Only the two entry points at the end differ between C
+   (an OpenMP loop over rows, scratch from malloc) and CUDA (one thread per row, scratch
+   from the launch's buffer, gradient rows added to atomically). */
 
-typedef void (*sn_fn)(const real*, const real*, real, real, real, const real*, real*);
+/* What sn_eval evaluates along the flow: g, its rate, the rate's rate, g(h(x)). */
+#define SN_G 0
+#define SN_G_DOT 1
+#define SN_G_DDOT 2
+#define SN_MARGIN 3
 
-static inline real sn_eval(sn_fn fn, const real* x, const real* p) {
+SN_INLINE real sn_eval(int which, const real* x, const real* p) {
     real out;
-    fn(x, x, 0, 0, 0, p, &out);
+    if (which == SN_G) sn_g(x, x, 0, 0, 0, p, &out);
+    else if (which == SN_G_DOT) sn_g_dot(x, x, 0, 0, 0, p, &out);
+    else if (which == SN_G_DDOT) sn_g_ddot(x, x, 0, 0, 0, p, &out);
+    else sn_margin(x, x, 0, 0, 0, p, &out);
     return out;
 }
 
-static inline void sn_move(const real* x, real s, const real* p, real* out) {
+SN_INLINE void sn_move(const real* x, real s, const real* p, real* out) {
     sn_flow(x, x, 0, 0, s, p, out);
 }
 
-static inline void sn_copy(real* to, const real* from) {
+SN_INLINE void sn_copy(real* to, const real* from) {
     for (int q = 0; q < NS; ++q) to[q] = from[q];
 }
 
@@ -26,8 +37,31 @@ typedef struct {
     long long src;
 } sn_arrival;
 
+/* A neuron's arrivals before t_end in time order: its own sorted `list`, or, where the
+   runtime found every delay of the neuron's row equal, read through its sample's
+   presynaptic spikes in time order (`order`, a stable sort: no list, no sorting). */
+typedef struct {
+    const sn_arrival* list;
+    const long long* order;
+    const real* pre;
+    const real* w_row;
+    const real* d_row;
+    long long k_in;
+    long long n;
+} sn_arrivals;
+
+SN_INLINE sn_arrival sn_arrival_at(const sn_arrivals* a, long long e) {
+    if (a->list) return a->list[e];
+    sn_arrival out;
+    long long src = a->order[e], i = src / a->k_in;
+    out.t = a->pre[src] + a->d_row[i];
+    out.w = a->w_row[i];
+    out.src = src;
+    return out;
+}
+
 /* Stable bottom-up merge sort by time (ties keep the source, then slot, order). */
-static void sn_sort(sn_arrival* a, sn_arrival* tmp, long long n) {
+SN_FN void sn_sort(sn_arrival* a, sn_arrival* tmp, long long n) {
     for (long long width = 1; width < n; width *= 2) {
         for (long long lo = 0; lo < n; lo += 2 * width) {
             long long mid = lo + width < n ? lo + width : n;
@@ -37,42 +71,46 @@ static void sn_sort(sn_arrival* a, sn_arrival* tmp, long long n) {
             while (i < mid) tmp[k++] = a[i++];
             while (j < hi) tmp[k++] = a[j++];
         }
-        memcpy(a, tmp, (size_t)n * sizeof(sn_arrival));
+        for (long long k = 0; k < n; ++k) a[k] = tmp[k];
     }
 }
 
-/* The arrivals of one neuron before t_end (source times + its delays), sorted. */
-static long long sn_arrivals(const real* pre, const real* w_row, const real* d_row,
-                             long long n_in, long long k_in, real t_end, sn_arrival* out,
-                             sn_arrival* tmp) {
-    long long n = 0;
+/* The arrivals of one neuron before t_end (source times + its delays), in time order:
+   through `order` where it is given, else sorted into `list` (2 (n_in k_in + 1) slots). */
+SN_FN sn_arrivals sn_arrivals_of(const real* pre, const long long* order, const real* w_row,
+                                 const real* d_row, long long n_in, long long k_in,
+                                 real t_end, sn_arrival* list) {
+    sn_arrivals a = {order ? (const sn_arrival*)0 : list, order, pre, w_row, d_row, k_in, 0};
+    if (order) {
+        while (a.n < n_in * k_in && sn_arrival_at(&a, a.n).t < t_end) ++a.n;
+        return a;
+    }
     for (long long i = 0; i < n_in; ++i) {
         for (long long k = 0; k < k_in; ++k) {
             real t = pre[i * k_in + k] + d_row[i];
             if (t < t_end) {
-                out[n].t = t;
-                out[n].w = w_row[i];
-                out[n].src = i * k_in + k;
-                ++n;
+                list[a.n].t = t;
+                list[a.n].w = w_row[i];
+                list[a.n].src = i * k_in + k;
+                ++a.n;
             }
         }
     }
-    sn_sort(out, tmp, n);
-    return n;
+    sn_sort(list, list + n_in * k_in + 1, a.n);
+    return a;
 }
 
-/* The zero of fn (slope `slope`) along the flow from x within [lo, hi], where fn changes
-   sign once (from negative if `rising`): Newton's method kept in the bracket, bisection
-   where it leaves it, to rounding. */
-static real sn_root(sn_fn fn, sn_fn slope, const real* x, real lo, real hi, int rising,
-                    const real* p) {
+/* The zero of sn_eval's `fn` (its slope the next one) along the flow from x within
+   [lo, hi], where it changes sign once (from negative if `rising`): Newton's method kept
+   in the bracket, bisection where it leaves it, to rounding. */
+SN_FN real sn_root(int fn, const real* x, real lo, real hi, int rising, const real* p) {
     real s = (real)0.5 * (lo + hi), at[NS];
     for (int it = 0; it < SN_ITERATIONS; ++it) {
         sn_move(x, s, p, at);
         real v = sn_eval(fn, at, p);
         if ((v < 0) == rising) lo = s;
         else hi = s;
-        real newton = s - v / sn_eval(slope, at, p);
+        real newton = s - v / sn_eval(fn + 1, at, p);
         real next = (newton > lo && newton < hi) ? newton : (real)0.5 * (lo + hi);
         if (v == 0) next = s;
         int done = fabs(next - s) <= 2 * SN_EPS * fmax(fabs(s), SN_TINY);
@@ -84,28 +122,28 @@ static real sn_root(sn_fn fn, sn_fn slope, const real* x, real lo, real hi, int 
 
 /* Whether g reaches 0 within (0, length] of the flow from x (g(x) < 0), and where, given
    at most one zero of its rate there: the piece is split at that zero. */
-static int sn_crossing_in(const real* x, real length, const real* p, real* where) {
+SN_FN int sn_crossing_in(const real* x, real length, const real* p, real* where) {
     real end[NS], at[NS];
     sn_move(x, length, p, end);
-    real g_end = sn_eval(sn_g, end, p);
-    real rate_0 = sn_eval(sn_g_dot, x, p), rate_end = sn_eval(sn_g_dot, end, p);
+    real g_end = sn_eval(SN_G, end, p);
+    real rate_0 = sn_eval(SN_G_DOT, x, p), rate_end = sn_eval(SN_G_DOT, end, p);
     int turns = (rate_0 * rate_end < 0) && (length > 0);
     real peak = length, g_peak = g_end;
     if (turns) {
-        peak = sn_root(sn_g_dot, sn_g_ddot, x, 0, length, rate_0 < 0, p);
+        peak = sn_root(SN_G_DOT, x, 0, length, rate_0 < 0, p);
         sn_move(x, peak, p, at);
-        g_peak = sn_eval(sn_g, at, p);
+        g_peak = sn_eval(SN_G, at, p);
     }
     int first = (g_peak >= 0) && (length > 0);
     int second = !first && turns && (g_end >= 0);
     if (!first && !second) return 0;
-    *where = sn_root(sn_g, sn_g_dot, x, first ? 0 : peak, first ? peak : length, 1, p);
+    *where = sn_root(SN_G, x, first ? 0 : peak, first ? peak : length, 1, p);
     return 1;
 }
 
 /* The first crossing within (0, length]: PARTS equal parts each searched in turn (more
    than two states: each part is taken to hold at most one zero of g's rate). */
-static int sn_first_crossing(const real* x, real length, const real* p, real* where) {
+SN_FN int sn_first_crossing(const real* x, real length, const real* p, real* where) {
     if (PARTS == 1) return sn_crossing_in(x, length, p, where);
     real piece = length / PARTS, y[NS], s;
     sn_copy(y, x);
@@ -129,11 +167,11 @@ typedef struct {
     long long count;
 } sn_spikes;
 
-static void sn_record(sn_spikes* out, real time, const real* before, const real* p) {
+SN_FN void sn_record(sn_spikes* out, real time, const real* before, const real* p) {
     if (out->count < out->capacity) {
         long long k = out->count;
         out->times[k] = time;
-        out->rate[k] = sn_eval(sn_g_dot, before, p);
+        out->rate[k] = sn_eval(SN_G_DOT, before, p);
         for (int q = 0; q < NSTORE; ++q) out->store[k * NSTORE + q] = before[sn_store[q]];
     }
     ++out->count;
@@ -141,7 +179,7 @@ static void sn_record(sn_spikes* out, real time, const real* before, const real*
 
 /* x and *t moved to `to`, spiking and resetting at each crossing on the way; 1 if a reset
    did not leave the threshold. */
-static int sn_advance(real* x, real* t, real to, const real* p, sn_spikes* out) {
+SN_FN int sn_advance(real* x, real* t, real to, const real* p, sn_spikes* out) {
     for (;;) {
         real s = 0, moved[NS];
         int crossing = sn_first_crossing(x, to - *t, p, &s);
@@ -152,55 +190,70 @@ static int sn_advance(real* x, real* t, real to, const real* p, sn_spikes* out) 
             return 0;
         }
         sn_record(out, *t + s, moved, p);
-        if (sn_eval(sn_margin, moved, p) >= 0) return 1;
+        if (sn_eval(SN_MARGIN, moved, p) >= 0) return 1;
         sn_reset(moved, moved, 0, 0, 0, p, x);
         *t = *t + s;
     }
 }
 
 /* One neuron's exact forward: steps of dt, arrivals at their times inside a step. */
-static int sn_neuron_forward(const sn_arrival* arr, long long n_arr, real t_end, real dt,
-                             long long n_steps, const real* p, sn_spikes* out) {
+SN_FN int sn_neuron_forward(const sn_arrivals* arr, real t_end, real dt, long long n_steps,
+                            const real* p, sn_spikes* out) {
     real x[NS], t = 0;
     long long ptr = 0;
     sn_init(x, x, 0, 0, 0, p, x);
     for (long long step = 0; step < n_steps; ++step) {
         real end = fmin((real)(step + 1) * dt, t_end);
         for (;;) {
-            real due = ptr < n_arr ? arr[ptr].t : (real)INFINITY;
+            real due = SN_INF, w = 0;
+            if (ptr < arr->n) {
+                sn_arrival next = sn_arrival_at(arr, ptr);
+                due = next.t;
+                w = next.w;
+            }
             if (sn_advance(x, &t, fmin(due, end), p, out)) return 1;
             if (!(due < end)) break;
-            sn_synapse(x, x, arr[ptr].w, 0, 0, p, x);
+            sn_synapse(x, x, w, 0, 0, p, x);
             ++ptr;
         }
     }
     return 0;
 }
 
-void sn_events_forward(SN_FORWARD_PARAMS) {
+/* Row r's forward (sample r / N, neuron r % N); `slab`: its scratch (a list to sort its
+   arrivals into when no `order` is given). */
+SN_FN void sn_forward_row(long long r, unsigned char* slab, SN_FORWARD_PARAMS) {
     const real t_end = scalars[0], dt = scalars[1];
-    const long long m = n_in * k_in;
-#pragma omp parallel if (B * N >= SN_PARALLEL_FROM)
+    const long long m = n_in * k_in, b = r / N, j = r % N;
+    real p[NP + 1];
+    for (int q = 0; q < NP; ++q) p[q] = params[q * N + j];
+    sn_arrivals arr = sn_arrivals_of(pre + b * m, order ? order + b * m : order,
+                                     weight + j * n_in, delay + j * n_in, n_in, k_in, t_end,
+                                     (sn_arrival*)slab);
+    sn_spikes out = {times + r * k_out, store + r * k_out * NSTORE, rate + r * k_out, k_out, 0};
+    for (long long k = 0; k < k_out; ++k) out.times[k] = SN_INF;
+    status[r] = sn_neuron_forward(&arr, t_end, dt, n_steps, p, &out);
+    counts[r] = out.count;
+}
+
+#if SN_CUDA
+extern "C" __global__ void sn_events_forward(SN_FORWARD_PARAMS) {
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < rows) sn_forward_row(row0 + t, scratch + t * slab_bytes, SN_FORWARD_NAMES);
+}
+#else
+void sn_events_forward(SN_FORWARD_PARAMS) {
+#pragma omp parallel if (rows >= SN_PARALLEL_FROM)
     {
-        sn_arrival* arr = (sn_arrival*)malloc((size_t)(m + 1) * sizeof(sn_arrival));
-        sn_arrival* tmp = (sn_arrival*)malloc((size_t)(m + 1) * sizeof(sn_arrival));
+        unsigned char* own = (unsigned char*)calloc((size_t)slab_bytes + 1, 1);
 #pragma omp for schedule(dynamic, 8)
-        for (long long r = 0; r < B * N; ++r) {
-            long long b = r / N, j = r % N;
-            real p[NP + 1];
-            for (int q = 0; q < NP; ++q) p[q] = params[q * N + j];
-            long long n_arr = sn_arrivals(pre + b * m, weight + j * n_in, delay + j * n_in,
-                                          n_in, k_in, t_end, arr, tmp);
-            sn_spikes out = {times + r * k_out, store + r * k_out * NSTORE, rate + r * k_out,
-                             k_out, 0};
-            for (long long k = 0; k < k_out; ++k) out.times[k] = (real)INFINITY;
-            status[r] = sn_neuron_forward(arr, n_arr, t_end, dt, n_steps, p, &out);
-            counts[r] = out.count;
+        for (long long r = row0; r < row0 + rows; ++r) {
+            sn_forward_row(r, own, SN_FORWARD_NAMES);
         }
-        free(arr);
-        free(tmp);
+        free(own);
     }
 }
+#endif
 
 /* What one neuron's backward reads and adds into. */
 typedef struct {
@@ -211,23 +264,23 @@ typedef struct {
     long long count;
     real t_end, dt;
     real* grad_w;       /* this neuron's row of dL/dW (its group's), [n_in] */
-    real* grad_d;
+    real* grad_d;       /* null where the delays' gradient is not wanted */
     real* grad_p;       /* dL/dθ, [NP] with stride `p_stride` */
     long long p_stride;
-    real* source_b;     /* the row's ΣQ per presynaptic spike, [n_in * k_in] */
+    real* source_b;     /* the row's ΣQ per presynaptic spike, [n_in * k_in]; or null */
     long long k_in;
 } sn_adjoint;
 
 #if SN_INTEGRALS
-static const double sn_gauss_nodes[8] = SN_GAUSS_NODES;
-static const double sn_gauss_weights[8] = SN_GAUSS_WEIGHTS;
+SN_CONST double sn_gauss_nodes[8] = SN_GAUSS_NODES;
+SN_CONST double sn_gauss_weights[8] = SN_GAUSS_WEIGHTS;
 #endif
 
 /* λ at `start` from λ at `upper` (no event between); with SN_INTEGRALS also adds
    ∫λ·∂f/∂θ dt over [start, upper] by 8-point Gauss-Legendre on pieces of at most dt, the
    state along it flowed from x_start (its value at `start`); `cuts` holds each piece's
    start time and state (NS + 1 values a piece). */
-static void sn_integrate(const sn_adjoint* a, real start, real upper, const real* x_start,
+SN_FN void sn_integrate(const sn_adjoint* a, real start, real upper, const real* x_start,
                          real* lam, real* cuts) {
 #if SN_INTEGRALS
     long long last = 0;
@@ -251,7 +304,7 @@ static void sn_integrate(const sn_adjoint* a, real start, real upper, const real
                 sn_adjoint_flow(xs, lam, 0, 0, upper - (lo + s), a->p, ls);
                 sn_integrands(xs, ls, 0, 0, 0, a->p, terms);
                 real weight = (real)(0.5 * (double)length * sn_gauss_weights[node]);
-                for (int q = 0; q < NP; ++q) a->grad_p[q * a->p_stride] += weight * terms[q];
+                for (int q = 0; q < NP; ++q) SN_ADD(a->grad_p[q * a->p_stride], weight * terms[q]);
             }
             sn_adjoint_flow(lam, lam, 0, 0, length, a->p, lam);
         }
@@ -265,40 +318,41 @@ static void sn_integrate(const sn_adjoint* a, real start, real upper, const real
 }
 
 /* λ before a spike (derived jump) from λ after it; the spike's share of dL/dθ. */
-static void sn_spike_back(const sn_adjoint* a, long long k, real* lam) {
+SN_FN void sn_spike_back(const sn_adjoint* a, long long k, real* lam) {
     real x[NS + 1], terms[NP + 1];
     for (int q = 0; q < NS; ++q) x[q] = 0;
     for (int q = 0; q < NSTORE; ++q) x[sn_store[q]] = a->store[k * NSTORE + q];
     real b = a->own_b[k];
     sn_spike_partials(x, lam, 0, b, 0, a->p, terms);
-    for (int q = 0; q < NP; ++q) a->grad_p[q * a->p_stride] += terms[q];
+    for (int q = 0; q < NP; ++q) SN_ADD(a->grad_p[q * a->p_stride], terms[q]);
     sn_jump(x, lam, 0, b, 0, a->p, lam);
 }
 
 /* λ before an arrival from λ after it: dL/dw += λ·∂m/∂w, dL/dd -= Q, the source's B += Q
    (x: the state just before it, when the arrival's terms need it). */
-static void sn_arrival_back(const sn_adjoint* a, const sn_arrival* e, const real* x,
+SN_FN void sn_arrival_back(const sn_adjoint* a, const sn_arrival* e, const real* x,
                             real* lam) {
     real partial, q;
     long long i = e->src / a->k_in;
     sn_weight_partial(x, lam, e->w, 0, 0, a->p, &partial);
     sn_target_term(x, lam, e->w, 0, 0, a->p, &q);
-    a->grad_w[i] += partial;
-    a->grad_d[i] -= q;
-    a->source_b[e->src] += q;
+    SN_ADD(a->grad_w[i], partial);
+    if (a->grad_d) SN_ADD(a->grad_d[i], -q);
+    if (a->source_b) SN_ADD(a->source_b[e->src], q);
     sn_synapse_t(x, lam, e->w, 0, 0, a->p, lam);
 }
 
 /* The states just before and just after each event, replayed from the forward's spike
    times (events in forward order: at one time an arrival before a spike). */
-static void sn_replay(const sn_adjoint* a, const sn_arrival* arr, long long n_arr,
-                      real* before, real* after) {
+SN_FN void sn_replay(const sn_adjoint* a, const sn_arrivals* arr, real* before, real* after) {
     long long ia = 0, ks = 0, e = 0;
     real t = 0;
     sn_init(after, after, 0, 0, 0, a->p, after);
-    while (ia < n_arr || ks < a->count) {
-        int spike = ks < a->count && (ia >= n_arr || a->times[ks] < arr[ia].t);
-        real time = spike ? a->times[ks] : arr[ia].t;
+    while (ia < arr->n || ks < a->count) {
+        sn_arrival next = {SN_INF, 0, 0};
+        if (ia < arr->n) next = sn_arrival_at(arr, ia);
+        int spike = ks < a->count && (ia >= arr->n || a->times[ks] < next.t);
+        real time = spike ? a->times[ks] : next.t;
         real* x = before + e * NS;
         sn_move(after + e * NS, time - t, a->p, x);
         if (spike) {
@@ -306,7 +360,7 @@ static void sn_replay(const sn_adjoint* a, const sn_arrival* arr, long long n_ar
             sn_reset(x, x, 0, 0, 0, a->p, after + (e + 1) * NS);
             ++ks;
         } else {
-            sn_synapse(x, x, arr[ia].w, 0, 0, a->p, after + (e + 1) * NS);
+            sn_synapse(x, x, next.w, 0, 0, a->p, after + (e + 1) * NS);
             ++ia;
         }
         t = time;
@@ -318,22 +372,24 @@ static void sn_replay(const sn_adjoint* a, const sn_arrival* arr, long long n_ar
 #define SN_AT(buffer, e) (SN_REPLAY ? (buffer) + (e) * NS : (buffer))
 
 /* One neuron's adjoint from t_end back to 0 through its events. */
-static void sn_neuron_backward(const sn_adjoint* a, const sn_arrival* arr, long long n_arr,
-                               real* before, real* after, real* cuts) {
+SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real* before,
+                              real* after, real* cuts) {
     real lam[NS], upper = a->t_end;
-    long long ia = n_arr - 1, ks = a->count - 1, e = n_arr + a->count;
+    long long ia = arr->n - 1, ks = a->count - 1, e = arr->n + a->count;
     for (int q = 0; q < NS; ++q) lam[q] = 0;
-    if (SN_REPLAY) sn_replay(a, arr, n_arr, before, after);
+    if (SN_REPLAY) sn_replay(a, arr, before, after);
     while (ia >= 0 || ks >= 0) {
-        int spike = ks >= 0 && (ia < 0 || a->times[ks] >= arr[ia].t);
-        real time = spike ? a->times[ks] : arr[ia].t;
+        sn_arrival next = {SN_INF, 0, 0};
+        if (ia >= 0) next = sn_arrival_at(arr, ia);
+        int spike = ks >= 0 && (ia < 0 || a->times[ks] >= next.t);
+        real time = spike ? a->times[ks] : next.t;
         sn_integrate(a, time, upper, SN_AT(after, e), lam, cuts);
         --e;
         if (spike) {
             sn_spike_back(a, ks, lam);
             --ks;
         } else {
-            sn_arrival_back(a, arr + ia, SN_AT(before, e), lam);
+            sn_arrival_back(a, &next, SN_AT(before, e), lam);
             --ia;
         }
         upper = time;
@@ -341,38 +397,51 @@ static void sn_neuron_backward(const sn_adjoint* a, const sn_arrival* arr, long 
     sn_integrate(a, 0, upper, after, lam, cuts);
 }
 
-void sn_events_backward(SN_BACKWARD_PARAMS) {
+/* Row r's backward (sample b = r / N, neuron j = r % N), adding into its group's gradient
+   rows (group b mod `groups`); `slab`: its scratch, laid out as
+   codegen/events.py's scratch_bytes counts it: the list to sort its arrivals into (when no
+   `order` is given), the states before and after each event, the integral's pieces. */
+SN_FN void sn_backward_row(long long r, unsigned char* slab, SN_BACKWARD_PARAMS) {
     const real t_end = scalars[0], dt = scalars[1];
-    const long long m = n_in * k_in;
+    const long long m = n_in * k_in, b = r / N, j = r % N, g = b % groups;
     const long long n_events = SN_REPLAY ? m + k_out + 1 : 1;
-#pragma omp parallel if (B * N >= SN_PARALLEL_FROM)
+    const long long listed = order ? 0 : 2 * (m + 1) * (long long)sizeof(sn_arrival);
+    real* before = (real*)(slab + listed);
+    real* after = before + n_events * NS;
+    real* cuts = after + n_events * NS;
+    real p[NP + 1];
+    for (int q = 0; q < NP; ++q) p[q] = params[q * N + j];
+    sn_arrivals arr = sn_arrivals_of(pre + b * m, order ? order + b * m : order,
+                                     weight + j * n_in, delay + j * n_in, n_in, k_in, t_end,
+                                     (sn_arrival*)slab);
+    sn_adjoint a = {p, times + r * k_out, store + r * k_out * NSTORE, own_b + r * k_out,
+                    counts[r], t_end, dt, grad_w + (g * N + j) * n_in,
+                    grad_d ? grad_d + (g * N + j) * n_in : grad_d, grad_p + g * NP * N + j, N,
+                    source_b ? source_b + b * m : source_b, k_in};
+    sn_neuron_backward(&a, &arr, before, after, cuts);
+}
+
+#if SN_CUDA
+extern "C" __global__ void sn_events_backward(SN_BACKWARD_PARAMS) {
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < rows) sn_backward_row(row0 + t, scratch + t * slab_bytes, SN_BACKWARD_NAMES);
+}
+#else
+/* Each group's rows on one thread, in order: its gradient rows are its own. */
+void sn_events_backward(SN_BACKWARD_PARAMS) {
+#pragma omp parallel if (rows >= SN_PARALLEL_FROM)
     {
-        sn_arrival* arr = (sn_arrival*)malloc((size_t)(m + 1) * sizeof(sn_arrival));
-        sn_arrival* tmp = (sn_arrival*)malloc((size_t)(m + 1) * sizeof(sn_arrival));
-        real* before = (real*)calloc((size_t)(n_events * NS), sizeof(real));
-        real* after = (real*)calloc((size_t)(n_events * NS), sizeof(real));
-        real* cuts = (real*)malloc((size_t)((SN_INTEGRALS ? n_steps + 3 : 1) * (NS + 1)) * sizeof(real));
+        unsigned char* own = (unsigned char*)calloc((size_t)slab_bytes + 1, 1);
 #pragma omp for schedule(static)
         for (long long g = 0; g < groups; ++g) {
             for (long long b = g; b < B; b += groups) {
                 for (long long j = 0; j < N; ++j) {
                     long long r = b * N + j;
-                    real p[NP + 1];
-                    for (int q = 0; q < NP; ++q) p[q] = params[q * N + j];
-                    long long n_arr = sn_arrivals(pre + b * m, weight + j * n_in,
-                                                  delay + j * n_in, n_in, k_in, t_end, arr, tmp);
-                    sn_adjoint a = {p, times + r * k_out, store + r * k_out * NSTORE,
-                                    own_b + r * k_out, counts[r], t_end, dt,
-                                    grad_w + (g * N + j) * n_in, grad_d + (g * N + j) * n_in,
-                                    grad_p + g * NP * N + j, N, source_b + b * m, k_in};
-                    sn_neuron_backward(&a, arr, n_arr, before, after, cuts);
+                    if (r >= row0 && r < row0 + rows) sn_backward_row(r, own, SN_BACKWARD_NAMES);
                 }
             }
         }
-        free(arr);
-        free(tmp);
-        free(before);
-        free(after);
-        free(cuts);
+        free(own);
     }
 }
+#endif

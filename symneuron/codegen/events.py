@@ -1,28 +1,36 @@
-"""EventProp's kernels as C source: a layer's exact forward and its adjoint backward.
+"""EventProp's kernels as C or CUDA source: a layer's exact forward and its adjoint backward.
 
 A feedforward layer of a linear ODE neuron (its :class:`~symneuron.derivation.events.
-EventSpec` has a closed-form flow) runs as two exported C functions, one source per
-(neuron, synapse target, dtype, whether time-constant gradients are wanted):
+EventSpec` has a closed-form flow) runs as two exported functions, one source per
+(neuron, synapse target, dtype, whether time-constant gradients are wanted, backend):
 
-* ``sn_events_forward``: each (batch row, neuron) pair, in parallel, sorts its arrivals
-  (source spike times + delays, continuous), then runs steps of ``dt``: arrivals applied
-  at their exact times inside the step, the closed-form flow between breakpoints, a
-  threshold crossing located inside a sub-interval to rounding (split at the zero of ġ,
-  then Newton's method kept in its bracket), reset and run on, so a neuron may spike
-  several times in a step. Per spike it stores its time, the states the derived jump
-  still contains (:attr:`EventSpec.store`) and ġ⁻ (for the grazing report).
+* ``sn_events_forward``: each (batch row, neuron) pair, in parallel, takes its arrivals
+  (source spike times + delays, continuous) in time order, then runs steps of ``dt``:
+  arrivals applied at their exact times inside the step, the closed-form flow between
+  breakpoints, a threshold crossing located inside a sub-interval to rounding (split at
+  the zero of ġ, then Newton's method kept in its bracket), reset and run on, so a
+  neuron may spike several times in a step. Per spike it stores its time, the states
+  the derived jump still contains (:attr:`EventSpec.store`) and ġ⁻ (for the grazing
+  report).
 * ``sn_events_backward``: per neuron, its events in reverse: λ(t − s) = Φ(s)ᵀλ(t) between
   them, the derived jump at a spike with B = −dL/dt_k, and at an arrival dL/dw += λ·∂m/∂w,
   dL/dd −= Q, B_source += Q; ∫λ·∂f/∂θ dt by 8-point Gauss–Legendre on pieces of at most
   ``dt`` when time-constant gradients are wanted (the states between events are then
   replayed from the stored spikes). Batch rows are split into a fixed number of groups,
-  each with its own dL/dW, dL/dD and dL/dθ rows (summed by the caller), so the result
-  does not depend on the thread count.
+  each with its own dL/dW, dL/dD and dL/dθ rows (summed by the caller): in C one thread
+  runs a group's rows in order, so the result does not depend on the thread count; in
+  CUDA each (row, neuron) pair is a thread and adds into its group's rows atomically.
 
-The skeleton (``event_skeleton.c``, beside this module) is the same for every neuron;
-everything model-specific is printed from the spec (:mod:`.event_functions`). Its two
-parameter lists come from :data:`FORWARD_ARGS` and :data:`BACKWARD_ARGS`, which the
-runtime packs by name.
+A neuron's arrivals come in time order through its sample's ``order`` (the runtime's
+stable sort of the sample's spike times) where its delays are equal along its row, with
+no list and no sorting; else the row sorts its own list in its scratch.
+
+The skeleton (``event_skeleton.c``, beside this module) is the same for every neuron and
+both languages; everything model-specific is printed from the spec
+(:mod:`.event_functions`), everything language-specific is a word of :data:`LANGUAGES`
+defined in the header and the two entry points at the skeleton's end (an OpenMP loop in
+C, one thread per pair in CUDA). Its two parameter lists come from :data:`FORWARD_ARGS`
+and :data:`BACKWARD_ARGS`, which the runtime packs by name.
 """
 
 from __future__ import annotations
@@ -36,11 +44,18 @@ from ..definition import Definition
 from ..derivation.events import EventSpec
 from .event_functions import EventFunctions, event_functions
 
-__all__ = ["KernelArg", "FORWARD_ARGS", "BACKWARD_ARGS", "EventSource", "render_events"]
+__all__ = [
+    "KernelArg",
+    "FORWARD_ARGS",
+    "BACKWARD_ARGS",
+    "EventSource",
+    "LANGUAGES",
+    "render_events",
+    "scratch_bytes",
+]
 
 #: the C compute type of each dtype the EventProp kernels take
 COMPUTE = {"float32": "float", "float64": "double"}
-_LIMITS = {"float": ("FLT_EPSILON", "FLT_MIN"), "double": ("DBL_EPSILON", "DBL_MIN")}
 #: Newton and bisection steps at most per root (far more than rounding needs)
 ITERATIONS = 200
 #: (batch row, neuron) pairs from which a layer's kernels run on several threads: below,
@@ -73,24 +88,66 @@ def _args(text: str) -> tuple[KernelArg, ...]:
 _SHARED = (
     "const real* pre, const real* weight, const real* delay, const real* params, "
     "const real* scalars, long long B, long long N, long long n_in, long long k_in, "
-    "long long k_out, long long n_steps"
+    "long long k_out, long long n_steps, const long long* order, unsigned char* scratch, "
+    "long long slab_bytes, long long row0, long long rows"
 )
 #: ``pre`` [B, n_in, k_in] (+inf padded), ``weight``/``delay`` [N, n_in], ``params``
-#: [NP, N] (the spec's order), ``scalars`` (t_end, dt); out: ``times`` [B, N, k_out]
-#: (+inf past the count), ``store`` [B, N, k_out, NSTORE], ``rate`` (ġ⁻) [B, N, k_out],
-#: ``counts`` [B, N] (may exceed k_out: run again with more slots), ``status`` [B, N]
-#: (1 where a reset did not leave the threshold)
+#: [NP, N] (the spec's order), ``scalars`` (t_end, dt); ``order`` [B, n_in·k_in] each
+#: sample's spikes in time order (a stable sort of ``pre``), given only where every
+#: neuron's delays are equal along its row (null: each row sorts its own arrivals);
+#: ``scratch`` (CUDA) ``slab_bytes`` bytes per row of the launch (:func:`scratch_bytes`;
+#: C takes as many per thread itself); the launch runs rows [row0, row0 + rows) of the
+#: B·N (sample, neuron) rows. Out: ``times`` [B, N, k_out] (+inf past the count),
+#: ``store`` [B, N, k_out, NSTORE], ``rate`` (ġ⁻) [B, N, k_out], ``counts`` [B, N] (may
+#: exceed k_out: run again with more slots), ``status`` [B, N] (1 where a reset did not
+#: leave the threshold)
 FORWARD_ARGS = _args(
     _SHARED + ", real* times, real* store, real* rate, long long* counts, long long* status"
 )
 #: the forward's inputs and what it returned, ``own_b`` [B, N, k_out] (B = −dL/dt_k);
 #: out (zeroed by the caller): ``grad_w``/``grad_d`` [groups, N, n_in], ``grad_p``
-#: [groups, NP, N], ``source_b`` [B, n_in, k_in] (Σ Q per presynaptic spike)
+#: [groups, NP, N] (sample b adds into group b mod groups), ``source_b`` [B, n_in, k_in]
+#: (Σ Q per presynaptic spike); ``grad_d`` and ``source_b`` may be null (not wanted)
 BACKWARD_ARGS = _args(
     _SHARED + ", long long groups, const real* times, const real* store, "
     "const long long* counts, const real* own_b, real* grad_w, real* grad_d, real* grad_p, "
     "real* source_b"
 )
+
+
+class Language(NamedTuple):
+    """The words of one language in the skeleton: its headers, function qualifiers
+    (``SN_FN``, ``SN_INLINE``, ``SN_CONST``), +inf, and how a row adds into a gradient
+    shared with other rows (``SN_ADD``: C's rows of one group run on one thread, CUDA's
+    on many)."""
+
+    includes: tuple[str, ...]
+    fn: str
+    inline: str
+    const: str
+    inf: str
+    add: str
+
+
+#: backend -> the skeleton's words in its language
+LANGUAGES = {
+    "cpu": Language(
+        ("#include <math.h>", "#include <stdlib.h>"),
+        "static",
+        "static inline",
+        "static const",
+        "((real)INFINITY)",
+        "((ref) += (value))",
+    ),
+    "cuda": Language(
+        (),
+        "static __device__",
+        "static __device__ __forceinline__",
+        "static __device__ const",
+        "((real)__int_as_float(0x7f800000))",
+        "atomicAdd(&(ref), (value))",
+    ),
+}
 
 
 class EventSource(NamedTuple):
@@ -113,40 +170,58 @@ def _floats(values: np.ndarray) -> str:
     return "{" + ", ".join(repr(float(v)) for v in values) + "}"
 
 
-def _header(fns: EventFunctions, compute: str, integrals: bool) -> list[str]:
-    eps, tiny = _LIMITS[compute]
+def _names(args: tuple[KernelArg, ...]) -> str:
+    return ", ".join(a.name for a in args)
+
+
+def _limit(value: float) -> str:
+    return f"((real){float(value)!r})"
+
+
+def _header(fns: EventFunctions, compute: str, integrals: bool, language: Language) -> list[str]:
+    limits = np.finfo(np.float32 if compute == "float" else np.float64)
     nodes, weights = np.polynomial.legendre.leggauss(8)
     store = ", ".join(str(i) for i in (*fns.store, 0))
     return [
-        "#include <float.h>",
-        "#include <math.h>",
-        "#include <stdlib.h>",
-        "#include <string.h>",
+        *language.includes,
         f"typedef {compute} real;",
+        f"#define SN_CUDA {int(language is LANGUAGES['cuda'])}",
+        f"#define SN_FN {language.fn}",
+        f"#define SN_INLINE {language.inline}",
+        f"#define SN_CONST {language.const}",
+        f"#define SN_INF {language.inf}",
+        f"#define SN_ADD(ref, value) {language.add}",
         f"#define NS {fns.states}",
         f"#define NP {fns.params}",
         f"#define NSTORE {len(fns.store)}",
         f"#define PARTS {1 if fns.states == 2 else PARTS}",
         f"#define SN_ITERATIONS {ITERATIONS}",
         f"#define SN_PARALLEL_FROM {PARALLEL_FROM}",
-        f"#define SN_EPS {eps}",
-        f"#define SN_TINY {tiny}",
+        f"#define SN_EPS {_limit(limits.eps)}",
+        f"#define SN_TINY {_limit(limits.tiny)}",
         f"#define SN_INTEGRALS {int(integrals)}",
         f"#define SN_REPLAY {int(integrals or fns.replay)}",
         f"#define SN_GAUSS_NODES {_floats(nodes)}",
         f"#define SN_GAUSS_WEIGHTS {_floats(weights)}",
         f"#define SN_FORWARD_PARAMS {_params(FORWARD_ARGS)}",
+        f"#define SN_FORWARD_NAMES {_names(FORWARD_ARGS)}",
         f"#define SN_BACKWARD_PARAMS {_params(BACKWARD_ARGS)}",
-        f"static const int sn_store[NSTORE + 1] = {{{store}}};",
+        f"#define SN_BACKWARD_NAMES {_names(BACKWARD_ARGS)}",
+        f"SN_CONST int sn_store[NSTORE + 1] = {{{store}}};",
     ]
 
 
 def render_events(
-    definition: Definition, spec: EventSpec, dtype: str, integrals: bool = False
+    definition: Definition,
+    spec: EventSpec,
+    dtype: str,
+    integrals: bool = False,
+    backend: str = "cpu",
 ) -> EventSource:
-    """The C source of ``spec``'s EventProp kernels in ``dtype`` (``"float32"`` or
-    ``"float64"``); ``integrals``: the backward adds ∫λ·∂f/∂θ dt (time-constant
-    gradients; it then replays each neuron's states between events).
+    """The source of ``spec``'s EventProp kernels in ``dtype`` (``"float32"`` or
+    ``"float64"``) for ``backend`` (``"cpu"``: C, ``"cuda"``: CUDA C++ for NVRTC);
+    ``integrals``: the backward adds ∫λ·∂f/∂θ dt (time-constant gradients; it then
+    replays each neuron's states between events).
 
     >>> import sympy as sp, symneuron as sn
     >>> tau_m, tau_s, I = sp.symbols("tau_m tau_s I")
@@ -155,12 +230,40 @@ def render_events(
     >>> src = render_events(lif, lif.events(), "float32")
     >>> "typedef float real;" in src.text and "void sn_events_backward(" in src.text
     True
+    >>> "#define SN_CUDA 1" in render_events(lif, lif.events(), "float32", backend="cuda").text
+    True
     """
     if dtype not in COMPUTE:
         raise TypeError(f"The EventProp kernels take {sorted(COMPUTE)}, not {dtype!r}.")
+    if backend not in LANGUAGES:
+        raise ValueError(f"The EventProp kernels run on {sorted(LANGUAGES)}, not {backend!r}.")
     compute = COMPUTE[dtype]
     fns = event_functions(definition, spec, compute)
     integrals = integrals and fns.integrands
     skeleton = resources.files(__package__).joinpath("event_skeleton.c").read_text()
-    text = "\n".join([*_header(fns, compute, integrals), "", fns.source, "", skeleton])
+    header = _header(fns, compute, integrals, LANGUAGES[backend])
+    text = "\n".join([*header, "", fns.source, "", skeleton])
     return EventSource(text, fns, integrals)
+
+
+def arrival_bytes(dtype: str) -> int:
+    """The bytes of one ``sn_arrival`` (time, weight, source index)."""
+    return 2 * np.dtype(dtype).itemsize + 8
+
+
+def scratch_bytes(
+    source: EventSource, dtype: str, n_in_slots: int, k_out: int, n_steps: int, sorting: bool
+) -> dict[str, int]:
+    """The scratch bytes one row takes in each pass (``"forward"``, ``"backward"``),
+    rounded up to 16: a list of 2 (n_in·k_in + 1) arrivals to sort into (``sorting``: no
+    ``order`` given), and in the backward the states before and after each event
+    (n_in·k_in + k_out + 1 events where the backward replays the forward, else 1) and the
+    integral's pieces (n_steps + 3 of NS + 1 values, with time-constant integrals)."""
+    real = np.dtype(dtype).itemsize
+    states = source.functions.states
+    listed = 2 * (n_in_slots + 1) * arrival_bytes(dtype) if sorting else 0
+    replay = source.integrals or source.functions.replay
+    events = n_in_slots + k_out + 1 if replay else 1
+    cuts = (n_steps + 3 if source.integrals else 1) * (states + 1)
+    backward = listed + (2 * events * states + cuts) * real
+    return {"forward": -(-listed // 16) * 16, "backward": -(-backward // 16) * 16}

@@ -1,10 +1,20 @@
-"""EventProp's compiled kernels on the CPU: a layer's exact forward and adjoint backward.
+"""EventProp's compiled kernels, on the CPU or on a CUDA GPU: a layer's exact forward and
+adjoint backward.
 
 :func:`event_kernels` returns the :class:`EventKernels` of a (neuron, synapse target,
-dtype) triple, one per process: its source rendered by :mod:`symneuron.codegen.events`,
-compiled by the system C compiler (:mod:`.cpu`, cached on disk by the source's hash)
-the first time a pass runs. A launch packs its values by the names of
-:data:`~symneuron.codegen.events.FORWARD_ARGS` / ``BACKWARD_ARGS``.
+dtype, backend) quadruple, one per process: its source rendered by
+:mod:`symneuron.codegen.events` in the backend's language, compiled the first time a pass
+runs (C by the system compiler, :mod:`.cpu`; CUDA by NVRTC, :mod:`.cuda`; both cached on
+disk by the source's hash). The backend follows the tensors' device. A launch packs its
+values by the names of :data:`~symneuron.codegen.events.FORWARD_ARGS` /
+``BACKWARD_ARGS``.
+
+Arrival order: where every neuron's delays are equal along its row (no delays, or
+delays not yet trained apart), each sample's spikes are sorted once
+(:func:`arrival_order`) and every neuron reads its arrivals through that order; else each
+(sample, neuron) row sorts its own in its scratch. On CUDA a row's scratch is a slab of
+one buffer of at most :data:`SCRATCH` bytes, so a launch whose rows need more runs them
+in waves (one thread per row, :data:`BLOCK` a block).
 
 Spike slots: the forward writes at most ``capacity`` spikes per neuron and counts on
 past it; when a neuron spiked more often, it runs again with as many slots as the most
@@ -20,31 +30,69 @@ from typing import NamedTuple
 
 import torch
 
-from ..codegen.events import BACKWARD_ARGS, FORWARD_ARGS, KernelArg, render_events
+from ..codegen.events import (
+    BACKWARD_ARGS,
+    FORWARD_ARGS,
+    EventSource,
+    KernelArg,
+    render_events,
+    scratch_bytes,
+)
 from ..definition import Definition
 from ..derivation.events import EventSpec
 from ..memo import BoundedTable
-from . import cpu
+from ..signature import Geometry
+from . import cpu, cuda
 
-__all__ = ["EventKernels", "LayerInputs", "Spikes", "Gradients", "event_kernels", "GROUPS"]
+__all__ = [
+    "EventKernels",
+    "LayerInputs",
+    "Spikes",
+    "Gradients",
+    "arrival_order",
+    "event_kernels",
+    "GROUPS",
+    "SCRATCH",
+]
 
 #: batch rows are split into at most this many groups in the backward, each with its own
 #: gradient rows (so the sums do not depend on the number of threads)
 GROUPS = 16
 _DTYPES = {torch.float32: "float32", torch.float64: "float64"}
+#: the bytes of scratch one CUDA launch may take (its rows' slabs; more rows run in waves)
+SCRATCH = 256 << 20
+#: threads per block of a CUDA launch (one per (sample, neuron) row)
+BLOCK = 128
+#: device type -> the runtime that compiles and launches there
+_RUNTIMES = {"cpu": cpu, "cuda": cuda}
+
+
+#: a launch's values by argument name
+Values = dict[str, torch.Tensor | int | None]
+
+
+def arrival_order(pre: torch.Tensor, delay: torch.Tensor) -> torch.Tensor | None:
+    """Each sample's spikes in time order, [B, n_in·K_in] (a stable sort: ties keep the
+    source, then slot, order), where every row of ``delay`` holds one value; else None
+    (each row then sorts its own arrivals)."""
+    if delay.numel() and not bool((delay == delay[:, :1]).all()):
+        return None
+    return torch.argsort(pre.reshape(pre.shape[0], -1), dim=1, stable=True)
 
 
 class LayerInputs(NamedTuple):
-    """A layer's kernel inputs, contiguous in one dtype: presynaptic spike times ``pre``
-    [B, n_in, K_in] (+inf padded), ``weight`` and ``delay`` [N, n_in], ``params``
-    [NP, N] (every param, the spec's order: :meth:`EventKernels.params`)."""
+    """A layer's kernel inputs, contiguous in one dtype on one device: presynaptic spike
+    times ``pre`` [B, n_in, K_in] (+inf padded), ``weight`` and ``delay`` [N, n_in],
+    ``params`` [NP, N] (every param, the spec's order: :meth:`EventKernels.params`) and
+    the samples' arrival ``order`` (:func:`arrival_order`)."""
 
     pre: torch.Tensor
     weight: torch.Tensor
     delay: torch.Tensor
     params: torch.Tensor
+    order: torch.Tensor | None = None
 
-    def values(self, times: tuple[float, float]) -> dict[str, torch.Tensor | int]:
+    def values(self, times: tuple[float, float]) -> Values:
         """The launch values both passes share, by argument name."""
         batch, n_in, k_in = self.pre.shape
         return {
@@ -78,16 +126,20 @@ class Gradients(NamedTuple):
     source_b: torch.Tensor
 
 
-def _packed(args: tuple[KernelArg, ...], values: Mapping[str, torch.Tensor | int]) -> list[int]:
-    """The launch's values in the kernel's argument order: tensors as addresses."""
+def _packed(
+    args: tuple[KernelArg, ...], values: Mapping[str, torch.Tensor | int | None]
+) -> list[int]:
+    """The launch's values in the kernel's argument order: tensors as addresses (None as
+    a null pointer)."""
     out = []
     for arg in args:
         value = values[arg.name]
         if arg.pointer:
-            assert isinstance(value, torch.Tensor) and value.is_contiguous(), arg.name
-            out.append(value.data_ptr())
+            assert value is None or (isinstance(value, torch.Tensor) and value.is_contiguous())
+            out.append(0 if value is None else value.data_ptr())
         else:
-            out.append(int(value))
+            assert isinstance(value, int), arg.name
+            out.append(value)
     return out
 
 
@@ -95,25 +147,63 @@ def _kinds(args: tuple[KernelArg, ...]) -> str:
     return "".join("P" if arg.pointer else "q" for arg in args)
 
 
-class EventKernels:
-    """One neuron's EventProp kernels in one dtype: compiled on first use of each
-    backward flavour (with or without ∫λ·∂f/∂θ), launched on CPU tensors."""
+def _tensor(values: Values, name: str) -> torch.Tensor:
+    value = values[name]
+    assert isinstance(value, torch.Tensor), name
+    return value
 
-    def __init__(self, definition: Definition, spec: EventSpec, dtype: str) -> None:
-        self.definition, self.spec, self.dtype = definition, spec, dtype
+
+class EventKernels:
+    """One neuron's EventProp kernels in one dtype for one backend (``"cpu"`` or
+    ``"cuda"``): compiled on first use of each backward flavour (with or without
+    ∫λ·∂f/∂θ) and device, launched on that backend's tensors."""
+
+    def __init__(self, definition: Definition, spec: EventSpec, dtype: str, backend: str) -> None:
+        self.definition, self.spec, self.dtype, self.backend = definition, spec, dtype, backend
         self.names = list(spec.params)
         self.store = len(spec.store)
-        self._launchers: dict[tuple[str, bool], cpu.Launch] = {}
+        self._runtime = _RUNTIMES[backend]
+        self._launchers: dict[tuple[str, bool, int], cpu.Launch] = {}
+        self._sources: dict[bool, EventSource] = {}
 
-    def launcher(self, name: str, integrals: bool) -> cpu.Launch:
-        """The launch function of ``sn_events_<name>`` (from the source ``integrals``
-        selects; the forward is the same in both)."""
-        key = (name, integrals)
+    def source(self, integrals: bool) -> EventSource:
+        """The rendered source (``integrals`` selects the backward's flavour; the forward
+        is the same in both), rendered once."""
+        if integrals not in self._sources:
+            self._sources[integrals] = render_events(
+                self.definition, self.spec, self.dtype, integrals, self.backend
+            )
+        return self._sources[integrals]
+
+    def launcher(self, name: str, integrals: bool, device: int = -1) -> cpu.Launch:
+        """The launch function of ``sn_events_<name>`` on ``device`` (-1: the CPU)."""
+        key = (name, integrals, device)
         if key not in self._launchers:
-            source = render_events(self.definition, self.spec, self.dtype, integrals)
-            library = cpu.load(source.text)
-            self._launchers[key] = cpu.launcher(library, f"sn_events_{name}")
+            module = self._runtime.load(self.source(integrals).text, device)
+            self._launchers[key] = self._runtime.launcher(module, f"sn_events_{name}", device)
         return self._launchers[key]
+
+    def _run(
+        self, name: str, integrals: bool, values: Values, slab: int, like: torch.Tensor
+    ) -> None:
+        """Launch ``sn_events_<name>`` over every (sample, neuron) row: in C one call (each
+        thread takes ``slab`` bytes of scratch itself), in CUDA one thread per row with
+        its slab of one buffer, in waves of rows whose slabs fit :data:`SCRATCH`."""
+        args = FORWARD_ARGS if name == "forward" else BACKWARD_ARGS
+        total = _int(values["B"]) * _int(values["N"])
+        values["slab_bytes"] = slab
+        if self.backend == "cpu":
+            values.update({"scratch": None, "row0": 0, "rows": total})
+            self.launcher(name, integrals)(_kinds(args), _packed(args, values), None)
+            return
+        launch = self.launcher(name, integrals, like.device.index or 0)
+        wave = max(1, min(total, SCRATCH // slab)) if slab else max(1, total)
+        values["scratch"] = torch.zeros(wave * slab, dtype=torch.uint8, device=like.device)
+        for row0 in range(0, total, wave):
+            rows = min(wave, total - row0)
+            values.update({"row0": row0, "rows": rows})
+            geometry = Geometry(-(-rows // BLOCK), BLOCK)
+            launch(_kinds(args), _packed(args, values), geometry)
 
     def params(self, given: Mapping[str, torch.Tensor], n: int, like: torch.Tensor) -> torch.Tensor:
         """[NP, n] in the spec's order: the given params, the rest at their defaults."""
@@ -124,33 +214,40 @@ class EventKernels:
         ]
         return torch.stack(rows).contiguous() if rows else like.new_zeros((0, n))
 
+    def _scratch(
+        self, inputs: LayerInputs, k_out: int, n_steps: int, integrals: bool
+    ) -> dict[str, int]:
+        _, n_in, k_in = inputs.pre.shape
+        source = self.source(integrals)
+        sorting = inputs.order is None
+        return scratch_bytes(source, self.dtype, n_in * k_in, k_out, n_steps, sorting)
+
     def forward(self, inputs: LayerInputs, times: tuple[float, float], capacity: int = 4) -> Spikes:
         """The layer's spikes up to ``times[0]`` in steps of ``times[1]``; ``capacity``:
         the slots the first run gives each neuron."""
         pre = inputs.pre
         batch, n = pre.shape[0], inputs.weight.shape[0]
         values = inputs.values(times)
-        values["counts"] = torch.zeros((batch, n), dtype=torch.int64)
-        values["status"] = torch.zeros((batch, n), dtype=torch.int64)
-        launch = self.launcher("forward", False)
+        values["counts"] = torch.zeros((batch, n), dtype=torch.int64, device=pre.device)
+        values["status"] = torch.zeros((batch, n), dtype=torch.int64, device=pre.device)
         slots = max(1, capacity)
+        slab = self._scratch(inputs, slots, _int(values["n_steps"]), False)["forward"]
         while True:
             values["k_out"] = slots
             values["times"] = pre.new_empty((batch, n, slots))
             values["store"] = pre.new_zeros((batch, n, slots, self.store))
             values["rate"] = pre.new_zeros((batch, n, slots))
-            launch(_kinds(FORWARD_ARGS), _packed(FORWARD_ARGS, values), None)
-            counts = values["counts"]
-            assert isinstance(counts, torch.Tensor)
+            self._run("forward", False, values, slab, pre)
+            counts = _tensor(values, "counts")
             most = int(counts.max()) if counts.numel() else 0
             if most <= slots:
                 break
             slots = most
-        if bool(torch.as_tensor(values["status"]).any()):
+        if bool(_tensor(values, "status").any()):
             raise RuntimeError("A reset did not leave the threshold (g(h(x)) ≥ 0) at a spike.")
         keep = max(1, most)
         times_, store, rate = (
-            torch.as_tensor(values[k])[:, :, :keep].contiguous() for k in ("times", "store", "rate")
+            _tensor(values, k)[:, :, :keep].contiguous() for k in ("times", "store", "rate")
         )
         return Spikes(times_, store, rate, counts)
 
@@ -161,16 +258,20 @@ class EventKernels:
         spikes: Spikes,
         own_b: torch.Tensor,
         integrals: bool = False,
+        wanted: tuple[bool, bool] = (True, True),
     ) -> Gradients:
         """The layer's gradients given each of its spikes' B = −dL/dt_k (``own_b``
-        [B, N, K]); ``integrals``: add ∫λ·∂f/∂θ dt to dL/dθ (time constants)."""
+        [B, N, K]); ``integrals``: add ∫λ·∂f/∂θ dt to dL/dθ (time constants);
+        ``wanted``: whether the delays' gradient and Σ Q per input spike are (each left
+        zero where not: the kernels skip their sums)."""
         pre = inputs.pre
         (batch, n_in, k_in), n = pre.shape, inputs.weight.shape[0]
         groups = max(1, min(batch, GROUPS))
         values = inputs.values(times)
+        k_out = spikes.times.shape[2]
         values.update(
             {
-                "k_out": spikes.times.shape[2],
+                "k_out": k_out,
                 "groups": groups,
                 "times": spikes.times,
                 "store": spikes.store,
@@ -182,18 +283,41 @@ class EventKernels:
                 "source_b": pre.new_zeros((batch, n_in, k_in)),
             }
         )
-        launch = self.launcher("backward", integrals)
-        launch(_kinds(BACKWARD_ARGS), _packed(BACKWARD_ARGS, values), None)
-        grad_w, grad_d, grad_p = (
-            torch.as_tensor(values[k]).sum(0) for k in ("grad_w", "grad_d", "grad_p")
-        )
-        return Gradients(grad_w, grad_d, grad_p, torch.as_tensor(values["source_b"]))
+        sums = {"grad_d": values["grad_d"], "source_b": values["source_b"]}
+        for (name, value), want in zip(sums.items(), wanted, strict=True):
+            values[name] = value if want else None
+        slab = self._scratch(inputs, k_out, _int(values["n_steps"]), integrals)["backward"]
+        self._run("backward", integrals, values, slab, pre)
+        values.update(sums)
+        grad_w, grad_d, grad_p = (_tensor(values, k).sum(0) for k in ("grad_w", "grad_d", "grad_p"))
+        return Gradients(grad_w, grad_d, grad_p, _tensor(values, "source_b"))
 
 
-#: kernels by (definition, its ODEs' text, target, dtype)
-_KERNELS: BoundedTable[tuple[Definition, str, str | None, str], EventKernels] = BoundedTable(
+def _int(value: torch.Tensor | int | None) -> int:
+    assert isinstance(value, int)
+    return value
+
+
+#: kernels by (definition, its ODEs' text, target, dtype, backend)
+_KERNELS: BoundedTable[tuple[Definition, str, str | None, str, str], EventKernels] = BoundedTable(
     32, "runtime.events.kernels"
 )
+
+
+def _available(backend: str) -> None:
+    """Raise where ``backend``'s kernels cannot be built or run here, with the reason."""
+    if backend not in _RUNTIMES:
+        raise ValueError(
+            f"The EventProp kernels run on {sorted(_RUNTIMES)} tensors, not {backend!r} ones; "
+            "move the input times and the layers' tensors to one of those."
+        )
+    if backend == "cpu" and not cpu.available():
+        raise RuntimeError(cpu.problem())
+    if backend == "cuda" and not cuda.available():
+        raise RuntimeError(
+            "The CUDA EventProp kernels need torch to see a CUDA device and CuPy (NVRTC): "
+            "pip install 'symneuron[cuda]'."
+        )
 
 
 def event_kernels(
@@ -202,16 +326,20 @@ def event_kernels(
     system_text: str,
     target: str | None,
     dtype: torch.dtype,
+    device: torch.device | str = "cpu",
 ) -> EventKernels:
     """The memoised :class:`EventKernels` of ``definition`` (whose derived spec is
-    ``spec``, from the ODEs ``system_text``) for spike inputs into ``target``."""
+    ``spec``, from the ODEs ``system_text``) for spike inputs into ``target``, for
+    tensors of ``dtype`` on ``device`` (its type picks the backend)."""
     if dtype not in _DTYPES:
         raise TypeError(
             f"The EventProp kernels take float32 or float64 tensors, not {dtype}; "
             "cast the input times and the layers' tensors."
         )
-    if not cpu.available():
-        raise RuntimeError(cpu.problem())
-    key = (definition, system_text, target, _DTYPES[dtype])
+    backend = torch.device(device).type
+    _available(backend)
+    key = (definition, system_text, target, _DTYPES[dtype], backend)
     found = _KERNELS.get(key)
-    return found if found is not None else _KERNELS.put(key, EventKernels(definition, spec, key[3]))
+    if found is not None:
+        return found
+    return _KERNELS.put(key, EventKernels(definition, spec, key[3], backend))
