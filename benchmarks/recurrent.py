@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""One SGD training step of a recurrent spiking network, built six ways (:data:`ROWS`),
+"""One SGD training step of a recurrent spiking network, built several ways (:data:`ROWS`),
 eager and graphed, after a float64 check of each row's loss and gradients against
 ``torch``'s; the network, the rows and the timing: ``docs/performance_recurrent.md``.
+``floor`` rows run no neuron: only the products a recurrent layer cannot avoid, one
+cuBLAS call each (:class:`FloorProducts`), in float32, TF32 and under ``--amp bf16``.
 
     python3 benchmarks/recurrent.py                          # on a GPU: the four configs
+    python3 benchmarks/recurrent.py --sweep --amp fp32,bf16  # every size, batch and T
     python3 benchmarks/recurrent.py --device cpu --quick     # CPU smoke test, tiny sizes
 """
 
@@ -34,7 +37,15 @@ ROWS = [
     "torch",
     "spikingjelly",
     "torch.compile",
+    "floor",
+    "floor-tf32",
 ]
+#: rows that run no neuron (no firing rate, no gradient check against the loop's)
+FLOORS = ("floor", "floor-tf32")
+#: the rows a speed-up is taken against (the best of them graphed, the best eager)
+PEERS = ("torch", "spikingjelly", "torch.compile")
+#: ``--sweep``: every size, batch and sequence length of the issue's grid
+SIZES, BATCHES, LENGTHS = (128, 256, 512, 1024, 2048, 4096), (16, 64, 256), (100, 500)
 CONFIGS = [(64, 256, 100), (64, 256, 500), (64, 256, 1000), (256, 1024, 100)]  # (B, H, T)
 QUICK = [(4, 16, 20), (8, 32, 30)]
 CHECK = (4, 24, 30)  # the gradient check's configuration
@@ -104,9 +115,58 @@ class Loop(nn.Module):
         self.cell.reset()
 
 
+class FloorProducts(torch.autograd.Function):
+    """No neuron, only a recurrent layer's unavoidable products, one cuBLAS call each:
+    forward ``x[t] + s[t−1]·Wᵀ`` for every t (s a fixed spike train: the products do not
+    depend on the values); backward ``g[t]·W`` for every t, then ∂L/∂W over all steps in
+    one product. Autocast applies to them as to ``nn.Linear``."""
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda")
+    def forward(ctx: Any, x_seq: torch.Tensor, weight: torch.Tensor, s_seq: torch.Tensor) -> Any:
+        out, prev = [], torch.zeros_like(s_seq[0])
+        for t in range(x_seq.shape[0]):
+            out.append(torch.addmm(x_seq[t], prev.to(x_seq.dtype), weight.t().to(x_seq.dtype)))
+            prev = s_seq[t]
+        ctx.save_for_backward(weight, s_seq)
+        return torch.stack(out)
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        weight, s_seq = ctx.saved_tensors
+        w, into = weight.to(grad.dtype), torch.empty_like(grad)
+        for t in range(grad.shape[0] - 1, -1, -1):
+            torch.mm(grad[t], w, out=into[t])  # dL/ds[t−1] (the loop's product, kept)
+        before = torch.cat([torch.zeros_like(s_seq[:1]), s_seq[:-1]]).to(grad.dtype)
+        grad_w = grad.flatten(0, 1).t() @ before.flatten(0, 1)
+        return grad, grad_w.to(weight.dtype), None
+
+
+class Floor(nn.Module):
+    """:class:`FloorProducts` over a spike train firing on TARGET_RATE of neuron-steps."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.w = nn.Linear(size, size, bias=False)
+        self.s_seq: torch.Tensor | None = None
+
+    def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
+        if self.s_seq is None or self.s_seq.shape != x_seq.shape:
+            gen = torch.Generator(device=x_seq.device).manual_seed(5)
+            drawn = torch.rand(x_seq.shape, generator=gen, device=x_seq.device)
+            self.s_seq = (drawn < TARGET_RATE).to(self.w.weight.dtype)
+        return FloorProducts.apply(x_seq, self.w.weight, self.s_seq)
+
+    def reset(self) -> None:
+        pass
+
+
 def recurrent_layer(row: str, size: int) -> nn.Module:
     """The row's layer [T, B, H] -> spikes [T, B, H] (raises ImportError for SpikingJelly)."""
     lif = sn.models.LIF(tau=TAU)
+    if row in FLOORS:
+        return Floor(size)
     if row == "feedforward":
         return sn.NeuronLayer(lif)
     if row in ("symneuron", "symneuron-rows"):
@@ -154,9 +214,18 @@ class Net(nn.Module):
 class Case:
     """One configuration's inputs: x, labels and the recurrent weight, on ``device``."""
 
-    def __init__(self, batch: int, size: int, steps: int, device: str, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        batch: int,
+        size: int,
+        steps: int,
+        device: str,
+        dtype: torch.dtype,
+        amp: str = "fp32",
+    ) -> None:
         gen = torch.Generator().manual_seed(batch * 7919 + size * 31 + steps)
         self.size, self.seed, self.device, self.dtype = size, int(gen.initial_seed()), device, dtype
+        self.amp = amp  # "bf16": forward under torch.autocast (bfloat16)
         self.spikes = (torch.rand(steps, batch, INPUTS, generator=gen) < P_IN).to(device, dtype)
         self.y = torch.randint(CLASSES, (batch,), generator=gen).to(device)
         bound = 1 / size**0.5  # nn.Linear's (and RecurrentNeuronLayer's) initial range
@@ -173,13 +242,19 @@ class Case:
         with torch.no_grad():
             for _ in range(20):
                 mid = (lo * hi) ** 0.5
-                lo, hi = (mid, hi) if rate(net, self.spikes * mid) < TARGET_RATE else (lo, mid)
+                below = rate(net, self.spikes * mid, self.amp) < TARGET_RATE
+                lo, hi = (mid, hi) if below else (lo, mid)
         return (lo * hi) ** 0.5
 
 
-def rate(net: Net, x: torch.Tensor) -> float:
+def autocast(amp: str, device: str) -> Any:
+    """``torch.autocast`` to bfloat16 for ``amp == "bf16"``, else nothing."""
+    return torch.autocast(device, dtype=torch.bfloat16, enabled=amp == "bf16")
+
+
+def rate(net: Net, x: torch.Tensor, amp: str = "fp32") -> float:
     """The recurrent layer's firing rate: spikes per neuron-step."""
-    with torch.no_grad():
+    with torch.no_grad(), autocast(amp, x.device.type):
         return float(net.spikes(x).float().mean())
 
 
@@ -189,7 +264,8 @@ def training_step(net: Net, case: Case) -> Callable[[], torch.Tensor]:
 
     def step() -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(net(case.x), case.y)
+        with autocast(case.amp, case.device):
+            loss = F.cross_entropy(net(case.x), case.y)
         loss.backward()
         opt.step()
         return loss
@@ -214,7 +290,7 @@ def check_gradients(device: str, rows: list[str]) -> dict[str, str]:
         return [loss.detach(), *(p.grad for _, p in sorted(net.named_parameters(), key=_param))]
 
     refused: dict[str, str] = {}
-    for row in [r for r in rows if r not in ("feedforward", "torch")]:
+    for row in [r for r in rows if r not in ("feedforward", "torch", *FLOORS)]:
         where = device
         try:
             try:
@@ -244,14 +320,17 @@ def _param(item: tuple[str, nn.Parameter]) -> str:
 @contextlib.contextmanager
 def kernels_of(row: str) -> Iterator[None]:
     """``symneuron-rows``: the fused layer with one block per batch row at every size
-    (the kernels the grid kernels replace from ``rows.GRID_FROM`` neurons)."""
-    saved = rows_runtime.GRID_FROM
+    (the kernels the grid kernels replace from ``rows.GRID_FROM`` neurons);
+    ``floor-tf32``: TF32 products (every other row: float32's)."""
+    saved, tf32 = rows_runtime.GRID_FROM, torch.backends.cuda.matmul.allow_tf32
     if row == "symneuron-rows":
         rows_runtime.GRID_FROM = {"forward": 2**62, "backward": 2**62}
+    torch.backends.cuda.matmul.allow_tf32 = row == "floor-tf32"
     try:
         yield
     finally:
         rows_runtime.GRID_FROM = saved
+        torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
 def time_row(case: Case, row: str, timer: core.Timer, args: argparse.Namespace) -> list[core.Rec]:
@@ -261,12 +340,13 @@ def time_row(case: Case, row: str, timer: core.Timer, args: argparse.Namespace) 
 
 
 def _time_row(case: Case, row: str, timer: core.Timer, args: argparse.Namespace) -> list[core.Rec]:
-    base = dict(B=case.x.shape[1], H=case.size, T=case.x.shape[0], row=row)
+    base = dict(B=case.x.shape[1], H=case.size, T=case.x.shape[0], amp=case.amp, row=row)
     net = case.net(row)
-    base["rate"] = fired = rate(net, case.x)
-    print(f"# B={base['B']} H={base['H']} T={base['T']} {row}: firing rate {fired:.3f}", flush=True)
+    base["rate"] = fired = None if row in FLOORS else rate(net, case.x, case.amp)
+    shown = "—" if fired is None else f"{fired:.3f}"
+    print(f"# {_config(base)} {row}: firing rate {shown}", flush=True)
     modes = ["eager", "graphed"] if timer.cuda else ["eager"]
-    if not RATE_RANGE[0] <= fired <= RATE_RANGE[1]:
+    if fired is not None and not RATE_RANGE[0] <= fired <= RATE_RANGE[1]:
         why = f"firing rate {fired:.3f} outside {RATE_RANGE[0]:.0%}–{RATE_RANGE[1]:.0%}"
         return [dict(base, mode=m, status="error", error=why) for m in modes]
     step, out = training_step(net, case), []
@@ -289,15 +369,13 @@ def copy_floor(case: Case, timer: core.Timer) -> core.Rec:
     """A device-to-device copy of the input, the least a step can cost."""
     dst = torch.empty_like(case.x)
     times = timer.events(lambda i: dst.copy_(case.x), 23)[3:]  # the first three warm up
-    return dict(
-        B=case.x.shape[1],
-        H=case.size,
-        T=case.x.shape[0],
-        row="input copy (floor)",
-        mode="eager",
-        status="ok",
-        step_ms=statistics.median(times) * 1e3,
-    )
+    shape = dict(B=case.x.shape[1], H=case.size, T=case.x.shape[0], amp=case.amp)
+    ms = statistics.median(times) * 1e3
+    return dict(shape, row="input copy", mode="eager", status="ok", rate=None, step_ms=ms)
+
+
+def _config(r: core.Rec) -> str:
+    return f"B={r['B']} H={r['H']} T={r['T']} {r.get('amp', 'fp32')}"
 
 
 def table(records: list[core.Rec]) -> str:
@@ -305,28 +383,80 @@ def table(records: list[core.Rec]) -> str:
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in records:
         cell = f"{r['step_ms']:.3f}" if r["status"] == "ok" else f"error: {r['error'][:60]}"
-        row = rows.setdefault((r["B"], r["H"], r["T"], r["row"]), {"rate": r.get("rate")})
+        key = (r["B"], r["H"], r["T"], r.get("amp", "fp32"), r["row"])
+        row = rows.setdefault(key, {"rate": r.get("rate")})
         row[r["mode"]] = cell.replace("|", "/").replace("\n", " ")
     body = [
         [
-            *map(str, key[:3]),
-            key[3],
+            *map(str, key[:4]),
+            key[4],
             "—" if v["rate"] is None else f"{v['rate']:.3f}",
             v.get("eager", "—"),
             v.get("graphed", "—"),
         ]
         for key, v in rows.items()
     ]
-    head = ["B", "H", "T", "row", "firing rate", "eager ms", "graphed ms"]
-    return core.md_table(head, body, "rrrlrrr")
+    head = ["B", "H", "T", "amp", "row", "firing rate", "eager ms", "graphed ms"]
+    return core.md_table(head, body, "rrrllrrr")
+
+
+def speedups(records: list[core.Rec]) -> list[core.Rec]:
+    """Per configuration and mode: symneuron's time against the best peer's and the
+    floor's (the floor of the same precision: float32's, or bf16's under autocast)."""
+    ms: dict[tuple[Any, ...], dict[str, float]] = {}
+    for r in records:
+        if r["status"] == "ok":
+            key = (r["B"], r["H"], r["T"], r.get("amp", "fp32"), r["mode"])
+            ms.setdefault(key, {})[r["row"]] = r["step_ms"]
+    out = []
+    for (b, h, t, amp, mode), rows in ms.items():
+        peers = [rows[p] for p in PEERS if p in rows]
+        if "symneuron" not in rows or not peers:
+            continue
+        mine = rows["symneuron"]
+        rec = dict(B=b, H=h, T=t, amp=amp, mode=mode, symneuron_ms=mine)
+        rec["best_peer_ms"], rec["speedup_vs_best_peer"] = min(peers), min(peers) / mine
+        if "floor" in rows:
+            rec["over_floor"] = mine / rows["floor"]
+        out.append(rec)
+    return out
+
+
+def plot_speedups(found: list[core.Rec], path: Path, title: str) -> None:
+    """Speed-up over the best peer against the layer's size, a line per batch, T,
+    precision and mode (graphed solid, eager dashed)."""
+    plt = core.pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    lines = sorted({(r["B"], r["T"], r["amp"], r["mode"]) for r in found})
+    for i, (b, t, amp, mode) in enumerate(lines):
+        mine = sorted(
+            (r["H"], r["speedup_vs_best_peer"])
+            for r in found
+            if (r["B"], r["T"], r["amp"], r["mode"]) == (b, t, amp, mode)
+        )
+        style = "-" if mode == "graphed" else "--"
+        ax.plot(
+            *zip(*mine, strict=True),
+            style,
+            marker="o",
+            color=f"C{i % 10}",
+            label=f"B={b} T={t} {amp} {mode}",
+        )
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("neurons of the recurrent layer")
+    ax.set_ylabel("best peer's ms / symneuron's ms")
+    ax.legend(fontsize=6, ncol=2)
+    core.save_figure(fig, path, title, dpi=110)
 
 
 def plot(records: list[core.Rec], path: Path, title: str) -> None:
     """Milliseconds per step of each row (eager, graphed hatched), one panel per config."""
-    plt, configs = core.pyplot(), list(dict.fromkeys((r["B"], r["H"], r["T"]) for r in records))
+    plt, configs = core.pyplot(), list(dict.fromkeys(_config(r) for r in records))
     fig, axes = plt.subplots(1, len(configs), figsize=(4.5 * len(configs), 4), squeeze=False)
     for ax, config in zip(axes[0], configs, strict=True):
-        mine = [r for r in records if (r["B"], r["H"], r["T"]) == config and r["status"] == "ok"]
+        mine = [r for r in records if _config(r) == config and r["status"] == "ok"]
         ms = {(r["row"], r["mode"]): r["step_ms"] for r in mine}
         names = list(dict.fromkeys(row for row, _ in ms))
         colors = [f"C{i}" for i in range(len(names))]
@@ -336,8 +466,17 @@ def plot(records: list[core.Rec], path: Path, title: str) -> None:
         ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=7)
         ax.set_yscale("log")
         ax.set_ylabel("ms per training step (hatched: CUDA graph)")
-        ax.set_title("B = {}, H = {}, T = {}".format(*config), fontsize=9)
+        ax.set_title(config, fontsize=9)
     core.save_figure(fig, path, title, dpi=110)
+
+
+def configurations(args: argparse.Namespace) -> list[tuple[int, int, int]]:
+    """(B, H, T) of the run: ``--configs``, the ``--sweep`` grid, QUICK or CONFIGS."""
+    if args.configs:
+        return [tuple(int(v) for v in c.split(",")) for c in args.configs.split(";")]  # type: ignore[misc]
+    if args.sweep:
+        return [(b, h, t) for t in LENGTHS for b in BATCHES for h in SIZES]
+    return QUICK if args.quick else CONFIGS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -349,6 +488,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--configs", default=None, help="B,H,T;B,H,T;... (default: the four of CONFIGS)")
     p.add_argument("--out", type=Path, default=None, help="default results/recurrent_<gpu>.json")
+    p.add_argument("--sweep", action="store_true", help="sizes x batches x T of SIZES etc.")
+    amps = core.csv_list(str, ["fp32", "bf16"])
+    p.add_argument("--amp", type=amps, default=["fp32"], help="fp32,bf16 (bf16: autocast)")
     args = p.parse_args(argv)
     args.steps = args.steps or (3 if args.quick else 20)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -361,26 +503,47 @@ def main(argv: list[str] | None = None) -> int:
             setattr(torch._dynamo.config, name, 64)
     refused = check_gradients(args.device, rows)
     timer, records = core.Timer(torch.device(args.device)), []
-    configs = QUICK if args.quick else CONFIGS
-    if args.configs:
-        configs = [tuple(int(v) for v in c.split(",")) for c in args.configs.split(";")]
-    for b, h, t in configs:
-        case = Case(b, h, t, args.device, torch.float32)
-        records.append(copy_floor(case, timer))
-        for row in rows:
-            why = refused.get(row)
-            records += (
-                time_row(case, row, timer, args)
-                if why is None
-                else [dict(B=b, H=h, T=t, row=row, mode="eager", status="error", error=why)]
-            )
+    for amp in args.amp:
+        for b, h, t in configurations(args):
+            case = Case(b, h, t, args.device, torch.float32, amp)
+            records.append(copy_floor(case, timer))
+            for row in rows:
+                why = refused.get(row)
+                shape = dict(B=b, H=h, T=t, amp=amp, row=row, mode="eager")
+                records += (
+                    time_row(case, row, timer, args)
+                    if why is None
+                    else [dict(shape, status="error", error=why)]
+                )
+    found = speedups(records)
     meta = dict(date=core.now_iso(), argv=sys.argv[1:], **info, versions=core.versions())
     settings = {**vars(args), "out": str(out)}
-    core.write_json(out, dict(meta=meta, settings=settings, refused=refused, records=records))
-    plot(records, out.with_suffix(".png"), f"Recurrent SNN training step — {info['gpu']}")
-    print(f"# wrote {out} and {out.with_suffix('.png')}", file=sys.stderr)
+    result = dict(meta=meta, settings=settings, refused=refused, records=records)
+    core.write_json(out, {**result, "speedups": found})
+    title = f"Recurrent SNN training step — {info['gpu']}"
+    if len({_config(r) for r in records}) <= 8:
+        plot(records, out.with_suffix(".png"), title)
+    if found:
+        plot_speedups(found, out.with_name(out.stem + "-speedup.png"), title)
+    print(f"# wrote {out} and its plots", file=sys.stderr)
     print(table(records), flush=True)
+    print(speedup_table(found), flush=True)
     return 0
+
+
+def speedup_table(found: list[core.Rec]) -> str:
+    """symneuron against the best peer and the floor, per configuration and mode."""
+    body = [
+        [
+            *(str(r[k]) for k in ("B", "H", "T", "amp", "mode")),
+            f"{r['symneuron_ms']:.3f}",
+            f"{r['speedup_vs_best_peer']:.2f}",
+            f"{r['over_floor']:.2f}" if "over_floor" in r else "—",
+        ]
+        for r in found
+    ]
+    head = ["B", "H", "T", "amp", "mode", "symneuron ms", "× best peer", "/ floor"]
+    return core.md_table(head, body, "rrrllrrr")
 
 
 def _has_spikingjelly() -> bool:
