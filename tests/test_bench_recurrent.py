@@ -48,16 +48,39 @@ def test_quick_run_prints_every_row(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
-    table = lines[lines.index("| B | H | T | row | firing rate | eager ms | graphed ms |") :]
-    assert len(table) == 2 + 2 * (1 + len(recurrent.ROWS))  # header, rule, 2 configs x rows
+    head = "| B | H | T | amp | row | firing rate | eager ms | graphed ms |"
+    table = lines[lines.index(head) : lines.index(head) + 2 + 2 * (1 + len(recurrent.ROWS))]
     for b, h, t in recurrent.QUICK:
-        for row in ["input copy (floor)", *recurrent.ROWS]:
-            cells = next(ln for ln in table if ln.startswith(f"| {b} | {h} | {t} | {row} |"))
-            eager = cells.split("|")[6].strip()
+        for row in ["input copy", *recurrent.ROWS]:
+            cells = next(ln for ln in table if ln.startswith(f"| {b} | {h} | {t} | fp32 | {row} |"))
+            eager = cells.split("|")[7].strip()
             assert float(eager) > 0, cells
     results = json.loads(out.read_text())
     assert results["refused"] == {}
-    rates = [r["rate"] for r in results["records"] if "rate" in r]
-    assert rates and all(0.02 <= r <= 0.20 for r in rates)
+    rates = [r["rate"] for r in results["records"] if r.get("rate") is not None]
+    assert len(rates) == 2 * (len(recurrent.ROWS) - len(recurrent.FLOORS))
+    assert all(0.02 <= r <= 0.20 for r in rates)
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    speedup = out.with_name(out.stem + "-speedup.png")
+    assert speedup.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # symneuron against the best peer and the floor, per configuration (eager on the CPU)
+    found = {(r["B"], r["H"], r["T"]): r for r in results["speedups"]}
+    assert set(found) == set(recurrent.QUICK)
+    assert all(r["speedup_vs_best_peer"] > 0 and r["over_floor"] > 0 for r in found.values())
     assert "gradient check symneuron on cpu: loss and 5 gradients equal" in proc.stdout
+
+
+def test_the_floor_products_have_the_loops_gradients() -> None:
+    """The floor's hand-written backward (its products, then ∂L/∂W in one product) gives
+    the gradients autograd gives the same loop written with torch ops."""
+    torch = recurrent.torch
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(5, 3, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    s = (torch.rand(5, 3, 4, generator=gen) < 0.3).double()
+    g = torch.randn(5, 3, 4, generator=gen, dtype=torch.float64)
+    got = torch.autograd.grad(recurrent.FloorProducts.apply(x, w, s), (x, w), g)
+    before = torch.cat([torch.zeros_like(s[:1]), s[:-1]])
+    want = torch.autograd.grad(x + before @ w.t(), (x, w), g)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
