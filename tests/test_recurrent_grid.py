@@ -43,9 +43,53 @@ def test_a_spread_covers_every_neuron_once(sms: int, rows: int, features: int, l
         return
     assert span.blocks <= sms and span.threads == grid.THREADS
     assert span.threads % 32 == 0 and span.S % lanes == 0 and span.S & (span.S - 1) == 0
+    _covers(span, rows, features, lanes)
+
+
+#: an H100's shared memory a block may take (bytes)
+ROOM = 232448
+
+
+@pytest.mark.parametrize("sizes", [(4, 4), (8, 8), (4, 2)])
+@pytest.mark.parametrize("sms", [7, 132])
+@pytest.mark.parametrize(("rows", "features", "lanes"), SPREADS)
+def test_the_backward_spread_covers_every_neuron_and_fits(
+    sms: int, rows: int, features: int, lanes: int, sizes: tuple[int, int]
+) -> None:
+    """The backward's spread (more groups of rows while the weight's slice fits) still
+    gives each (row, neuron) one thread of one resident block; with more than the fewest
+    groups, the slice fits the shared memory whole."""
+    span = rkernels.backward_span(features, rows, lanes, sms, ROOM, sizes)
+    fewest = rkernels.grid_span(features, rows, lanes, sms)
+    if fewest is None:
+        assert span is None
+        return
+    assert span is not None and span.blocks <= sms and span.S % lanes == 0
+    _covers(span, rows, features, lanes)
+    if span.groups > fewest.groups:
+        tile = span.rows_per_block * (min(128, features) + grid.PAD) * sizes[0]
+        assert span.S * features * sizes[1] + tile <= ROOM
+
+
+def test_the_backward_spreads_measured() -> None:
+    """The spreads behind the measured choice (H100, fp32): 256 x 1024 in 4 groups of 64
+    rows, 128 x 2048 and 64 x 4096 in one group (a wider slice would not fit)."""
+    spans = {
+        (b, f): rkernels.backward_span(f, b, 4, 132, ROOM, (4, 4))
+        for b, f in [(256, 1024), (128, 2048), (64, 4096)]
+    }
+    assert {k: (s.groups, s.S) for k, s in spans.items() if s is not None} == {
+        (256, 1024): (4, 32),
+        (128, 2048): (1, 16),
+        (64, 4096): (1, 32),
+    }
+
+
+def _covers(span: rkernels.Span, rows: int, features: int, lanes: int) -> None:
+    """Each (row, neuron) belongs to exactly one thread of one block (the kernel's own
+    formulas, CUDADialect.grid_kernels, from the launch's numbers)."""
     seen = torch.zeros(rows, features, dtype=torch.int64)
     slice_threads = span.S // lanes
-    # the kernel's own formulas (CUDADialect.grid_kernels), from the launch's numbers
     n_slices = -(-features // span.S)
     n_groups = span.blocks // n_slices
     group_rows = -(-rows // n_groups)
