@@ -16,10 +16,12 @@ delays not yet trained apart), each sample's spikes are sorted once
 one buffer of at most :data:`SCRATCH` bytes, so a launch whose rows need more runs them
 in waves (one thread per row, :data:`BLOCK` a block).
 
-Spike slots: the forward writes at most ``capacity`` spikes per neuron and counts on
-past it; when a neuron spiked more often, it runs again with as many slots as the most
-spikes of any neuron (so a caller never sees an overflow, and a second run costs only
-time). The result is trimmed to max(1, that count) slots, +inf past each neuron's own.
+Spike slots: the forward writes at most ``capacity`` spikes per neuron (or, where more,
+a quarter more than the last forward of the same shape needed, so a training loop's
+steps run once) and counts on past it; when a neuron spiked more often, it runs again
+with as many slots as the most spikes of any neuron (so a caller never sees an
+overflow, and a second run costs only time). The result is trimmed to max(1, that
+count) slots, +inf past each neuron's own: the slots given never change a result.
 """
 
 from __future__ import annotations
@@ -165,6 +167,9 @@ class EventKernels:
         self._runtime = _RUNTIMES[backend]
         self._launchers: dict[tuple[str, bool, int], cpu.Launch] = {}
         self._sources: dict[bool, EventSource] = {}
+        #: the slots a forward of each (B, N, n_in·K_in) shape last needed, with room to
+        #: spare: the first run's (time only: a run short of slots runs again)
+        self._slots: dict[tuple[int, int, int], int] = {}
 
     def source(self, integrals: bool) -> EventSource:
         """The rendered source (``integrals`` selects the backward's flavour; the forward
@@ -230,7 +235,8 @@ class EventKernels:
         values = inputs.values(times)
         values["counts"] = torch.zeros((batch, n), dtype=torch.int64, device=pre.device)
         values["status"] = torch.zeros((batch, n), dtype=torch.int64, device=pre.device)
-        slots = max(1, capacity)
+        shape = (batch, n, pre.shape[1] * pre.shape[2])
+        slots = max(1, capacity, self._slots.get(shape, 0))
         slab = self._scratch(inputs, slots, _int(values["n_steps"]), False)["forward"]
         while True:
             values["k_out"] = slots
@@ -238,18 +244,19 @@ class EventKernels:
             values["store"] = pre.new_zeros((batch, n, slots, self.store))
             values["rate"] = pre.new_zeros((batch, n, slots))
             self._run("forward", False, values, slab, pre)
-            counts = _tensor(values, "counts")
-            most = int(counts.max()) if counts.numel() else 0
+            most, failed = _outcome(_tensor(values, "counts"), _tensor(values, "status"))
             if most <= slots:
                 break
             slots = most
-        if bool(_tensor(values, "status").any()):
+        # the next call of this shape starts with room for a few more spikes than this one
+        self._slots[shape] = max(self._slots.get(shape, 0), most + most // 4)
+        if failed:
             raise RuntimeError("A reset did not leave the threshold (g(h(x)) ≥ 0) at a spike.")
         keep = max(1, most)
         times_, store, rate = (
             _tensor(values, k)[:, :, :keep].contiguous() for k in ("times", "store", "rate")
         )
-        return Spikes(times_, store, rate, counts)
+        return Spikes(times_, store, rate, _tensor(values, "counts"))
 
     def backward(
         self,
@@ -291,6 +298,14 @@ class EventKernels:
         values.update(sums)
         grad_w, grad_d, grad_p = (_tensor(values, k).sum(0) for k in ("grad_w", "grad_d", "grad_p"))
         return Gradients(grad_w, grad_d, grad_p, _tensor(values, "source_b"))
+
+
+def _outcome(counts: torch.Tensor, status: torch.Tensor) -> tuple[int, bool]:
+    """The most spikes of any row and whether any row failed, read back in one copy."""
+    if not counts.numel():
+        return 0, False
+    most, failed = torch.stack([counts.max(), status.max()]).tolist()
+    return int(most), bool(failed)
 
 
 def _int(value: torch.Tensor | int | None) -> int:
