@@ -97,6 +97,11 @@ class LayerInputs(NamedTuple):
     def values(self, times: tuple[float, float]) -> Values:
         """The launch values both passes share, by argument name."""
         batch, n_in, k_in = self.pre.shape
+        if n_in * k_in >= 1 << 31:
+            raise ValueError(
+                f"{n_in} inputs × {k_in} spike slots: the kernels index a sample's slots "
+                "in 32 bits; split the inputs or trim their slots."
+            )
         return {
             **self._asdict(),
             "scalars": self.pre.new_tensor(times),
@@ -105,6 +110,7 @@ class LayerInputs(NamedTuple):
             "n_in": n_in,
             "k_in": k_in,
             "n_steps": math.ceil(times[0] / times[1]),
+            "transposed": 0,
         }
 
 
@@ -169,7 +175,10 @@ class EventKernels:
         self._sources: dict[bool, EventSource] = {}
         #: the slots a forward of each (B, N, n_in·K_in) shape last needed, with room to
         #: spare: the first run's (time only: a run short of slots runs again)
-        self._slots: dict[tuple[int, int, int], int] = {}
+        self.slots: dict[tuple[int, int, int], int] = {}
+        #: whether the kernels read ``weight``, ``delay`` as [n_in, N] copies (CUDA: a
+        #: warp's neurons then read one line per input; C rows read their own row)
+        self.transpose = backend == "cuda"
 
     def source(self, integrals: bool) -> EventSource:
         """The rendered source (``integrals`` selects the backward's flavour; the forward
@@ -210,6 +219,17 @@ class EventKernels:
             geometry = Geometry(-(-rows // BLOCK), BLOCK)
             launch(_kinds(args), _packed(args, values), geometry)
 
+    def _layout(self, values: Values) -> bool:
+        """On CUDA, ``weight`` and ``delay`` as [n_in, N] copies (``transposed``): a warp's
+        threads are neighbouring neurons of one sample reading one input at a time, so
+        they then read one line, not 32 (:attr:`transpose`). Whether it did so."""
+        if not self.transpose:
+            return False
+        for name in ("weight", "delay"):
+            values[name] = _tensor(values, name).t().contiguous()
+        values["transposed"] = 1
+        return True
+
     def params(self, given: Mapping[str, torch.Tensor], n: int, like: torch.Tensor) -> torch.Tensor:
         """[NP, n] in the spec's order: the given params, the rest at their defaults."""
         defaults = self.definition.params
@@ -233,10 +253,11 @@ class EventKernels:
         pre = inputs.pre
         batch, n = pre.shape[0], inputs.weight.shape[0]
         values = inputs.values(times)
+        self._layout(values)
         values["counts"] = torch.zeros((batch, n), dtype=torch.int64, device=pre.device)
         values["status"] = torch.zeros((batch, n), dtype=torch.int64, device=pre.device)
         shape = (batch, n, pre.shape[1] * pre.shape[2])
-        slots = max(1, capacity, self._slots.get(shape, 0))
+        slots = max(1, capacity, self.slots.get(shape, 0))
         slab = self._scratch(inputs, slots, _int(values["n_steps"]), False)["forward"]
         while True:
             values["k_out"] = slots
@@ -249,7 +270,7 @@ class EventKernels:
                 break
             slots = most
         # the next call of this shape starts with room for a few more spikes than this one
-        self._slots[shape] = max(self._slots.get(shape, 0), most + most // 4)
+        self.slots[shape] = max(self.slots.get(shape, 0), most + most // 4)
         if failed:
             raise RuntimeError("A reset did not leave the threshold (g(h(x)) ≥ 0) at a spike.")
         keep = max(1, most)
@@ -275,6 +296,8 @@ class EventKernels:
         (batch, n_in, k_in), n = pre.shape, inputs.weight.shape[0]
         groups = max(1, min(batch, GROUPS))
         values = inputs.values(times)
+        transposed = self._layout(values)
+        rows = (n_in, n) if transposed else (n, n_in)
         k_out = spikes.times.shape[2]
         values.update(
             {
@@ -284,8 +307,8 @@ class EventKernels:
                 "store": spikes.store,
                 "counts": spikes.counts,
                 "own_b": own_b.contiguous(),
-                "grad_w": pre.new_zeros((groups, n, n_in)),
-                "grad_d": pre.new_zeros((groups, n, n_in)),
+                "grad_w": pre.new_zeros((groups, *rows)),
+                "grad_d": pre.new_zeros((groups, *rows)),
                 "grad_p": pre.new_zeros((groups, len(self.names), n)),
                 "source_b": pre.new_zeros((batch, n_in, k_in)),
             }
@@ -297,6 +320,8 @@ class EventKernels:
         self._run("backward", integrals, values, slab, pre)
         values.update(sums)
         grad_w, grad_d, grad_p = (_tensor(values, k).sum(0) for k in ("grad_w", "grad_d", "grad_p"))
+        if transposed:
+            grad_w, grad_d = grad_w.t().contiguous(), grad_d.t().contiguous()
         return Gradients(grad_w, grad_d, grad_p, _tensor(values, "source_b"))
 
 
