@@ -14,7 +14,9 @@ delays not yet trained apart), each sample's spikes are sorted once
 (:func:`arrival_order`) and every neuron reads its arrivals through that order; else each
 (sample, neuron) row sorts its own in its scratch. On CUDA a row's scratch is a slab of
 one buffer of at most :data:`SCRATCH` bytes, so a launch whose rows need more runs them
-in waves (one thread per row, :data:`BLOCK` a block).
+in waves (one thread per row, :data:`BLOCK` a block, or a warp a block where a launch has
+too few rows to give every multiprocessor :data:`BLOCK` of them: a thread's events run
+one after another, so a small launch is spread over as many multiprocessors as it can).
 
 Spike slots: the forward writes at most ``capacity`` spikes per neuron (or, where more,
 a quarter more than the last forward of the same shape needed, so a training loop's
@@ -26,6 +28,7 @@ count) slots, +inf past each neuron's own: the slots given never change a result
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -216,7 +219,8 @@ class EventKernels:
         for row0 in range(0, total, wave):
             rows = min(wave, total - row0)
             values.update({"row0": row0, "rows": rows})
-            geometry = Geometry(-(-rows // BLOCK), BLOCK)
+            block = BLOCK if rows >= BLOCK * _multiprocessors(like.device) else 32
+            geometry = Geometry(-(-rows // block), block)
             launch(_kinds(args), _packed(args, values), geometry)
 
     def _layout(self, values: Values) -> bool:
@@ -323,6 +327,11 @@ class EventKernels:
         if transposed:
             grad_w, grad_d = grad_w.t().contiguous(), grad_d.t().contiguous()
         return Gradients(grad_w, grad_d, grad_p, _tensor(values, "source_b"))
+
+
+@functools.cache
+def _multiprocessors(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _outcome(counts: torch.Tensor, status: torch.Tensor) -> tuple[int, bool]:
