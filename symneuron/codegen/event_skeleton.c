@@ -69,6 +69,14 @@ SN_INLINE sn_arrival sn_arrival_at(const sn_arrivals* a, long long e) {
     return out;
 }
 
+/* Arrival e, or none (+inf) past either end. The loops over a neuron's arrivals read the
+   one after the next ahead of its use, so that a global read's latency overlaps the work
+   on the next (on a GPU the reads, not the arithmetic, were a thread's critical path). */
+SN_INLINE sn_arrival sn_arrival_or_none(const sn_arrivals* a, long long e) {
+    sn_arrival none = {SN_INF, 0, 0};
+    return (e >= 0 && e < a->n) ? sn_arrival_at(a, e) : none;
+}
+
 /* Stable bottom-up merge sort by time (ties keep the source, then slot, order). */
 SN_FN void sn_sort(sn_arrival* a, sn_arrival* tmp, long long n) {
     for (long long width = 1; width < n; width *= 2) {
@@ -219,9 +227,8 @@ SN_FN int sn_advance(real* x, real* t, real to, const real* p, sn_spikes* out) {
 SN_FN int sn_neuron_forward(const sn_arrivals* arr, real t_end, real dt, long long n_steps,
                             const real* p, sn_spikes* out) {
     real x[NS], t = 0;
-    long long ptr = 0;
-    sn_arrival next = {SN_INF, 0, 0}; /* the next arrival, read once (not once a step) */
-    if (arr->n > 0) next = sn_arrival_at(arr, 0);
+    long long ptr = 0; /* the next arrival's index; each is read once, one ahead */
+    sn_arrival next = sn_arrival_or_none(arr, 0), ahead = sn_arrival_or_none(arr, 1);
     sn_init(x, x, 0, 0, 0, p, x);
     for (long long step = 0; step < n_steps; ++step) {
         real end = fmin((real)(step + 1) * dt, t_end);
@@ -231,8 +238,8 @@ SN_FN int sn_neuron_forward(const sn_arrivals* arr, real t_end, real dt, long lo
             if (!(due < end)) break;
             sn_synapse(x, x, next.w, 0, 0, p, x);
             ++ptr;
-            if (ptr < arr->n) next = sn_arrival_at(arr, ptr);
-            else next.t = SN_INF;
+            next = ahead;
+            ahead = sn_arrival_or_none(arr, ptr + 1);
         }
     }
     return 0;
@@ -397,9 +404,8 @@ SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real*
     long long ia = arr->n - 1, ks = a->count - 1, e = arr->n + a->count;
     for (int q = 0; q < NS; ++q) lam[q] = 0;
     if (SN_REPLAY) sn_replay(a, arr, before, after);
+    sn_arrival next = sn_arrival_or_none(arr, ia), ahead = sn_arrival_or_none(arr, ia - 1);
     while (ia >= 0 || ks >= 0) {
-        sn_arrival next = {SN_INF, 0, 0};
-        if (ia >= 0) next = sn_arrival_at(arr, ia);
         int spike = ks >= 0 && (ia < 0 || a->times[ks] >= next.t);
         real time = spike ? a->times[ks] : next.t;
         sn_integrate(a, time, upper, SN_AT(after, e), lam, cuts);
@@ -410,6 +416,8 @@ SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real*
         } else {
             sn_arrival_back(a, &next, SN_AT(before, e), lam);
             --ia;
+            next = ahead;
+            ahead = sn_arrival_or_none(arr, ia - 1);
         }
         upper = time;
     }
