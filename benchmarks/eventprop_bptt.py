@@ -5,14 +5,15 @@ the losses and what is measured: ``docs/eventprop.md`` (section "EventProp again
 
     python3 benchmarks/eventprop_bptt.py                      # on a GPU: both cases
     python3 benchmarks/eventprop_bptt.py --device cpu --quick # CPU smoke test, tiny sizes
+    python3 benchmarks/eventprop_bptt.py --profile            # where a step's time goes
 
 Cases (:data:`CASES`): an SHD-sized 700 → 256 → 20 network whose inputs each spike a few
 times in 1 s (Poisson, :data:`RATE_HZ`), and a Yin-Yang-sized 5 → 200 → 3 one (latency
 inputs, :func:`symneuron.datasets.latency_code`), batch 256, 1000 steps of 1 ms. Rows:
 
 * ``eventprop``: :func:`symneuron.eventprop.event_network` (the CUDA kernels on a GPU, the
-  C ones on the CPU) on spike times, no delays, grazing spikes not reported (no host
-  loop over them); loss: the first-spike cross-entropy of the output layer's spike
+  C ones on the CPU) on spike times, no delays, grazing spikes not looked for
+  (``grazing=-inf``: no host sync); loss: the first-spike cross-entropy of the output layer's spike
   times (τ₀ = :data:`TAU0`).
 * ``bptt``: ``nn.Linear`` (no bias, the same weights) → ``sn.NeuronLayer`` of
   :func:`symneuron.models.CuLIF` (the same τ_m, τ_s, threshold and reset, dt = 1 ms) →
@@ -23,14 +24,20 @@ Per row: time per step (CUDA events around forward + backward, after warm-up; th
 median), the peak memory that forward + backward allocate above what was allocated
 before (``torch.cuda.max_memory_allocated``, reset before each row), and the spikes per
 sample of each layer.
+
+``--profile``: instead, each row's steps under ``torch.profiler`` (:func:`profile_row`):
+per kernel its calls and device time per step, the host's wall time per step, its
+kernel launches and the host syncs (device-to-host copies, synchronisations) per step.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -138,7 +145,7 @@ def eventprop_step(
         for w in leaves:
             w.grad = None
         layers = [EventLayer(w, d) for w, d in zip(leaves, delays, strict=True)]
-        out = event_network(neuron, layers, times, t_end=float(case.steps), grazing=0.0)
+        out = event_network(neuron, layers, times, t_end=float(case.steps), grazing=-math.inf)
         first_spike_cross_entropy(out[-1], labels, tau0=TAU0, t_end=float(case.steps)).backward()
         return [torch.isfinite(t).sum() for t in out]
 
@@ -199,6 +206,71 @@ def measure(
     times = timer.events(lambda i: step(), args.steps)
     rec.update(median_s=statistics.median(times), times_s=times)
     return rec
+
+
+#: host calls that wait for the device (a copy back, a synchronisation)
+SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy", "cudaMemcpyAsync")
+
+
+def _device_us(event: object) -> float:
+    """An averaged profiler event's own device time (µs), under either of torch's names."""
+    for name in ("self_device_time_total", "self_cuda_time_total"):
+        value = getattr(event, name, None)
+        if value is not None:
+            return float(value)
+    return 0.0
+
+
+def profile_row(step: Step, steps: int, device: torch.device) -> str:
+    """``step`` run ``steps`` times (after two warm-up runs) under ``torch.profiler``: the
+    wall time per step, then per kernel (device time > 0) its calls and ms per step, and
+    per host call that launches or waits its calls per step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    step(), step(), sync()
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        wall = (time.perf_counter() - start) / steps
+    events = prof.key_averages()
+    lines = [f"wall {wall * 1e3:.2f} ms/step"]
+    kernels = sorted((e for e in events if _device_us(e) > 0), key=_device_us, reverse=True)
+    device_total = sum(_device_us(e) for e in kernels) / steps / 1e3
+    lines.append(f"device (kernels and copies) {device_total:.2f} ms/step")
+    for e in kernels[:20]:
+        per = _device_us(e) / steps / 1e3
+        lines.append(f"  {per:8.3f} ms {e.count / steps:6.1f}x  {e.key[:90]}")
+    for e in sorted(events, key=lambda e: e.key):
+        if e.key.startswith(("cudaLaunch", "cuLaunch")) or e.key in SYNCS:
+            host = e.cpu_time_total / steps / 1e3
+            lines.append(f"  host {e.key}: {e.count / steps:.1f} per step, {host:.3f} ms")
+    host_ops = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:12]
+    lines.append("host, most self time per step:")
+    for e in host_ops:
+        per = e.self_cpu_time_total / steps / 1e3
+        lines.append(f"  {per:8.3f} ms {e.count / steps:6.1f}x  {e.key[:90]}")
+    return "\n".join(lines)
+
+
+def profile_cases(cases: tuple[Case, ...], device: torch.device, args: argparse.Namespace) -> None:
+    """:func:`profile_row` of every row of every case, printed."""
+    for case in cases:
+        generator = torch.Generator().manual_seed(args.seed)
+        times = input_times(case, generator).to(device)
+        ws = [w.to(device) for w in weights(case, generator)]
+        labels = torch.randint(case.sizes[-1], (case.batch,), generator=generator).to(device)
+        for row in args.rows:
+            if row == "eventprop":
+                step = eventprop_step(case, times, ws, labels)
+            else:
+                step = bptt_step(case, binned(times, case.steps), ws, labels)
+            report = profile_row(step, args.steps, device)
+            print(f"## {case.name} {row}\n{report}\n", flush=True)
 
 
 def run_case(
@@ -287,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=None, help="timed steps (default 10; quick 2)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", action="store_true", help="kernel and host times per step")
     p.add_argument(
         "--out", type=Path, default=None, help="default results/<gpu>-<date>-eventprop.json"
     )
@@ -295,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: use --device cpu --quick")
     device = torch.device(args.device)
+    if args.profile:
+        profile_cases(QUICK if args.quick else CASES, device, args)
+        return 0
     info = core.device_info(device)
     date = datetime.date.today().isoformat()
     out = args.out or core.result_path(

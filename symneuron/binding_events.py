@@ -12,6 +12,7 @@ is empty).
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, NamedTuple
 
@@ -39,7 +40,9 @@ class LayerCall(NamedTuple):
 def report_grazing(spikes: Spikes, tolerance: float, index: int) -> None:
     """A :class:`~symneuron.reference.events.GrazingSpikeWarning` for each spike at which
     g rises slower than ``tolerance`` (ġ⁻ < tolerance): its gradient scales with 1/ġ⁻
-    and is kept, never clipped."""
+    and is kept, never clipped. ``tolerance`` = −inf looks at none (no host sync)."""
+    if tolerance == -math.inf:
+        return
     finite = torch.isfinite(spikes.times)
     slow = finite & (spikes.rate < tolerance)
     for b, j, k in slow.nonzero().tolist():

@@ -27,7 +27,7 @@ import torch
 
 from .binding_events import EventLayerFunction, LayerCall
 from .definition import Definition
-from .derivation.events import derive_events
+from .derivation.events import derive_events, system_text
 from .ode import ODESystem
 from .reference.events import EventLayer, GrazingSpikeWarning
 from .reference.readouts import first_spike_cross_entropy
@@ -40,7 +40,7 @@ def _checked(layers: Sequence[EventLayer], input_times: torch.Tensor, t_end: flo
     """Shapes that chain, finite non-negative delays, input times ≥ 0 or +inf."""
     if not (math.isfinite(t_end) and t_end > 0):
         raise ValueError(f"t_end must be a positive finite time, got {t_end}.")
-    if torch.isnan(input_times).any() or (input_times < 0).any():
+    if not bool((input_times >= 0).all()):  # NaN fails too: one host sync
         raise ValueError("Input spike times must be ≥ 0 (+inf for an empty slot), not NaN.")
     n_in = input_times.shape[-2]
     for index, layer in enumerate(layers):
@@ -57,7 +57,7 @@ def _checked(layers: Sequence[EventLayer], input_times: torch.Tensor, t_end: flo
                 f"layer {index}: its tensors are on {sorted(map(str, others))}, the input "
                 f"times on {input_times.device}; the kernels run where the inputs are."
             )
-        if not torch.isfinite(layer.delay).all() or (layer.delay < 0).any():
+        if not bool((torch.isfinite(layer.delay) & (layer.delay >= 0)).all()):
             raise ValueError(f"layer {index}: delays must be finite and ≥ 0.")
         n_in = layer.weight.shape[0]
 
@@ -87,7 +87,8 @@ def event_network(
     ``system`` defaults to ``neuron.ode``; ``target`` names the state spikes jump
     (default: through X). ``capacity``: the spike slots a neuron gets in a layer's
     first run (more only cost a second run). A spike with ġ⁻ < ``grazing`` is reported
-    by a :class:`GrazingSpikeWarning` and its gradient kept exact, never clipped.
+    by a :class:`GrazingSpikeWarning` and its gradient kept exact, never clipped
+    (``grazing=-inf``: none looked for, which saves a host sync per layer).
 
     Examples
     --------
@@ -114,7 +115,7 @@ def event_network(
     system = system if system is not None else getattr(neuron, "ode", None)
     spec = derive_events(neuron, system, target=target)
     assert system is not None  # derive_events refuses a neuron without one
-    kernels = event_kernels(neuron, spec, repr(system), target, times.dtype, times.device)
+    kernels = event_kernels(neuron, spec, system_text(system), target, times.dtype, times.device)
     outputs = []
     for index, layer in enumerate(layers):
         names = tuple(sorted(layer.params))

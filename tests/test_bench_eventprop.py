@@ -45,3 +45,12 @@ def test_quick_cpu_run_writes_its_table_and_json(
     assert all(r["spikes_per_sample"][0] > 0 for r in records)
     assert out.with_suffix(".png").exists()
     assert "EventProp time / BPTT" in capsys.readouterr().out
+
+
+def test_profile_reports_each_rows_time_per_step(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--profile`` on the CPU: each case's row under torch.profiler, its wall time."""
+    argv = ["--device", "cpu", "--quick", "--profile", "--steps", "1", "--rows", "eventprop"]
+    assert bench.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "## shd eventprop" in out and "## yinyang eventprop" in out
+    assert "ms/step" in out and "host, most self time per step:" in out

@@ -16,6 +16,7 @@ import torch
 
 import symneuron as sn
 from symneuron.codegen.events import render_events
+from symneuron.derivation.events import system_text
 from symneuron.eventprop import event_network
 from symneuron.reference.events import event_network as reference_network
 from symneuron.runtime import events as runtime_events
@@ -68,6 +69,12 @@ def _assert_close(ours: Run, theirs: Run, tolerance: float) -> None:
         assert float((a - b).abs().max()) <= tolerance * max(float(b.abs().max()), 1e-300)
 
 
+def _assert_same(ours: Run, theirs: Run) -> None:
+    """Every time and gradient equal, bit for bit."""
+    for a, b in zip([*ours[0], *ours[1]], [*theirs[0], *theirs[1]], strict=True):
+        assert torch.equal(a, b)
+
+
 def _uniform_delays(flat: list[torch.Tensor], names: tuple[str, ...]) -> list[torch.Tensor]:
     """``flat`` with each neuron's delays set to its first one (the shared arrival order)."""
     out = [t.clone() for t in flat]
@@ -113,6 +120,36 @@ def test_shared_arrival_order_agrees_with_the_reference() -> None:
     theirs = _run(_lif(), flat, LIF_PARAMS, "cpu", network=reference_network)
     assert int(torch.isfinite(theirs[0][0]).sum()) >= 8
     _assert_close(ours, theirs, 1e-12)
+
+
+def _kernels(device: str) -> runtime_events.EventKernels:
+    lif = _lif()
+    text = system_text(lif.ode)
+    return runtime_events.event_kernels(lif, lif.events(), text, None, F64, device)
+
+
+@pytest.mark.parametrize("uniform", [False, True], ids=["own-sort", "shared-order"])
+def test_transposed_weights_give_the_same_results(
+    uniform: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The [n_in, N] layout CUDA reads (and adds its gradients into), run by the C kernels:
+    the same times and gradients, bit for bit (every sum in the same order)."""
+    flat = _uniform_delays(_batch(), LIF_PARAMS) if uniform else _batch()
+    rows = _run(_lif(), flat, LIF_PARAMS, "cpu")
+    monkeypatch.setattr(_kernels("cpu"), "transpose", True)
+    _assert_same(_run(_lif(), flat, LIF_PARAMS, "cpu"), rows)
+
+
+def test_a_shape_starts_with_the_slots_it_last_needed() -> None:
+    """After a forward whose neurons spiked up to n times, the next of that shape gives
+    n + n // 4 slots from the start (no second run); the results do not change."""
+    flat = _batch(size=3)
+    kernels = _kernels("cpu")
+    kernels.slots.clear()
+    first = _run(_lif(), flat, LIF_PARAMS, "cpu", capacity=1)
+    most = int(torch.isfinite(first[0][0]).sum(-1).max())
+    assert most >= 3 and kernels.slots[(3, 8, 15)] == most + most // 4
+    _assert_same(_run(_lif(), flat, LIF_PARAMS, "cpu", capacity=1), first)
 
 
 def test_unwanted_sums_are_skipped_and_not_returned() -> None:
@@ -219,6 +256,7 @@ def test_cuda_capacity_retry_and_waves(monkeypatch: pytest.MonkeyPatch) -> None:
     flat = _batch(size=4)
     theirs = _run(_lif(), flat, LIF_PARAMS, "cpu")
     assert int(torch.isfinite(theirs[0][0]).sum(-1).max()) >= 3
+    _kernels("cuda").slots.clear()  # no start from what an earlier run of this shape needed
     _assert_close(_run(_lif(), flat, LIF_PARAMS, "cuda", capacity=1), theirs, 1e-12)
     monkeypatch.setattr(runtime_events, "SCRATCH", 3 * 2048)
     _assert_close(_run(_lif(), flat, LIF_PARAMS, "cuda"), theirs, 1e-12)

@@ -2,7 +2,7 @@
    Everything that depends on the model is one of the sn_<name> functions printed before
    it from SymPy's derivation (symneuron/codegen/event_functions.py); NS, NP, NSTORE,
    PARTS, SN_REPLAY, SN_INTEGRALS, real, the store's indices and the language's words
-   (SN_CUDA, SN_FN, SN_INLINE, SN_CONST, SN_INF, SN_ADD) are defined above it
+   (SN_CUDA, SN_FN, SN_INLINE, SN_CONST, SN_INF, SN_ADD, SN_LOAD) are defined above it
    (symneuron/codegen/events.py). Only the two entry points at the end differ between C
    (an OpenMP loop over rows, scratch from malloc) and CUDA (one thread per row, scratch
    from the launch's buffer, gradient rows added to atomically). */
@@ -39,25 +39,42 @@ typedef struct {
 
 /* A neuron's arrivals before t_end in time order: its own sorted `list`, or, where the
    runtime found every delay of the neuron's row equal, read through its sample's
-   presynaptic spikes in time order (`order`, a stable sort: no list, no sorting). */
+   presynaptic spikes in time order (`order`, a stable sort: no list, no sorting). Input
+   i's weight and delay are w_row[i * stride], d_row[i * stride] (stride 1: [N, n_in]
+   rows; N: the [n_in, N] copy CUDA reads, where a warp's neurons read one line). */
 typedef struct {
     const sn_arrival* list;
     const long long* order;
     const real* pre;
     const real* w_row;
     const real* d_row;
+    long long stride;
     long long k_in;
     long long n;
 } sn_arrivals;
 
+/* The input of source slot `src` (i * k_in + slot; the runtime keeps n_in * k_in below
+   2^31, so a 32-bit division: a 64-bit one is a long software routine on a GPU). */
+SN_INLINE long long sn_input(long long src, long long k_in) {
+    return k_in == 1 ? src : (long long)((unsigned)src / (unsigned)k_in);
+}
+
 SN_INLINE sn_arrival sn_arrival_at(const sn_arrivals* a, long long e) {
     if (a->list) return a->list[e];
     sn_arrival out;
-    long long src = a->order[e], i = src / a->k_in;
-    out.t = a->pre[src] + a->d_row[i];
-    out.w = a->w_row[i];
+    long long src = SN_LOAD(a->order + e), i = sn_input(src, a->k_in) * a->stride;
+    out.t = SN_LOAD(a->pre + src) + SN_LOAD(a->d_row + i);
+    out.w = SN_LOAD(a->w_row + i);
     out.src = src;
     return out;
+}
+
+/* Arrival e, or none (+inf) past either end. The loops over a neuron's arrivals read the
+   one after the next ahead of its use, so that a global read's latency overlaps the work
+   on the next (on a GPU the reads, not the arithmetic, were a thread's critical path). */
+SN_INLINE sn_arrival sn_arrival_or_none(const sn_arrivals* a, long long e) {
+    sn_arrival none = {SN_INF, 0, 0};
+    return (e >= 0 && e < a->n) ? sn_arrival_at(a, e) : none;
 }
 
 /* Stable bottom-up merge sort by time (ties keep the source, then slot, order). */
@@ -76,21 +93,28 @@ SN_FN void sn_sort(sn_arrival* a, sn_arrival* tmp, long long n) {
 }
 
 /* The arrivals of one neuron before t_end (source times + its delays), in time order:
-   through `order` where it is given, else sorted into `list` (2 (n_in k_in + 1) slots). */
+   through `order` where it is given (their times then rise along it: a binary search
+   finds how many come before t_end), else sorted into `list` (2 (n_in k_in + 1) slots). */
 SN_FN sn_arrivals sn_arrivals_of(const real* pre, const long long* order, const real* w_row,
-                                 const real* d_row, long long n_in, long long k_in,
-                                 real t_end, sn_arrival* list) {
-    sn_arrivals a = {order ? (const sn_arrival*)0 : list, order, pre, w_row, d_row, k_in, 0};
+                                 const real* d_row, long long stride, long long n_in,
+                                 long long k_in, real t_end, sn_arrival* list) {
+    sn_arrivals a = {order ? (const sn_arrival*)0 : list, order, pre, w_row, d_row, stride,
+                     k_in, 0};
     if (order) {
-        while (a.n < n_in * k_in && sn_arrival_at(&a, a.n).t < t_end) ++a.n;
+        long long hi = n_in * k_in;
+        while (a.n < hi) {
+            long long mid = a.n + (hi - a.n) / 2;
+            if (sn_arrival_at(&a, mid).t < t_end) a.n = mid + 1;
+            else hi = mid;
+        }
         return a;
     }
     for (long long i = 0; i < n_in; ++i) {
         for (long long k = 0; k < k_in; ++k) {
-            real t = pre[i * k_in + k] + d_row[i];
+            real t = pre[i * k_in + k] + d_row[i * stride];
             if (t < t_end) {
                 list[a.n].t = t;
-                list[a.n].w = w_row[i];
+                list[a.n].w = w_row[i * stride];
                 list[a.n].src = i * k_in + k;
                 ++a.n;
             }
@@ -121,9 +145,10 @@ SN_FN real sn_root(int fn, const real* x, real lo, real hi, int rising, const re
 }
 
 /* Whether g reaches 0 within (0, length] of the flow from x (g(x) < 0), and where, given
-   at most one zero of its rate there: the piece is split at that zero. */
-SN_FN int sn_crossing_in(const real* x, real length, const real* p, real* where) {
-    real end[NS], at[NS];
+   at most one zero of its rate there: the piece is split at that zero. `end`: the state
+   flowed by `length` (the caller's next state when there is no crossing). */
+SN_FN int sn_crossing_in(const real* x, real length, const real* p, real* where, real* end) {
+    real at[NS];
     sn_move(x, length, p, end);
     real g_end = sn_eval(SN_G, end, p);
     real rate_0 = sn_eval(SN_G_DOT, x, p), rate_end = sn_eval(SN_G_DOT, end, p);
@@ -142,17 +167,19 @@ SN_FN int sn_crossing_in(const real* x, real length, const real* p, real* where)
 }
 
 /* The first crossing within (0, length]: PARTS equal parts each searched in turn (more
-   than two states: each part is taken to hold at most one zero of g's rate). */
-SN_FN int sn_first_crossing(const real* x, real length, const real* p, real* where) {
-    if (PARTS == 1) return sn_crossing_in(x, length, p, where);
+   than two states: each part is taken to hold at most one zero of g's rate). With one
+   part, `end` is the state flowed by `length` (else the caller flows it). */
+SN_FN int sn_first_crossing(const real* x, real length, const real* p, real* where,
+                            real* end) {
+    if (PARTS == 1) return sn_crossing_in(x, length, p, where, end);
     real piece = length / PARTS, y[NS], s;
     sn_copy(y, x);
     for (int k = 0; k < PARTS; ++k) {
-        if (sn_crossing_in(y, piece, p, &s)) {
+        if (sn_crossing_in(y, piece, p, &s, end)) {
             *where = k * piece + s;
             return 1;
         }
-        sn_move(y, piece, p, y);
+        sn_copy(y, end);
     }
     return 0;
 }
@@ -182,8 +209,8 @@ SN_FN void sn_record(sn_spikes* out, real time, const real* before, const real* 
 SN_FN int sn_advance(real* x, real* t, real to, const real* p, sn_spikes* out) {
     for (;;) {
         real s = 0, moved[NS];
-        int crossing = sn_first_crossing(x, to - *t, p, &s);
-        sn_move(x, crossing ? s : to - *t, p, moved);
+        int crossing = sn_first_crossing(x, to - *t, p, &s, moved);
+        if (crossing || PARTS != 1) sn_move(x, crossing ? s : to - *t, p, moved);
         if (!crossing) {
             sn_copy(x, moved);
             *t = to;
@@ -200,21 +227,19 @@ SN_FN int sn_advance(real* x, real* t, real to, const real* p, sn_spikes* out) {
 SN_FN int sn_neuron_forward(const sn_arrivals* arr, real t_end, real dt, long long n_steps,
                             const real* p, sn_spikes* out) {
     real x[NS], t = 0;
-    long long ptr = 0;
+    long long ptr = 0; /* the next arrival's index; each is read once, one ahead */
+    sn_arrival next = sn_arrival_or_none(arr, 0), ahead = sn_arrival_or_none(arr, 1);
     sn_init(x, x, 0, 0, 0, p, x);
     for (long long step = 0; step < n_steps; ++step) {
         real end = fmin((real)(step + 1) * dt, t_end);
         for (;;) {
-            real due = SN_INF, w = 0;
-            if (ptr < arr->n) {
-                sn_arrival next = sn_arrival_at(arr, ptr);
-                due = next.t;
-                w = next.w;
-            }
+            real due = next.t;
             if (sn_advance(x, &t, fmin(due, end), p, out)) return 1;
             if (!(due < end)) break;
-            sn_synapse(x, x, w, 0, 0, p, x);
+            sn_synapse(x, x, next.w, 0, 0, p, x);
             ++ptr;
+            next = ahead;
+            ahead = sn_arrival_or_none(arr, ptr + 1);
         }
     }
     return 0;
@@ -225,11 +250,11 @@ SN_FN int sn_neuron_forward(const sn_arrivals* arr, real t_end, real dt, long lo
 SN_FN void sn_forward_row(long long r, unsigned char* slab, SN_FORWARD_PARAMS) {
     const real t_end = scalars[0], dt = scalars[1];
     const long long m = n_in * k_in, b = r / N, j = r % N;
+    const long long at = transposed ? j : j * n_in, stride = transposed ? N : 1;
     real p[NP + 1];
     for (int q = 0; q < NP; ++q) p[q] = params[q * N + j];
-    sn_arrivals arr = sn_arrivals_of(pre + b * m, order ? order + b * m : order,
-                                     weight + j * n_in, delay + j * n_in, n_in, k_in, t_end,
-                                     (sn_arrival*)slab);
+    sn_arrivals arr = sn_arrivals_of(pre + b * m, order ? order + b * m : order, weight + at,
+                                     delay + at, stride, n_in, k_in, t_end, (sn_arrival*)slab);
     sn_spikes out = {times + r * k_out, store + r * k_out * NSTORE, rate + r * k_out, k_out, 0};
     for (long long k = 0; k < k_out; ++k) out.times[k] = SN_INF;
     status[r] = sn_neuron_forward(&arr, t_end, dt, n_steps, p, &out);
@@ -263,8 +288,9 @@ typedef struct {
     const real* own_b;  /* their B = -dL/dt_k (the loss's and every later layer's) */
     long long count;
     real t_end, dt;
-    real* grad_w;       /* this neuron's row of dL/dW (its group's), [n_in] */
-    real* grad_d;       /* null where the delays' gradient is not wanted */
+    real* grad_w;       /* this neuron's row of dL/dW (its group's), input i at i * g_stride */
+    real* grad_d;       /* the same for dL/dD; null where the delays' gradient is not wanted */
+    long long g_stride;
     real* grad_p;       /* dL/dθ, [NP] with stride `p_stride` */
     long long p_stride;
     real* source_b;     /* the row's ΣQ per presynaptic spike, [n_in * k_in]; or null */
@@ -333,7 +359,7 @@ SN_FN void sn_spike_back(const sn_adjoint* a, long long k, real* lam) {
 SN_FN void sn_arrival_back(const sn_adjoint* a, const sn_arrival* e, const real* x,
                             real* lam) {
     real partial, q;
-    long long i = e->src / a->k_in;
+    long long i = sn_input(e->src, a->k_in) * a->g_stride;
     sn_weight_partial(x, lam, e->w, 0, 0, a->p, &partial);
     sn_target_term(x, lam, e->w, 0, 0, a->p, &q);
     SN_ADD(a->grad_w[i], partial);
@@ -378,9 +404,8 @@ SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real*
     long long ia = arr->n - 1, ks = a->count - 1, e = arr->n + a->count;
     for (int q = 0; q < NS; ++q) lam[q] = 0;
     if (SN_REPLAY) sn_replay(a, arr, before, after);
+    sn_arrival next = sn_arrival_or_none(arr, ia), ahead = sn_arrival_or_none(arr, ia - 1);
     while (ia >= 0 || ks >= 0) {
-        sn_arrival next = {SN_INF, 0, 0};
-        if (ia >= 0) next = sn_arrival_at(arr, ia);
         int spike = ks >= 0 && (ia < 0 || a->times[ks] >= next.t);
         real time = spike ? a->times[ks] : next.t;
         sn_integrate(a, time, upper, SN_AT(after, e), lam, cuts);
@@ -391,6 +416,8 @@ SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real*
         } else {
             sn_arrival_back(a, &next, SN_AT(before, e), lam);
             --ia;
+            next = ahead;
+            ahead = sn_arrival_or_none(arr, ia - 1);
         }
         upper = time;
     }
@@ -404,6 +431,7 @@ SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real*
 SN_FN void sn_backward_row(long long r, unsigned char* slab, SN_BACKWARD_PARAMS) {
     const real t_end = scalars[0], dt = scalars[1];
     const long long m = n_in * k_in, b = r / N, j = r % N, g = b % groups;
+    const long long at = transposed ? j : j * n_in, stride = transposed ? N : 1;
     const long long n_events = SN_REPLAY ? m + k_out + 1 : 1;
     const long long listed = order ? 0 : 2 * (m + 1) * (long long)sizeof(sn_arrival);
     real* before = (real*)(slab + listed);
@@ -411,13 +439,12 @@ SN_FN void sn_backward_row(long long r, unsigned char* slab, SN_BACKWARD_PARAMS)
     real* cuts = after + n_events * NS;
     real p[NP + 1];
     for (int q = 0; q < NP; ++q) p[q] = params[q * N + j];
-    sn_arrivals arr = sn_arrivals_of(pre + b * m, order ? order + b * m : order,
-                                     weight + j * n_in, delay + j * n_in, n_in, k_in, t_end,
-                                     (sn_arrival*)slab);
+    sn_arrivals arr = sn_arrivals_of(pre + b * m, order ? order + b * m : order, weight + at,
+                                     delay + at, stride, n_in, k_in, t_end, (sn_arrival*)slab);
     sn_adjoint a = {p, times + r * k_out, store + r * k_out * NSTORE, own_b + r * k_out,
-                    counts[r], t_end, dt, grad_w + (g * N + j) * n_in,
-                    grad_d ? grad_d + (g * N + j) * n_in : grad_d, grad_p + g * NP * N + j, N,
-                    source_b ? source_b + b * m : source_b, k_in};
+                    counts[r], t_end, dt, grad_w + g * N * n_in + at,
+                    grad_d ? grad_d + g * N * n_in + at : grad_d, stride,
+                    grad_p + g * NP * N + j, N, source_b ? source_b + b * m : source_b, k_in};
     sn_neuron_backward(&a, &arr, before, after, cuts);
 }
 

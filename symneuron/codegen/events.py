@@ -88,13 +88,16 @@ def _args(text: str) -> tuple[KernelArg, ...]:
 _SHARED = (
     "const real* pre, const real* weight, const real* delay, const real* params, "
     "const real* scalars, long long B, long long N, long long n_in, long long k_in, "
-    "long long k_out, long long n_steps, const long long* order, unsigned char* scratch, "
-    "long long slab_bytes, long long row0, long long rows"
+    "long long k_out, long long n_steps, const long long* order, long long transposed, "
+    "unsigned char* scratch, long long slab_bytes, long long row0, long long rows"
 )
 #: ``pre`` [B, n_in, k_in] (+inf padded), ``weight``/``delay`` [N, n_in], ``params``
 #: [NP, N] (the spec's order), ``scalars`` (t_end, dt); ``order`` [B, n_in·k_in] each
 #: sample's spikes in time order (a stable sort of ``pre``), given only where every
-#: neuron's delays are equal along its row (null: each row sorts its own arrivals);
+#: neuron's delays are equal along its row (null: each row sorts its own arrivals),
+#: n_in·k_in < 2³¹; ``transposed`` 1: ``weight``, ``delay`` (and the backward's
+#: ``grad_w``, ``grad_d``) laid out [..., n_in, N] instead (CUDA: a warp's neurons then
+#: read and add into one line per input);
 #: ``scratch`` (CUDA) ``slab_bytes`` bytes per row of the launch (:func:`scratch_bytes`;
 #: C takes as many per thread itself); the launch runs rows [row0, row0 + rows) of the
 #: B·N (sample, neuron) rows. Out: ``times`` [B, N, k_out] (+inf past the count),
@@ -117,9 +120,10 @@ BACKWARD_ARGS = _args(
 
 class Language(NamedTuple):
     """The words of one language in the skeleton: its headers, function qualifiers
-    (``SN_FN``, ``SN_INLINE``, ``SN_CONST``), +inf, and how a row adds into a gradient
+    (``SN_FN``, ``SN_INLINE``, ``SN_CONST``), +inf, how a row adds into a gradient
     shared with other rows (``SN_ADD``: C's rows of one group run on one thread, CUDA's
-    on many)."""
+    on many) and how it reads an input no kernel writes (``SN_LOAD``: CUDA's read-only
+    cache, which also frees the compiler to move the load past the atomic adds)."""
 
     includes: tuple[str, ...]
     fn: str
@@ -127,6 +131,7 @@ class Language(NamedTuple):
     const: str
     inf: str
     add: str
+    load: str
 
 
 #: backend -> the skeleton's words in its language
@@ -138,6 +143,7 @@ LANGUAGES = {
         "static const",
         "((real)INFINITY)",
         "((ref) += (value))",
+        "(*(ptr))",
     ),
     "cuda": Language(
         (),
@@ -146,6 +152,7 @@ LANGUAGES = {
         "static __device__ const",
         "((real)__int_as_float(0x7f800000))",
         "atomicAdd(&(ref), (value))",
+        "__ldg(ptr)",
     ),
 }
 
@@ -191,6 +198,7 @@ def _header(fns: EventFunctions, compute: str, integrals: bool, language: Langua
         f"#define SN_CONST {language.const}",
         f"#define SN_INF {language.inf}",
         f"#define SN_ADD(ref, value) {language.add}",
+        f"#define SN_LOAD(ptr) {language.load}",
         f"#define NS {fns.states}",
         f"#define NP {fns.params}",
         f"#define NSTORE {len(fns.store)}",

@@ -33,7 +33,7 @@ from ..memo import BoundedTable
 from ..ode import ODESystem, linear_system, propagator
 from ..symbols import XI
 
-__all__ = ["EventSpec", "EventPropError", "derive_events"]
+__all__ = ["EventSpec", "EventPropError", "derive_events", "system_text"]
 
 
 class EventPropError(ValueError):
@@ -112,6 +112,21 @@ _SPECS: BoundedTable[tuple[Definition, str, str | None], EventSpec] = BoundedTab
 )
 
 
+#: each system's text by its id, with the system kept (so its id is not reused)
+_TEXTS: BoundedTable[int, tuple[ODESystem | None, str]] = BoundedTable(
+    64, "derivation.events.texts"
+)
+
+
+def system_text(system: ODESystem | None) -> str:
+    """``repr(system)``, the text that keys what is derived or compiled from it, printed
+    once per system object (SymPy's printing took a few ms, on every training step)."""
+    found = _TEXTS.get(id(system))
+    if found is not None and found[0] is system:
+        return found[1]
+    return _TEXTS.put(id(system), (system, repr(system)))[1]
+
+
 def derive_events(
     definition: Definition, system: ODESystem | None, *, target: str | None = None
 ) -> EventSpec:
@@ -128,7 +143,7 @@ def derive_events(
     >>> lif.events().store
     (I,)
     """
-    key = (definition, repr(system), target)
+    key = (definition, system_text(system), target)
     found = _SPECS.get(key)
     return found if found is not None else _SPECS.put(key, _derived(definition, system, target))
 

@@ -17,7 +17,7 @@ import sympy as sp
 import torch
 
 from ..definition import Definition
-from ..derivation.events import EventSpec, derive_events
+from ..derivation.events import EventSpec, derive_events, system_text
 from ..memo import BoundedTable
 from ..ode import ODESystem
 from .equations import torch_function
@@ -157,7 +157,7 @@ def model_of(
 ) -> tuple[EventModel, float]:
     """The memoised torch functions of ``neuron``'s EventProp spec, and its step."""
     system = system if system is not None else getattr(neuron, "ode", None)
-    key = (neuron, repr(system), target)
+    key = (neuron, system_text(system), target)
     model = _MODELS.get(key)
     if model is None:
         model = _MODELS.put(key, EventModel(neuron, derive_events(neuron, system, target=target)))

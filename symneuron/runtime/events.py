@@ -14,16 +14,21 @@ delays not yet trained apart), each sample's spikes are sorted once
 (:func:`arrival_order`) and every neuron reads its arrivals through that order; else each
 (sample, neuron) row sorts its own in its scratch. On CUDA a row's scratch is a slab of
 one buffer of at most :data:`SCRATCH` bytes, so a launch whose rows need more runs them
-in waves (one thread per row, :data:`BLOCK` a block).
+in waves (one thread per row, :data:`BLOCK` a block, or a warp a block where a launch has
+too few rows to give every multiprocessor :data:`BLOCK` of them: a thread's events run
+one after another, so a small launch is spread over as many multiprocessors as it can).
 
-Spike slots: the forward writes at most ``capacity`` spikes per neuron and counts on
-past it; when a neuron spiked more often, it runs again with as many slots as the most
-spikes of any neuron (so a caller never sees an overflow, and a second run costs only
-time). The result is trimmed to max(1, that count) slots, +inf past each neuron's own.
+Spike slots: the forward writes at most ``capacity`` spikes per neuron (or, where more,
+a quarter more than the last forward of the same shape needed, so a training loop's
+steps run once) and counts on past it; when a neuron spiked more often, it runs again
+with as many slots as the most spikes of any neuron (so a caller never sees an
+overflow, and a second run costs only time). The result is trimmed to max(1, that
+count) slots, +inf past each neuron's own: the slots given never change a result.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -95,6 +100,11 @@ class LayerInputs(NamedTuple):
     def values(self, times: tuple[float, float]) -> Values:
         """The launch values both passes share, by argument name."""
         batch, n_in, k_in = self.pre.shape
+        if n_in * k_in >= 1 << 31:
+            raise ValueError(
+                f"{n_in} inputs × {k_in} spike slots: the kernels index a sample's slots "
+                "in 32 bits; split the inputs or trim their slots."
+            )
         return {
             **self._asdict(),
             "scalars": self.pre.new_tensor(times),
@@ -103,6 +113,7 @@ class LayerInputs(NamedTuple):
             "n_in": n_in,
             "k_in": k_in,
             "n_steps": math.ceil(times[0] / times[1]),
+            "transposed": 0,
         }
 
 
@@ -165,6 +176,12 @@ class EventKernels:
         self._runtime = _RUNTIMES[backend]
         self._launchers: dict[tuple[str, bool, int], cpu.Launch] = {}
         self._sources: dict[bool, EventSource] = {}
+        #: the slots a forward of each (B, N, n_in·K_in) shape last needed, with room to
+        #: spare: the first run's (time only: a run short of slots runs again)
+        self.slots: dict[tuple[int, int, int], int] = {}
+        #: whether the kernels read ``weight``, ``delay`` as [n_in, N] copies (CUDA: a
+        #: warp's neurons then read one line per input; C rows read their own row)
+        self.transpose = backend == "cuda"
 
     def source(self, integrals: bool) -> EventSource:
         """The rendered source (``integrals`` selects the backward's flavour; the forward
@@ -202,8 +219,20 @@ class EventKernels:
         for row0 in range(0, total, wave):
             rows = min(wave, total - row0)
             values.update({"row0": row0, "rows": rows})
-            geometry = Geometry(-(-rows // BLOCK), BLOCK)
+            block = BLOCK if rows >= BLOCK * _multiprocessors(like.device) else 32
+            geometry = Geometry(-(-rows // block), block)
             launch(_kinds(args), _packed(args, values), geometry)
+
+    def _layout(self, values: Values) -> bool:
+        """On CUDA, ``weight`` and ``delay`` as [n_in, N] copies (``transposed``): a warp's
+        threads are neighbouring neurons of one sample reading one input at a time, so
+        they then read one line, not 32 (:attr:`transpose`). Whether it did so."""
+        if not self.transpose:
+            return False
+        for name in ("weight", "delay"):
+            values[name] = _tensor(values, name).t().contiguous()
+        values["transposed"] = 1
+        return True
 
     def params(self, given: Mapping[str, torch.Tensor], n: int, like: torch.Tensor) -> torch.Tensor:
         """[NP, n] in the spec's order: the given params, the rest at their defaults."""
@@ -228,9 +257,11 @@ class EventKernels:
         pre = inputs.pre
         batch, n = pre.shape[0], inputs.weight.shape[0]
         values = inputs.values(times)
+        self._layout(values)
         values["counts"] = torch.zeros((batch, n), dtype=torch.int64, device=pre.device)
         values["status"] = torch.zeros((batch, n), dtype=torch.int64, device=pre.device)
-        slots = max(1, capacity)
+        shape = (batch, n, pre.shape[1] * pre.shape[2])
+        slots = max(1, capacity, self.slots.get(shape, 0))
         slab = self._scratch(inputs, slots, _int(values["n_steps"]), False)["forward"]
         while True:
             values["k_out"] = slots
@@ -238,18 +269,19 @@ class EventKernels:
             values["store"] = pre.new_zeros((batch, n, slots, self.store))
             values["rate"] = pre.new_zeros((batch, n, slots))
             self._run("forward", False, values, slab, pre)
-            counts = _tensor(values, "counts")
-            most = int(counts.max()) if counts.numel() else 0
+            most, failed = _outcome(_tensor(values, "counts"), _tensor(values, "status"))
             if most <= slots:
                 break
             slots = most
-        if bool(_tensor(values, "status").any()):
+        # the next call of this shape starts with room for a few more spikes than this one
+        self.slots[shape] = max(self.slots.get(shape, 0), most + most // 4)
+        if failed:
             raise RuntimeError("A reset did not leave the threshold (g(h(x)) ≥ 0) at a spike.")
         keep = max(1, most)
         times_, store, rate = (
             _tensor(values, k)[:, :, :keep].contiguous() for k in ("times", "store", "rate")
         )
-        return Spikes(times_, store, rate, counts)
+        return Spikes(times_, store, rate, _tensor(values, "counts"))
 
     def backward(
         self,
@@ -268,6 +300,8 @@ class EventKernels:
         (batch, n_in, k_in), n = pre.shape, inputs.weight.shape[0]
         groups = max(1, min(batch, GROUPS))
         values = inputs.values(times)
+        transposed = self._layout(values)
+        rows = (n_in, n) if transposed else (n, n_in)
         k_out = spikes.times.shape[2]
         values.update(
             {
@@ -277,8 +311,8 @@ class EventKernels:
                 "store": spikes.store,
                 "counts": spikes.counts,
                 "own_b": own_b.contiguous(),
-                "grad_w": pre.new_zeros((groups, n, n_in)),
-                "grad_d": pre.new_zeros((groups, n, n_in)),
+                "grad_w": pre.new_zeros((groups, *rows)),
+                "grad_d": pre.new_zeros((groups, *rows)),
                 "grad_p": pre.new_zeros((groups, len(self.names), n)),
                 "source_b": pre.new_zeros((batch, n_in, k_in)),
             }
@@ -290,7 +324,22 @@ class EventKernels:
         self._run("backward", integrals, values, slab, pre)
         values.update(sums)
         grad_w, grad_d, grad_p = (_tensor(values, k).sum(0) for k in ("grad_w", "grad_d", "grad_p"))
+        if transposed:
+            grad_w, grad_d = grad_w.t().contiguous(), grad_d.t().contiguous()
         return Gradients(grad_w, grad_d, grad_p, _tensor(values, "source_b"))
+
+
+@functools.cache
+def _multiprocessors(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _outcome(counts: torch.Tensor, status: torch.Tensor) -> tuple[int, bool]:
+    """The most spikes of any row and whether any row failed, read back in one copy."""
+    if not counts.numel():
+        return 0, False
+    most, failed = torch.stack([counts.max(), status.max()]).tolist()
+    return int(most), bool(failed)
 
 
 def _int(value: torch.Tensor | int | None) -> int:
