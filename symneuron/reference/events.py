@@ -1,7 +1,7 @@
 """The float64 torch reference of EventProp: the exact forward and its adjoint backward.
 
-A feedforward network of layers of one ODE neuron runs in continuous time, and its
-gradient is EventProp's (docs/eventprop.md), built from the derived expressions only (no
+A network of layers of one ODE neuron (feedforward, each layer recurrent or not) runs
+in continuous time, and its gradient is EventProp's (docs/eventprop.md), built from the derived expressions only (no
 module of the reference writes a model's equation): the spec as torch functions in
 :mod:`.event_model`; for a linear neuron (a LIF with a current synapse: any neuron whose
 :class:`~symneuron.derivation.events.EventSpec` has a closed-form flow) each layer's
@@ -73,6 +73,8 @@ def event_network(
     network of ``neuron`` (an ODE neuron, :meth:`~symneuron.Neuron.from_ode`) run up to
     ``t_end`` in steps of its ``dt``, differentiable by EventProp in each layer's
     weights, delays and given params and in ``input_times`` ([n_in, K], +inf padded).
+    A layer with ``recurrent_weight`` and ``recurrent_delay`` (:class:`EventLayer`)
+    also receives its own spikes, and is differentiable in those too.
 
     ``integrator`` is how a layer moves between events: ``"exact"``, the closed-form
     flow of a linear model (the default for one: the forward is exact and the gradient
