@@ -1,13 +1,13 @@
 """The float64 torch reference of EventProp: the exact forward and its adjoint backward.
 
 A network of layers of one ODE neuron (feedforward, each layer recurrent or not) runs
-in continuous time, and its gradient is EventProp's (docs/eventprop.md), built from the derived expressions only (no
-module of the reference writes a model's equation): the spec as torch functions in
-:mod:`.event_model`; for a linear neuron (a LIF with a current synapse: any neuron whose
-:class:`~symneuron.derivation.events.EventSpec` has a closed-form flow) each layer's
-exact forward in :mod:`.event_forward` and each neuron's adjoint in
-:mod:`.event_adjoint`; for a nonlinear one (QIF, EIF, AdEx) RK4 steps with crossings on
-the Hermite interpolant and the adjoint back by RK4, in :mod:`.event_rk4`.
+in continuous time, and its gradient is EventProp's (docs/eventprop.md), built from the
+derived expressions only (no module of the reference writes a model's equation): the
+spec as torch functions in :mod:`.event_model`; for a linear neuron (a LIF with a
+current synapse: any neuron whose :class:`~symneuron.derivation.events.EventSpec` has a
+closed-form flow) each layer's exact forward in :mod:`.event_forward` and each neuron's
+adjoint in :mod:`.event_adjoint`; for a nonlinear one (QIF, EIF, AdEx) RK4 steps with
+crossings on the Hermite interpolant and the adjoint back by RK4, in :mod:`.event_rk4`.
 
 API (a first step, no kernels yet): :func:`event_network` is a differentiable function
 of tensors, as ``torch.nn.functional``'s are: given the input spike times and each
