@@ -16,6 +16,8 @@ from test_eventprop_reference import _fd_errors, _lif
 
 import symneuron as sn
 from symneuron import eventprop
+from symneuron.reference.event_forward import Layer
+from symneuron.reference.event_model import model_of
 from symneuron.reference.events import EventLayer, event_network
 from symneuron.reference.readouts import first_spike_cross_entropy, max_voltage
 
@@ -209,3 +211,26 @@ def test_kernels_and_readouts_refuse_recurrent_layers() -> None:
         eventprop.event_network(_lif(), [layer], inputs, t_end=T_END)
     with pytest.raises(ValueError, match="does not spike"):
         max_voltage(_lif(), layer, inputs, t_end=T_END)
+
+
+def test_the_forward_refuses_an_arrival_inside_its_spikes_step() -> None:
+    """Past event_network's check (a layer run directly): a recurrent delay below the
+    step would put an arrival before the time its target has reached; the forward says
+    so instead of running the target back."""
+    inputs, flat = _network()
+    model, _ = model_of(_lif(), None, None)
+    short = torch.full((6, 6), 0.25, dtype=F64)
+    layer = Layer(model, flat[0], flat[1], {}, (flat[2], short))
+    with pytest.raises(RuntimeError, match="at least one step"):
+        layer.forward(inputs, T_END, 1.0)
+
+
+def test_a_batch_is_its_samples() -> None:
+    inputs, flat = _network()
+    batch = torch.stack([inputs, inputs.flip(0) + 1.0])
+    together = event_network(_lif(), _layers(flat), batch, t_end=T_END)
+    for b in range(2):
+        alone = event_network(_lif(), _layers(flat), batch[b], t_end=T_END)
+        for a, c in zip(together, alone, strict=True):
+            torch.testing.assert_close(a[b, :, : c.shape[1]], c, rtol=0.0, atol=0.0)
+            assert torch.isinf(a[b, :, c.shape[1] :]).all()

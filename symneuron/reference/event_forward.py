@@ -144,7 +144,8 @@ class Layer:
             end = torch.full_like(t, min((step + 1) * dt, t_end))
             count = sum(len(row) for row in spikes)
             if self.recurrent is not None and count > queued:
-                queue, queued = self.requeued(queue, ptr, pre_times, spikes, t_end), count
+                now = step * dt
+                queue, queued = self.requeued(ptr, now, pre_times, spikes, t_end), count
             while True:
                 due = queue.times.gather(1, ptr[:, None])[:, 0]
                 x, t = self.advance(x, t, torch.minimum(due, end), spikes)
@@ -160,24 +161,23 @@ class Layer:
 
     def requeued(
         self,
-        queue: Arrivals,
         taken: torch.Tensor,
+        now: float,
         pre_times: torch.Tensor,
         spikes: list[list[Spike]],
         t_end: float,
     ) -> Arrivals:
-        """The arrivals with those of the layer's spikes so far. Each neuron's first
-        ``taken`` arrivals were applied already and must keep their place: they do when
-        every recurrent delay is at least one step, so that no arrival of a spike falls
-        in the spike's own step."""
+        """The arrivals with those of the layer's spikes so far, at the start of a step
+        (``now``). The arrivals before it are each neuron's first ``taken``, applied
+        already: no new one may join them, as none does when every recurrent delay is at
+        least one step (no arrival of a spike falls in the spike's own step)."""
         new = self.arrivals(pre_times, t_end, padded_times(spikes))
-        for j, count in enumerate(taken.tolist()):
-            old_rows = [part[j, :count] for part in queue]
-            if not all(torch.equal(a, b[j, :count]) for a, b in zip(old_rows, new, strict=True)):
-                raise RuntimeError(
-                    f"neuron {j}: a recurrent arrival fell inside the step of its spike; "
-                    "recurrent delays must be at least one step (dt)."
-                )
+        late = ((new.times < now).sum(1) != taken).nonzero()[:, 0].tolist()
+        if late:
+            raise RuntimeError(
+                f"neurons {late}: a recurrent arrival fell inside the step of its spike; "
+                "recurrent delays must be at least one step (dt)."
+            )
         return new
 
     def arrive(self, arriving: torch.Tensor, index: torch.Tensor, x: list[torch.Tensor]) -> None:
