@@ -131,11 +131,17 @@ def backward_recurrent_layer(
     grads = zero_grads(layer, pre_times)
     looped = grads.looped(own_b)
     sweeps = [
-        Sweep(NeuronAdjoint(layer, j, dt), Arrivals(*(part[j] for part in arrivals)), spikes[j])
+        Sweep(
+            NeuronAdjoint(layer, j, dt),
+            Arrivals(*(part[j] for part in arrivals)),
+            spikes[j],
+            own_b[j],
+            t_end,
+            grads,
+            looped=looped,
+        )
         for j in range(layer.n)
     ]
-    for sweep, row in zip(sweeps, own_b, strict=True):
-        sweep.start(row, t_end, grads, looped=looped)
     order = sorted(
         (time, _ORDER[kind], j) for j, sweep in enumerate(sweeps) for time, kind, _ in sweep.events
     )
@@ -147,26 +153,27 @@ def backward_recurrent_layer(
 
 
 class Sweep:
-    """One neuron's adjoint run back through its events: :meth:`start` replays the
-    forward, each :meth:`step` takes the latest event not yet taken, :meth:`finish`
-    runs λ back to 0. Arrivals through recurrent connections add into ``looped``."""
+    """One neuron's adjoint run back through its events, from λ(``t_end``) = 0: built,
+    it has replayed the forward; each :meth:`step` takes the latest event not yet taken,
+    :meth:`finish` runs λ back to 0. Its spikes' B is read from ``own_b`` when the step
+    reaches them; arrivals through recurrent connections add into ``looped``."""
 
-    def __init__(self, neuron: NeuronAdjoint, arrivals: Arrivals, spikes: list[Spike]) -> None:
-        self.neuron, self.arrivals, self.spikes = neuron, arrivals, spikes
-        self.loss = NO_STATE_LOSS
-        self.looped: Grads | None = None
-
-    def start(
+    def __init__(
         self,
+        neuron: NeuronAdjoint,
+        arrivals: Arrivals,
+        spikes: list[Spike],
         own_b: torch.Tensor,
         t_end: float,
         grads: Grads,
+        *,
         loss: StateLoss = NO_STATE_LOSS,
         looped: Grads | None = None,
     ) -> None:
+        self.neuron, self.arrivals, self.spikes = neuron, arrivals, spikes
         self.own_b, self.grads, self.loss, self.looped = own_b, grads, loss, looped
-        self.events = self.neuron.events(self.arrivals, self.spikes, loss.kicks)
-        self.before, self.after = self.neuron.replay(self.events, self.arrivals, self.spikes)
+        self.events = neuron.events(arrivals, spikes, loss.kicks)
+        self.before, self.after = neuron.replay(self.events, arrivals, spikes)
         self.lam, self.upper, self.left = torch.zeros_like(self.after[0]), t_end, len(self.events)
 
     def step(self) -> None:
@@ -260,8 +267,7 @@ class NeuronAdjoint:
     ) -> None:
         """λ from t_end back to 0 through the neuron's events, adding into ``grads``;
         ``loss`` adds ∂L/∂x at its kicks and a continuous source ∂ℓ_V/∂x."""
-        sweep = Sweep(self, arrivals, spikes)
-        sweep.start(own_b, t_end, grads, loss)
+        sweep = Sweep(self, arrivals, spikes, own_b, t_end, grads, loss=loss)
         while sweep.left:
             sweep.step()
         sweep.finish()
