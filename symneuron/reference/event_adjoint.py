@@ -7,8 +7,8 @@ Time constants and other params of f get ∫λ·∂f/∂θ dt by 8-point Gauss�
 quadrature on pieces no longer than ``dt`` (λ and x are sums of exponentials there:
 error far below float64's rounding for dt ≤ τ), thresholds and reset levels the derived
 spike terms. A loss on the state (a readout's, :mod:`.readouts`) adds kicks to λ and a
-continuous source to dλ/dt. In a recurrent layer a spike's B takes the Q of its arrivals
-at the layer's own neurons too, so its neurons run back together, in time order.
+continuous source to dλ/dt. A layer's neurons run back together, in time order: in a
+recurrent layer a spike's B takes the Q of its arrivals at the layer's own neurons too.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ __all__ = [
     "NeuronAdjoint",
     "Sweep",
     "backward_layer",
-    "backward_recurrent_layer",
     "zero_grads",
 ]
 
@@ -103,33 +102,14 @@ def backward_layer(
     t_end: float,
     dt: float,
 ) -> Grads:
-    """One layer's gradients, neuron by neuron, given each of its spikes' B (a recurrent
-    layer's: :func:`backward_recurrent_layer`)."""
-    if layer.recurrent is not None:
-        return backward_recurrent_layer(layer, pre_times, spikes, own_b, t_end, dt)
-    arrivals = layer.arrivals(pre_times, t_end)
+    """One layer's gradients given each of its spikes' B: its neurons' adjoints run back
+    together, the layer's events in reverse time order. In a recurrent layer this puts a
+    recurrent arrival's Q into its source spike's B (in ``own_b``, which gains it)
+    before that neuron's adjoint reaches the spike, earlier by the delay (> 0)."""
+    own_times = None if layer.recurrent is None else padded_times(spikes)
+    arrivals = layer.arrivals(pre_times, t_end, own_times)
     grads = zero_grads(layer, pre_times)
-    for j in range(layer.n):
-        row = Arrivals(*(part[j] for part in arrivals))
-        NeuronAdjoint(layer, j, dt).backward(row, spikes[j], own_b[j], t_end, grads)
-    return grads
-
-
-def backward_recurrent_layer(
-    layer: Layer,
-    pre_times: torch.Tensor,
-    spikes: list[list[Spike]],
-    own_b: torch.Tensor,
-    t_end: float,
-    dt: float,
-) -> Grads:
-    """A recurrent layer's gradients: its neurons' adjoints run back together, the
-    layer's events in reverse time order, so that a recurrent arrival's Q joins its
-    source spike's B (in ``own_b``, which gains it) before that neuron's adjoint reaches
-    the spike, earlier by the delay (> 0)."""
-    arrivals = layer.arrivals(pre_times, t_end, padded_times(spikes))
-    grads = zero_grads(layer, pre_times)
-    looped = grads.looped(own_b)
+    looped = None if layer.recurrent is None else grads.looped(own_b)
     sweeps = [
         Sweep(
             NeuronAdjoint(layer, j, dt),
