@@ -37,13 +37,20 @@ __all__ = ["EventLayer", "GrazingSpikeWarning", "event_network", "first_spike_cr
 
 
 def _checked(layers: Sequence[EventLayer], input_times: torch.Tensor, t_end: float) -> None:
-    """Shapes that chain, finite non-negative delays, input times ≥ 0 or +inf."""
+    """Feedforward layers, shapes that chain, finite non-negative delays, input times ≥ 0
+    or +inf."""
     if not (math.isfinite(t_end) and t_end > 0):
         raise ValueError(f"t_end must be a positive finite time, got {t_end}.")
     if not bool((input_times >= 0).all()):  # NaN fails too: one host sync
         raise ValueError("Input spike times must be ≥ 0 (+inf for an empty slot), not NaN.")
     n_in = input_times.shape[-2]
     for index, layer in enumerate(layers):
+        if layer.recurrent_weight is not None or layer.recurrent_delay is not None:
+            raise NotImplementedError(
+                f"layer {index} is recurrent: the compiled EventProp kernels run feedforward "
+                "layers only; run recurrent layers by symneuron.reference.events.event_network "
+                "(float64, one sample at a time)."
+            )
         if layer.weight.dim() != 2 or layer.weight.shape[1] != n_in:
             raise ValueError(
                 f"layer {index}: weight of shape {tuple(layer.weight.shape)}, expected "

@@ -95,9 +95,10 @@ def _fd_errors(  # type: ignore[no-untyped-def]
     network=_network,
     richardson: bool = False,
     make=_lif,
+    h: float | None = None,
 ) -> list[float]:
     """Relative errors of EventProp against central differences (h = 1e-5; or, with
-    ``richardson``, (4·D(h/2) − D(h))/3 at h = 1e-3), the denominator at least 1e-4
+    ``richardson``, (4·D(h/2) − D(h))/3 at h = 1e-3; or at ``h``), the denominator at least 1e-4
     (some gradients are 0 up to the differences' noise), over ``entries`` (tensor,
     element) of [inputs, *flat], or all. Each perturbed run must be ``same`` as the
     unperturbed one (by default: every neuron's spike count)."""
@@ -124,9 +125,10 @@ def _fd_errors(  # type: ignore[no-untyped-def]
         if a == 0 and not math.isfinite(float(inputs.view(-1)[i])):
             continue
         if richardson:
-            fd = (4 * central(a, i, 5e-4) - central(a, i, 1e-3)) / 3
+            step = 1e-3 if h is None else h
+            fd = (4 * central(a, i, step / 2) - central(a, i, step)) / 3
         else:
-            fd = central(a, i, 1e-5)
+            fd = central(a, i, 1e-5 if h is None else h)
         grad = leaves[a].grad
         assert grad is not None
         ours = float(grad.view(-1)[i])

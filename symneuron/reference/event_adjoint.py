@@ -7,7 +7,8 @@ Time constants and other params of f get ∫λ·∂f/∂θ dt by 8-point Gauss�
 quadrature on pieces no longer than ``dt`` (λ and x are sums of exponentials there:
 error far below float64's rounding for dt ≤ τ), thresholds and reset levels the derived
 spike terms. A loss on the state (a readout's, :mod:`.readouts`) adds kicks to λ and a
-continuous source to dλ/dt.
+continuous source to dλ/dt. A layer's neurons run back together, in time order: in a
+recurrent layer a spike's B takes the Q of its arrivals at the layer's own neurons too.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 import sympy as sp
 import torch
 
-from .event_forward import Arrivals, Layer, Spike
+from .event_forward import Arrivals, Layer, Spike, padded_times
 from .event_model import symbol_values
 
 __all__ = [
@@ -31,7 +32,9 @@ __all__ = [
     "StateLoss",
     "NO_STATE_LOSS",
     "NeuronAdjoint",
+    "Sweep",
     "backward_layer",
+    "zero_grads",
 ]
 
 #: 8-point Gauss–Legendre nodes on [−1, 1] and their weights.
@@ -39,12 +42,34 @@ GAUSS_NODES, GAUSS_WEIGHTS = np.polynomial.legendre.leggauss(8)
 
 
 class Grads(NamedTuple):
-    """One layer's dL/dW, dL/dD, dL/dθ and each presynaptic spike's B (Σ Q)."""
+    """One layer's dL/dW, dL/dD, dL/dθ and each presynaptic spike's B (Σ Q); a
+    recurrent layer's dL/dW_rec and dL/dD_rec too."""
 
     weight: torch.Tensor
     delay: torch.Tensor
     params: dict[str, torch.Tensor]
     source_b: torch.Tensor
+    recurrent_weight: torch.Tensor | None = None
+    recurrent_delay: torch.Tensor | None = None
+
+    def looped(self, own_b: torch.Tensor) -> Grads:
+        """A recurrent layer's recurrent gradients in a feedforward layer's places: the
+        source spikes' B of its arrivals is the layer's own, ``own_b``."""
+        assert self.recurrent_weight is not None and self.recurrent_delay is not None
+        return Grads(self.recurrent_weight, self.recurrent_delay, self.params, own_b)
+
+
+def zero_grads(layer: Layer, pre_times: torch.Tensor) -> Grads:
+    """Zero gradients of ``layer`` fed ``pre_times`` (a recurrent layer's recurrent ones too)."""
+    loop = layer.recurrent
+    return Grads(
+        torch.zeros_like(layer.weight),
+        torch.zeros_like(layer.delay),
+        {n: torch.zeros(layer.n, dtype=torch.float64) for n in layer.model.names},
+        torch.zeros_like(pre_times),
+        None if loop is None else torch.zeros_like(loop[0]),
+        None if loop is None else torch.zeros_like(loop[1]),
+    )
 
 
 class Kick(NamedTuple):
@@ -77,18 +102,82 @@ def backward_layer(
     t_end: float,
     dt: float,
 ) -> Grads:
-    """One layer's gradients, neuron by neuron, given each of its spikes' B."""
-    arrivals = layer.arrivals(pre_times, t_end)
-    grads = Grads(
-        torch.zeros_like(layer.weight),
-        torch.zeros_like(layer.delay),
-        {n: torch.zeros(layer.n, dtype=torch.float64) for n in layer.model.names},
-        torch.zeros_like(pre_times),
+    """One layer's gradients given each of its spikes' B: its neurons' adjoints run back
+    together, the layer's events in reverse time order. In a recurrent layer this puts a
+    recurrent arrival's Q into its source spike's B (in ``own_b``, which gains it)
+    before that neuron's adjoint reaches the spike, earlier by the delay (> 0)."""
+    own_times = None if layer.recurrent is None else padded_times(spikes)
+    arrivals = layer.arrivals(pre_times, t_end, own_times)
+    grads = zero_grads(layer, pre_times)
+    looped = None if layer.recurrent is None else grads.looped(own_b)
+    sweeps = [
+        Sweep(
+            NeuronAdjoint(layer, j, dt),
+            Arrivals(*(part[j] for part in arrivals)),
+            spikes[j],
+            own_b[j],
+            t_end,
+            grads,
+            looped=looped,
+        )
+        for j in range(layer.n)
+    ]
+    order = sorted(
+        (time, _ORDER[kind], j) for j, sweep in enumerate(sweeps) for time, kind, _ in sweep.events
     )
-    for j in range(layer.n):
-        row = Arrivals(*(part[j] for part in arrivals))
-        NeuronAdjoint(layer, j, dt).backward(row, spikes[j], own_b[j], t_end, grads)
+    for _, _, j in reversed(order):
+        sweeps[j].step()
+    for sweep in sweeps:
+        sweep.finish()
     return grads
+
+
+class Sweep:
+    """One neuron's adjoint run back through its events, from λ(``t_end``) = 0: built,
+    it has replayed the forward; each :meth:`step` takes the latest event not yet taken,
+    :meth:`finish` runs λ back to 0. Its spikes' B is read from ``own_b`` when the step
+    reaches them; arrivals through recurrent connections add into ``looped``."""
+
+    def __init__(
+        self,
+        neuron: NeuronAdjoint,
+        arrivals: Arrivals,
+        spikes: list[Spike],
+        own_b: torch.Tensor,
+        t_end: float,
+        grads: Grads,
+        *,
+        loss: StateLoss = NO_STATE_LOSS,
+        looped: Grads | None = None,
+    ) -> None:
+        self.neuron, self.arrivals, self.spikes = neuron, arrivals, spikes
+        self.own_b, self.grads, self.loss, self.looped = own_b, grads, loss, looped
+        self.events = neuron.events(arrivals, spikes, loss.kicks)
+        self.before, self.after = neuron.replay(self.events, arrivals, spikes)
+        self.lam, self.upper, self.left = torch.zeros_like(self.after[0]), t_end, len(self.events)
+
+    def step(self) -> None:
+        e, neuron = self.left, self.neuron
+        time, kind, index = self.events[e - 1]
+        params = self.grads.params
+        self.lam = neuron.integrate(
+            time, self.upper, self.after[e], self.lam, params, self.loss.source
+        )
+        if kind == "spike":
+            self.lam = neuron.spike(self.spikes[index], self.lam, float(self.own_b[index]), params)
+        elif kind == "arrival":
+            into = self.grads
+            if self.looped is not None and bool(self.arrivals.recurrent[index]):
+                into = self.looped
+            self.lam = neuron.arrival(self.arrivals, index, self.before[e - 1], self.lam, into)
+        else:
+            self.lam = self.lam + self.loss.kicks[index].value
+        self.upper, self.left = time, e - 1
+
+    def finish(self) -> None:
+        self.neuron.integrate(
+            0.0, self.upper, self.after[0], self.lam, self.grads.params, self.loss.source
+        )
 
 
 class NeuronAdjoint:
@@ -158,20 +247,10 @@ class NeuronAdjoint:
     ) -> None:
         """λ from t_end back to 0 through the neuron's events, adding into ``grads``;
         ``loss`` adds ∂L/∂x at its kicks and a continuous source ∂ℓ_V/∂x."""
-        events = self.events(arrivals, spikes, loss.kicks)
-        before, after = self.replay(events, arrivals, spikes)
-        lam, upper = torch.zeros_like(after[0]), t_end
-        for e in range(len(events), 0, -1):
-            time, kind, index = events[e - 1]
-            lam = self.integrate(time, upper, after[e], lam, grads.params, loss.source)
-            if kind == "spike":
-                lam = self.spike(spikes[index], lam, float(own_b[index]), grads.params)
-            elif kind == "arrival":
-                lam = self.arrival(arrivals, index, before[e - 1], lam, grads)
-            else:
-                lam = lam + loss.kicks[index].value
-            upper = time
-        self.integrate(0.0, upper, after[0], lam, grads.params, loss.source)
+        sweep = Sweep(self, arrivals, spikes, own_b, t_end, grads, loss=loss)
+        while sweep.left:
+            sweep.step()
+        sweep.finish()
 
     def arrival(
         self, arrivals: Arrivals, index: int, x: torch.Tensor, lam: torch.Tensor, grads: Grads

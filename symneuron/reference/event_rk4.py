@@ -30,8 +30,8 @@ from typing import Any, NamedTuple
 import sympy as sp
 import torch
 
-from .event_adjoint import Grads
-from .event_forward import Layer, Spike
+from .event_adjoint import Grads, zero_grads
+from .event_forward import Arrivals, Layer, Spike, padded_times
 from .event_model import root_along_flow, symbol_values
 
 __all__ = ["Segment", "Jump", "RK4Layer", "backward_rk4_layer", "hermite_root"]
@@ -280,20 +280,24 @@ class _Adjoint:
             self.grads.params[name] += torch.where(jump.mask, term, 0.0)
         self.lam = _where(jump.mask, self.model.jump(env, self.zero), self.lam)
 
-    def arrival(
-        self, jump: Jump, source: torch.Tensor, slot: torch.Tensor, weights: torch.Tensor
-    ) -> None:
+    def arrival(self, jump: Jump, arrivals: Arrivals) -> None:
         """At each masked neuron's arrival: dL/dw += λ·∂m/∂w, dL/dd −= Q, the source
-        spike's B += Q, and λ ← (∂m/∂x)ᵀλ."""
-        a = torch.where(jump.mask, jump.which, 0)
-        w = weights.gather(1, a[:, None])[:, 0]
-        env = self.env(jump.before, self.lam, w=w)
+        spike's B += Q (a recurrent arrival's: the recurrent W and D, the layer's own
+        spike's B), and λ ← (∂m/∂x)ᵀλ."""
+        a = torch.where(jump.mask, jump.which, 0)[:, None]
+        env = self.env(jump.before, self.lam, w=arrivals.weights.gather(1, a)[:, 0])
         j = jump.mask.nonzero()[:, 0]
-        i, k = source.gather(1, a[:, None])[j, 0], slot.gather(1, a[:, None])[j, 0]
-        self.grads.weight.index_put_((j, i), self.model.weight_partial(env, self.zero)[0][j], True)
+        i, k = arrivals.source.gather(1, a)[j, 0], arrivals.slot.gather(1, a)[j, 0]
+        partial = self.model.weight_partial(env, self.zero)[0][j]
         q = self.model.target_term(env, self.zero)[0][j]
-        self.grads.delay.index_put_((j, i), -q, True)
-        self.grads.source_b.index_put_((i, k), q, True)
+        looped = arrivals.recurrent.gather(1, a)[j, 0]
+        routes = [(~looped, self.grads)]
+        if bool(looped.any()):
+            routes.append((looped, self.grads.looped(self.own_b)))
+        for rows, into in routes:
+            into.weight.index_put_((j[rows], i[rows]), partial[rows], True)
+            into.delay.index_put_((j[rows], i[rows]), -q[rows], True)
+            into.source_b.index_put_((i[rows], k[rows]), q[rows], True)
         self.lam = _where(jump.mask, self.model.synapse_t(env, self.zero), self.lam)
 
 
@@ -306,22 +310,19 @@ def backward_rk4_layer(
     dt: float,
 ) -> Grads:
     """One :class:`RK4Layer`'s gradients (as :func:`~.event_adjoint.backward_layer`'s),
-    its recorded forward run back in lockstep, given each of its spikes' B."""
+    its recorded forward run back in lockstep, given each of its spikes' B. In a
+    recurrent layer an arrival of the layer's own spike is recorded in a later step than
+    the spike (the delay is at least one step), so its Q is in the spike's B
+    (``own_b``, which gains it) before the record's spike is reached."""
     assert isinstance(layer, RK4Layer)
-    del spikes, dt  # the record holds each spike's state and slot, and the sub-steps
-    times, weights, source, slot = layer.arrivals(pre_times, t_end)
-    grads = Grads(
-        torch.zeros_like(layer.weight),
-        torch.zeros_like(layer.delay),
-        {n: torch.zeros(layer.n, dtype=torch.float64) for n in layer.model.names},
-        torch.zeros_like(pre_times),
-    )
-    adjoint = _Adjoint(layer, grads, own_b)
+    del dt  # the record holds each spike's state and slot, and the sub-steps
+    arrivals = layer.arrivals(pre_times, t_end, padded_times(spikes))
+    adjoint = _Adjoint(layer, zero_grads(layer, pre_times), own_b)
     for entry in reversed(layer.record):
         if isinstance(entry, Segment):
             adjoint.segment(entry)
         elif entry.kind == "spike":
             adjoint.spike(entry)
         else:
-            adjoint.arrival(entry, source, slot, weights)
-    return grads
+            adjoint.arrival(entry, arrivals)
+    return adjoint.grads

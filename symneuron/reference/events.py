@@ -1,13 +1,13 @@
 """The float64 torch reference of EventProp: the exact forward and its adjoint backward.
 
-A feedforward network of layers of one ODE neuron runs in continuous time, and its
-gradient is EventProp's (docs/eventprop.md), built from the derived expressions only (no
-module of the reference writes a model's equation): the spec as torch functions in
-:mod:`.event_model`; for a linear neuron (a LIF with a current synapse: any neuron whose
-:class:`~symneuron.derivation.events.EventSpec` has a closed-form flow) each layer's
-exact forward in :mod:`.event_forward` and each neuron's adjoint in
-:mod:`.event_adjoint`; for a nonlinear one (QIF, EIF, AdEx) RK4 steps with crossings on
-the Hermite interpolant and the adjoint back by RK4, in :mod:`.event_rk4`.
+A network of layers of one ODE neuron (feedforward, each layer recurrent or not) runs
+in continuous time, and its gradient is EventProp's (docs/eventprop.md), built from the
+derived expressions only (no module of the reference writes a model's equation): the
+spec as torch functions in :mod:`.event_model`; for a linear neuron (a LIF with a
+current synapse: any neuron whose :class:`~symneuron.derivation.events.EventSpec` has a
+closed-form flow) each layer's exact forward in :mod:`.event_forward` and each neuron's
+adjoint in :mod:`.event_adjoint`; for a nonlinear one (QIF, EIF, AdEx) RK4 steps with
+crossings on the Hermite interpolant and the adjoint back by RK4, in :mod:`.event_rk4`.
 
 API (a first step, no kernels yet): :func:`event_network` is a differentiable function
 of tensors, as ``torch.nn.functional``'s are: given the input spike times and each
@@ -30,7 +30,7 @@ import torch
 from ..definition import Definition
 from ..ode import ODESystem
 from .event_adjoint import Grads, backward_layer
-from .event_forward import Layer, Spike, layers_of
+from .event_forward import Layer, Spike, layers_of, padded_times
 from .event_model import EventModel, model_of, symbol_values
 from .event_rk4 import RK4Layer, backward_rk4_layer
 
@@ -38,13 +38,24 @@ __all__ = ["EventLayer", "GrazingSpikeWarning", "event_network"]
 
 
 class EventLayer(NamedTuple):
-    """One feedforward layer: ``weight`` and ``delay`` [n_out, n_in] (delays ≥ 0, in the
-    ODE's time unit), and ``params`` per neuron ([n_out], by name; a param not given
-    takes its default and gets no gradient)."""
+    """One layer: ``weight`` and ``delay`` [n_out, n_in] (delays ≥ 0, in the ODE's time
+    unit), and ``params`` per neuron ([n_out], by name; a param not given takes its
+    default and gets no gradient).
+
+    A recurrent layer also has ``recurrent_weight`` and ``recurrent_delay`` [n_out, n_out]
+    (target, source; both or neither): a spike of its neuron j at t_k arrives at its
+    neuron i at t_k + recurrent_delay[i, j] with weight recurrent_weight[i, j]. Recurrent
+    delays are continuous and at least one step (the neuron's ``dt``): at zero a spike
+    could cause a spike at the same instant, with no order of events and no derivative;
+    from one step on, each arrival falls in a later step than its spike, so the step's
+    spikes are all known when their arrivals are queued, and their B is complete when
+    the adjoint reaches them. Only the reference runs recurrent layers."""
 
     weight: torch.Tensor
     delay: torch.Tensor
     params: Mapping[str, torch.Tensor] = {}
+    recurrent_weight: torch.Tensor | None = None
+    recurrent_delay: torch.Tensor | None = None
 
 
 def event_network(
@@ -62,6 +73,8 @@ def event_network(
     network of ``neuron`` (an ODE neuron, :meth:`~symneuron.Neuron.from_ode`) run up to
     ``t_end`` in steps of its ``dt``, differentiable by EventProp in each layer's
     weights, delays and given params and in ``input_times`` ([n_in, K], +inf padded).
+    A layer with ``recurrent_weight`` and ``recurrent_delay`` (:class:`EventLayer`)
+    also receives its own spikes, and is differentiable in those too.
 
     ``integrator`` is how a layer moves between events: ``"exact"``, the closed-form
     flow of a linear model (the default for one: the forward is exact and the gradient
@@ -111,12 +124,57 @@ def event_network(
         ]
         return tuple(_stacked([row[i] for row in rows]) for i in range(len(layers)))
     model, dt = model_of(neuron, system, target)
+    loops = _recurrent(layers, dt)
     flat: list[torch.Tensor] = []
     for layer in layers:
-        flat += [layer.weight, layer.delay, *(layer.params[n] for n in sorted(layer.params))]
+        flat += [
+            layer.weight,
+            layer.delay,
+            *_present(layer.recurrent_weight, layer.recurrent_delay),
+        ]
+        flat += [layer.params[n] for n in sorted(layer.params)]
     shapes = [sorted(layer.params) for layer in layers]
     rk4 = _uses_rk4(model, integrator)
-    return tuple(_EventProp.apply(model, shapes, (t_end, dt, grazing, rk4), input_times, *flat))
+    times_ = (t_end, dt, grazing, rk4)
+    return tuple(_EventProp.apply(model, (shapes, loops), times_, input_times, *flat))
+
+
+def _present(*tensors: torch.Tensor | None) -> list[torch.Tensor]:
+    """The tensors given (a recurrent layer's recurrent weight and delay, or none)."""
+    return [t for t in tensors if t is not None]
+
+
+def _recurrent(layers: Sequence[EventLayer], dt: float) -> list[bool]:
+    """Which layers are recurrent, their recurrent weights and delays checked: both
+    given, [n, n], finite, delays at least one step (:class:`EventLayer`)."""
+    loops = []
+    for index, layer in enumerate(layers):
+        weight, delay = layer.recurrent_weight, layer.recurrent_delay
+        if (weight is None) != (delay is None):
+            raise ValueError(
+                f"layer {index}: give recurrent_weight and recurrent_delay together, or neither."
+            )
+        loops.append(weight is not None)
+        if weight is None or delay is None:
+            continue
+        n = layer.weight.shape[0]
+        for name, tensor in (("recurrent_weight", weight), ("recurrent_delay", delay)):
+            if tensor.shape != (n, n):
+                raise ValueError(
+                    f"layer {index}: {name} of shape {tuple(tensor.shape)}, expected [{n}, {n}] "
+                    "(target, source: the layer's own neurons)."
+                )
+        if not torch.isfinite(weight).all():
+            raise ValueError(f"layer {index}: recurrent weights must be finite.")
+        if not torch.isfinite(delay).all() or bool((delay < dt).any()):
+            raise ValueError(
+                f"layer {index}: recurrent delays must be finite and at least one step "
+                f"(dt = {dt:g}), got a smallest of {float(delay.min()):g}. At zero a spike "
+                "could cause a spike at the same instant (no order, no derivative); from one "
+                "step on, every arrival falls in a later step than its spike. A shorter delay "
+                "needs a smaller dt (exact models do not depend on it)."
+            )
+    return loops
 
 
 #: How a layer moves between events: closed form (linear models) or RK4 (any).
@@ -170,33 +228,25 @@ def _stacked(times: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack(pad)
 
 
-def _padded(spikes: list[list[Spike]]) -> torch.Tensor:
-    slots = max(1, max(len(s) for s in spikes))
-    out = torch.full((len(spikes), slots), torch.inf, dtype=torch.float64)
-    for j, row in enumerate(spikes):
-        out[j, : len(row)] = torch.tensor([sp_.time for sp_ in row], dtype=torch.float64)
-    return out
-
-
 class _EventProp(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx: Any,
         model: EventModel,
-        shapes: list[list[str]],
+        shapes: tuple[list[list[str]], list[bool]],
         times_: tuple[float, float, float, bool],
         input_times: torch.Tensor,
         *flat: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
         t_end, dt, grazing, rk4 = times_
-        layers = layers_of(model, shapes, flat, RK4Layer if rk4 else Layer)
+        layers = layers_of(model, shapes[0], flat, RK4Layer if rk4 else Layer, shapes[1])
         times, spikes = input_times.detach(), []
         for index, layer in enumerate(layers):
             spikes.append(layer.forward(times, t_end, dt))
             _report_grazing(layer, index, spikes[-1], grazing)
-            times = _padded(spikes[-1])
+            times = padded_times(spikes[-1])
         ctx.saved = (model, shapes, t_end, dt, layers, spikes, input_times.detach())
-        return tuple(_padded(s) for s in spikes)
+        return tuple(padded_times(s) for s in spikes)
 
     @staticmethod
     def backward(ctx: Any, *grad_times: torch.Tensor) -> tuple[Any, ...]:
@@ -204,13 +254,18 @@ class _EventProp(torch.autograd.Function):
         grads: list[Grads] = []
         later_b = torch.zeros_like(grad_times[-1])
         for index in reversed(range(len(layers))):
-            pre = input_times if index == 0 else _padded(spikes[index - 1])
+            pre = input_times if index == 0 else padded_times(spikes[index - 1])
             own_b = later_b - grad_times[index]  # B = Σ Q − ∂L/∂t_k
             backward = backward_rk4_layer if isinstance(layers[index], RK4Layer) else backward_layer
             grads.append(backward(layers[index], pre, spikes[index], own_b, t_end, dt))
             later_b = grads[-1].source_b
         flat: list[torch.Tensor] = []
-        for names, layer in zip(shapes, reversed(grads), strict=True):
-            flat += [layer.weight, layer.delay, *(layer.params[n] for n in names)]
+        for names, layer in zip(shapes[0], reversed(grads), strict=True):
+            flat += [
+                layer.weight,
+                layer.delay,
+                *_present(layer.recurrent_weight, layer.recurrent_delay),
+            ]
+            flat += [layer.params[n] for n in names]
         grad_input = torch.where(torch.isfinite(input_times), -later_b, 0.0)
         return (None, None, None, grad_input, *flat)

@@ -99,6 +99,7 @@ def max_voltage(
             for x in input_times
         ]
         return MaxVoltage(*(torch.stack(part) for part in zip(*rows, strict=True)))
+    _feedforward(readout)
     model, dt = model_of(neuron, system, target)
     names = sorted(readout.params)
     loss = _ReadoutLoss("max", None, t_end)
@@ -151,12 +152,21 @@ def mean_voltage(
                 for x in input_times
             ]
         )
+    _feedforward(readout)
     model, dt = model_of(neuron, system, target)
     names = sorted(readout.params)
     loss = _ReadoutLoss("mean", tau_weight, t_end)
     flat = [readout.weight, readout.delay, *(readout.params[n] for n in names)]
     values, _ = _Readout.apply(model, names, dt, loss, input_times, *flat)
     return values
+
+
+def _feedforward(readout: EventLayer) -> None:
+    """A readout does not spike, so it has no recurrent connections to send through."""
+    if readout.recurrent_weight is not None or readout.recurrent_delay is not None:
+        raise ValueError(
+            "A readout layer does not spike: it takes no recurrent_weight or recurrent_delay."
+        )
 
 
 class _ReadoutLoss(NamedTuple):
