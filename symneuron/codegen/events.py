@@ -52,6 +52,7 @@ __all__ = [
     "LANGUAGES",
     "render_events",
     "scratch_bytes",
+    "trace_entries",
 ]
 
 #: the C compute type of each dtype the EventProp kernels take
@@ -209,6 +210,7 @@ def _header(fns: EventFunctions, compute: str, integrals: bool, language: Langua
         f"#define SN_TINY {_limit(limits.tiny)}",
         f"#define SN_INTEGRALS {int(integrals)}",
         f"#define SN_REPLAY {int(integrals or fns.replay)}",
+        f"#define SN_RK4 {int(fns.rk4)}",
         f"#define SN_GAUSS_NODES {_floats(nodes)}",
         f"#define SN_GAUSS_WEIGHTS {_floats(weights)}",
         f"#define SN_FORWARD_PARAMS {_params(FORWARD_ARGS)}",
@@ -259,6 +261,12 @@ def arrival_bytes(dtype: str) -> int:
     return 2 * np.dtype(dtype).itemsize + 8
 
 
+def trace_entries(n_in_slots: int, k_out: int, n_steps: int) -> int:
+    """The most entries an RK4 row's replayed forward records: a sub-step per step, per
+    arrival and per spike (each cuts one), an event per arrival and per spike, one spare."""
+    return n_steps + 2 * (n_in_slots + k_out) + 1
+
+
 def scratch_bytes(
     source: EventSource, dtype: str, n_in_slots: int, k_out: int, n_steps: int, sorting: bool
 ) -> dict[str, int]:
@@ -266,10 +274,16 @@ def scratch_bytes(
     rounded up to 16: a list of 2 (n_in·k_in + 1) arrivals to sort into (``sorting``: no
     ``order`` given), and in the backward the states before and after each event
     (n_in·k_in + k_out + 1 events where the backward replays the forward, else 1) and the
-    integral's pieces (n_steps + 3 of NS + 1 values, with time-constant integrals)."""
+    integral's pieces (n_steps + 3 of NS + 1 values, with time-constant integrals). On the
+    RK4 path the backward's replay of the forward takes :func:`trace_entries` entries of
+    2 + 3·NS values instead (a sub-step's kind, length and states at its start, middle
+    and end; an event's kind and state just before it)."""
     real = np.dtype(dtype).itemsize
     states = source.functions.states
     listed = 2 * (n_in_slots + 1) * arrival_bytes(dtype) if sorting else 0
+    if source.functions.rk4:
+        backward = listed + trace_entries(n_in_slots, k_out, n_steps) * (2 + 3 * states) * real
+        return {"forward": -(-listed // 16) * 16, "backward": -(-backward // 16) * 16}
     replay = source.integrals or source.functions.replay
     events = n_in_slots + k_out + 1 if replay else 1
     cuts = (n_steps + 3 if source.integrals else 1) * (states + 1)
