@@ -105,7 +105,7 @@ def _function(
     return "\n".join([head + " {", unused, *body, "}"])
 
 
-def _expressions(definition: Definition, spec: EventSpec) -> dict[str, list[sp.Expr]]:
+def _expressions(definition: Definition, spec: EventSpec, rk4: bool) -> dict[str, list[sp.Expr]]:
     """Each function's outputs, from the spec alone (and the definition's initial state):
     the closed-form flow and its transpose where the spec has one, else f and −Jᵀλ."""
     lam = sp.Matrix(spec.adjoints)
@@ -113,7 +113,7 @@ def _expressions(definition: Definition, spec: EventSpec) -> dict[str, list[sp.E
     rate_slope = sp.Matrix([spec.threshold_rate]).jacobian(spec.states).dot(spec.rhs)
     names = list(spec.params)
     init = [definition.v_start, *(st.init for st in definition.states.values())]
-    if spec.flow is not None and spec.flow_offset is not None:
+    if not rk4 and spec.flow is not None and spec.flow_offset is not None:
         moves = {
             "flow": list(spec.flow * x + spec.flow_offset),
             "adjoint_flow": list(spec.flow.T * lam),
@@ -138,8 +138,11 @@ def _expressions(definition: Definition, spec: EventSpec) -> dict[str, list[sp.E
     }
 
 
-def event_functions(definition: Definition, spec: EventSpec, compute: str) -> EventFunctions:
-    """The C functions of ``spec`` in ``compute`` (``"float"`` or ``"double"``) arithmetic.
+def event_functions(
+    definition: Definition, spec: EventSpec, compute: str, rk4: bool | None = None
+) -> EventFunctions:
+    """The C functions of ``spec`` in ``compute`` (``"float"`` or ``"double"``) arithmetic,
+    for the kernels' RK4 path where ``rk4`` (None: where the spec has no closed-form flow).
 
     >>> import sympy as sp, symneuron as sn
     >>> tau_m, tau_s, I = sp.symbols("tau_m tau_s I")
@@ -152,11 +155,18 @@ def event_functions(definition: Definition, spec: EventSpec, compute: str) -> Ev
     (True, False)
 
     A spec without a closed-form flow (its Jacobian depends on the state) prints f and
-    −Jᵀλ for the kernels' RK4 path instead of the flow.
+    −Jᵀλ for the kernels' RK4 path instead of the flow (so may a linear one, ``rk4=True``).
     """
+    if rk4 is None:
+        rk4 = spec.flow is None
+    if not rk4 and spec.flow is None:
+        raise ValueError(
+            f"{definition.name} is nonlinear (its Jacobian depends on the state): there is no "
+            "closed-form flow; its kernels step it by RK4 (rk4=True, integrator='rk4')."
+        )
     printer = KernelPrinter(compute)
     names = _symbols(spec)
-    exprs = _expressions(definition, spec)
+    exprs = _expressions(definition, spec, rk4)
     source = "\n\n".join(_function(n, e, names, printer) for n, e in exprs.items())
     states = set(spec.states)
     replay = any(sp.sympify(e).free_symbols & states for n in STATE_FREE for e in exprs[n])

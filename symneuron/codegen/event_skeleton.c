@@ -348,9 +348,9 @@ SN_FN int sn_advance(real* x, real* t, real to, const real* p, sn_spikes* out,
         if (crossing) sn_hermite(x, end, fa, fb, length, u, before);
         if (trace) {
             real* entry = sn_traced(trace, SN_SEGMENT, u * length, x);
-            if (entry) {
+            if (entry) { /* elementwise: a select between arrays would put both in local memory */
                 sn_hermite(x, end, fa, fb, length, (real)0.5 * u, entry + 2 + NS);
-                sn_copy(entry + 2 + 2 * NS, crossing ? before : end);
+                for (int q = 0; q < NS; ++q) entry[2 + 2 * NS + q] = crossing ? before[q] : end[q];
             }
         }
         if (!crossing) {

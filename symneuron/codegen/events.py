@@ -227,11 +227,15 @@ def render_events(
     dtype: str,
     integrals: bool = False,
     backend: str = "cpu",
+    rk4: bool | None = None,
 ) -> EventSource:
     """The source of ``spec``'s EventProp kernels in ``dtype`` (``"float32"`` or
     ``"float64"``) for ``backend`` (``"cpu"``: C, ``"cuda"``: CUDA C++ for NVRTC);
     ``integrals``: the backward adds ∫λ·∂f/∂θ dt (time-constant gradients; it then
-    replays each neuron's states between events).
+    replays each neuron's states between events). ``rk4``: the RK4 path (RK4 steps,
+    crossings on each step's Hermite interpolant, the adjoint back by RK4) rather than
+    the closed-form flow; None picks it where the spec has no closed-form flow (a
+    nonlinear neuron: QIF, EIF, AdEx) and the flow where it has one.
 
     >>> import sympy as sp, symneuron as sn
     >>> tau_m, tau_s, I = sp.symbols("tau_m tau_s I")
@@ -242,13 +246,16 @@ def render_events(
     True
     >>> "#define SN_CUDA 1" in render_events(lif, lif.events(), "float32", backend="cuda").text
     True
+    >>> "#define SN_RK4 0" in src.text, "#define SN_RK4 1" in render_events(
+    ...     lif, lif.events(), "float32", rk4=True).text
+    (True, True)
     """
     if dtype not in COMPUTE:
         raise TypeError(f"The EventProp kernels take {sorted(COMPUTE)}, not {dtype!r}.")
     if backend not in LANGUAGES:
         raise ValueError(f"The EventProp kernels run on {sorted(LANGUAGES)}, not {backend!r}.")
     compute = COMPUTE[dtype]
-    fns = event_functions(definition, spec, compute)
+    fns = event_functions(definition, spec, compute, rk4)
     integrals = integrals and fns.integrands
     skeleton = resources.files(__package__).joinpath("event_skeleton.c").read_text()
     header = _header(fns, compute, integrals, LANGUAGES[backend])
