@@ -527,7 +527,7 @@ SN_FN void sn_segment_back(const real* entry, const real* p, real* lam, real* ac
    added to `acc`. */
 SN_FN void sn_spike_jump(const sn_adjoint* a, long long k, const real* x, real* lam,
                          real* acc) {
-    real terms[NP + 1], b = (k >= 0 && k < a->count) ? a->own_b[k] : 0;
+    real terms[NP + 1], b = a->own_b[k];
     sn_spike_partials(x, lam, 0, b, 0, a->p, terms);
     for (int q = 0; q < NP; ++q) acc[q] += terms[q];
     sn_jump(x, lam, 0, b, 0, a->p, lam);
@@ -542,6 +542,13 @@ SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real*
     sn_trace trace = {entries, capacity, 0};
     real lam[NS], acc[NP + 1];
     sn_neuron_forward(arr, a->t_end, a->dt, a->n_steps, a->p, &counted, &trace);
+    if (counted.count != a->count) {
+        /* the replay spiked otherwise than the forward (it cannot in C: the same code on
+           the same values; a compiler's contractions might differ between CUDA's two
+           kernels at a grazing spike): NaN in dL/dθ, not a gradient of other spikes */
+        for (int q = 0; q < NP; ++q) SN_ADD(a->grad_p[q * a->p_stride], SN_INF - SN_INF);
+        return;
+    }
     for (int q = 0; q < NS; ++q) lam[q] = 0;
     for (int q = 0; q < NP; ++q) acc[q] = 0;
     long long ia = arr->n - 1, ks = counted.count - 1;
