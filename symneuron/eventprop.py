@@ -1,13 +1,14 @@
 """Exact event-based gradients (EventProp) for batches, with compiled C or CUDA kernels.
 
-:func:`event_network` runs a feedforward network of one linear ODE neuron (a LIF with a
-current synapse, a linear adaptive threshold...: any neuron whose
-:class:`~symneuron.derivation.events.EventSpec` has a closed-form flow) on a batch of
-input spike times, exactly, and is differentiable by EventProp. It is the float64
-reference's function (:func:`symneuron.reference.events.event_network`) with the batch
-run in parallel by generated kernels (:mod:`symneuron.codegen.events`: C on the CPU,
-CUDA on a GPU, as the inputs are), in float32 or float64; the reference is its oracle
-(docs/eventprop.md).
+:func:`event_network` runs a feedforward network of one ODE neuron on a batch of input
+spike times and is differentiable by EventProp: exactly for a linear neuron (a LIF with
+a current synapse, a linear adaptive threshold...: any neuron whose
+:class:`~symneuron.derivation.events.EventSpec` has a closed-form flow), by RK4 steps
+with crossings on each step's Hermite interpolant for a nonlinear one (QIF, EIF, AdEx;
+spike times and gradients accurate to O(dt⁴)). It is the float64 reference's function
+(:func:`symneuron.reference.events.event_network`) with the batch run in parallel by
+generated kernels (:mod:`symneuron.codegen.events`: C on the CPU, CUDA on a GPU, as the
+inputs are), in float32 or float64; the reference is its oracle (docs/eventprop.md).
 
 Representation: spike times as tensors padded with +inf ([batch, n, K], K the most
 spikes of any neuron in the batch), as the reference returns them. A loss is then
@@ -29,7 +30,7 @@ from .binding_events import EventLayerFunction, LayerCall
 from .definition import Definition
 from .derivation.events import derive_events, system_text
 from .ode import ODESystem
-from .reference.events import EventLayer, GrazingSpikeWarning
+from .reference.events import EventLayer, GrazingSpikeWarning, uses_rk4
 from .reference.readouts import first_spike_cross_entropy
 from .runtime.events import event_kernels
 
@@ -79,13 +80,13 @@ def event_network(
     target: str | None = None,
     grazing: float = 1e-3,
     capacity: int = 4,
+    integrator: str | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """Each layer's spike times [batch, n_l, K_l] (+inf padded, ascending) of a
-    feedforward network of ``neuron`` (a linear ODE neuron,
-    :meth:`~symneuron.Neuron.from_ode`) run exactly up to ``t_end`` in steps of its
-    ``dt``, differentiable by EventProp in each layer's weights, delays and given params
-    and in ``input_times`` ([batch, n_in, K], +inf padded; [n_in, K] for one sample,
-    which gives [n_l, K_l]).
+    feedforward network of ``neuron`` (an ODE neuron, :meth:`~symneuron.Neuron.from_ode`)
+    run up to ``t_end`` in steps of its ``dt``, differentiable by EventProp in each
+    layer's weights, delays and given params and in ``input_times`` ([batch, n_in, K],
+    +inf padded; [n_in, K] for one sample, which gives [n_l, K_l]).
 
     The dtype is the input times' (float32 or float64); the layers' tensors are cast to
     it. The device is the input times' too (the layers' tensors must be on it): every
@@ -96,6 +97,12 @@ def event_network(
     first run (more only cost a second run). A spike with ġ⁻ < ``grazing`` is reported
     by a :class:`GrazingSpikeWarning` and its gradient kept exact, never clipped
     (``grazing=-inf``: none looked for, which saves a host sync per layer).
+
+    ``integrator`` is how a layer moves between events, as in the reference:
+    ``"exact"``, the closed-form flow of a linear model (its default: exact spike times
+    and gradient), or ``"rk4"``, RK4 steps with crossings on each step's cubic Hermite
+    interpolant and the adjoint integrated back by RK4 (the default for a nonlinear
+    model; the float64 kernels follow the reference's RK4 path step for step).
 
     Examples
     --------
@@ -122,7 +129,9 @@ def event_network(
     system = system if system is not None else getattr(neuron, "ode", None)
     spec = derive_events(neuron, system, target=target)
     assert system is not None  # derive_events refuses a neuron without one
-    kernels = event_kernels(neuron, spec, system_text(system), target, times.dtype, times.device)
+    rk4 = uses_rk4(spec, neuron.name, integrator)
+    text = system_text(system)
+    kernels = event_kernels(neuron, spec, text, target, times.dtype, times.device, rk4)
     outputs = []
     for index, layer in enumerate(layers):
         names = tuple(sorted(layer.params))

@@ -21,6 +21,7 @@ from symneuron.eventprop import event_network
 from symneuron.reference.events import event_network as reference_network
 from symneuron.runtime import events as runtime_events
 from tests.conftest import nvrtc_or_skip
+from tests.eventprop_models import adex
 from tests.test_eventprop_kernels import (
     ADAPTIVE_PARAMS,
     LIF_PARAMS,
@@ -87,12 +88,13 @@ def _uniform_delays(flat: list[torch.Tensor], names: tuple[str, ...]) -> list[to
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("model", ["lif", "adaptive"])
+@pytest.mark.parametrize("model", ["lif", "adaptive", "adex"])
 def test_cuda_sources_compile_with_nvrtc(model: str, dtype: str) -> None:
-    """Both passes, with the time-constant integrals (every part of the skeleton), to PTX
-    with no call left (everything inlined, no malloc) and no local memory."""
+    """Both passes, with the time-constant integrals (every part of the skeleton; AdEx:
+    its RK4 path), to PTX with no call left (everything inlined, no malloc) and no local
+    memory."""
     nvrtc = nvrtc_or_skip()
-    neuron = _lif() if model == "lif" else _adaptive()
+    neuron = {"lif": _lif, "adaptive": _adaptive, "adex": adex}[model]()
     source = render_events(neuron, neuron.events(), dtype, integrals=True, backend="cuda")
     assert "atomicAdd(&(ref), (value))" in source.text
     ptx = nvrtc.compile_to_ptx(source.text, "events.cu", ("-arch=compute_90", "-std=c++17"))
@@ -260,3 +262,20 @@ def test_cuda_capacity_retry_and_waves(monkeypatch: pytest.MonkeyPatch) -> None:
     _assert_close(_run(_lif(), flat, LIF_PARAMS, "cuda", capacity=1), theirs, 1e-12)
     monkeypatch.setattr(runtime_events, "SCRATCH", 3 * 2048)
     _assert_close(_run(_lif(), flat, LIF_PARAMS, "cuda"), theirs, 1e-12)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [F64, torch.float32], ids=["float64", "float32"])
+def test_cuda_nonlinear_matches_the_c_kernels(dtype: torch.dtype) -> None:
+    """AdEx (three states, the RK4 path), batch of 3: the CUDA kernels against the float64
+    C kernels (which follow the reference's RK4 path to 1e-12,
+    tests/test_eventprop_kernels_rk4.py), within 1e-12 in float64 and within the C
+    float32 test's 1e-4 in float32."""
+    from tests.test_eventprop_kernels_rk4 import nonlinear_batch
+
+    neuron = adex()
+    flat, names = nonlinear_batch(neuron, size=3)
+    ours = _run(neuron, flat, names, "cuda", dtype)
+    theirs = _run(neuron, flat, names, "cpu")
+    assert int(torch.isfinite(theirs[0][0]).sum()) >= 30
+    _assert_close(ours, theirs, 1e-12 if dtype == F64 else 1e-4)

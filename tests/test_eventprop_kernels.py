@@ -17,7 +17,6 @@ from symneuron.codegen.events import render_events
 from symneuron.eventprop import EventLayer, GrazingSpikeWarning, event_network
 from symneuron.reference.events import event_network as reference_network
 from symneuron.reference.readouts import first_spike_cross_entropy
-from tests.eventprop_models import qif
 from tests.test_eventprop_reference import (
     ADAPTIVE,
     F64,
@@ -250,13 +249,6 @@ def test_a_reset_that_does_not_leave_the_threshold_is_an_error_at_run_time() -> 
             network(_adaptive(), [wrong], inputs, t_end=T_END)
     right = EventLayer(weight, delay, {"beta": torch.tensor([0.3], dtype=F64)})
     assert torch.isfinite(event_network(_adaptive(), [right], inputs, t_end=T_END)[0]).any()
-
-
-def test_a_nonlinear_neuron_is_refused_by_the_kernels() -> None:
-    """The kernels' flow is the closed form of a linear system; a QIF has none."""
-    layer = EventLayer(torch.ones(1, 1, dtype=F64), torch.zeros(1, 1, dtype=F64))
-    with pytest.raises(ValueError, match="linear models.*integrator='rk4'"):
-        event_network(qif(), [layer], torch.ones(1, 1, 1, dtype=F64), t_end=T_END)
 
 
 def test_generated_source_prints_the_derived_jump() -> None:

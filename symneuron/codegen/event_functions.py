@@ -1,8 +1,10 @@
 """A neuron's EventProp expressions printed as C functions.
 
 Every model-specific line of the EventProp kernels (:mod:`.events`) is printed here
-from the :class:`~symneuron.derivation.events.EventSpec` that SymPy derived: the
-closed-form flow x(s) = Φ(s)x + Γ(s) and its transpose λ(t − s) = Φ(s)ᵀλ(t), the
+from the :class:`~symneuron.derivation.events.EventSpec` that SymPy derived: for a
+linear neuron the closed-form flow x(s) = Φ(s)x + Γ(s) and its transpose
+λ(t − s) = Φ(s)ᵀλ(t), for a nonlinear one (no closed form: QIF, EIF, AdEx) the right-hand
+side f(x) and the adjoint's dλ/dt = −Jᵀλ that the kernels' RK4 path steps, the
 threshold function g and its first two rates along the flow, the reset h and its margin
 g(h(x)), the synapse m(x, w), the adjoint's jump at a spike, a spike's share of each
 param's gradient, the arrival terms (λ·∂m/∂w, Q, (∂m/∂x)ᵀλ), the integrands λ·∂f/∂θ and
@@ -47,6 +49,8 @@ class EventFunctions:
     replay : whether the backward needs the forward's states between events (an arrival
         term that depends on them).
     integrands : whether any param has a nonzero ∂f/∂θ (its gradient needs ∫λ·∂f/∂θ dt).
+    rk4 : whether the kernels step the state by RK4 (printed ``sn_rhs`` and
+        ``sn_adjoint_rhs``; a spec without a closed-form flow) rather than by the flow.
     """
 
     source: str
@@ -55,6 +59,7 @@ class EventFunctions:
     store: tuple[int, ...]
     replay: bool
     integrands: bool
+    rk4: bool = False
 
 
 def _symbols(spec: EventSpec) -> dict[sp.Symbol, sp.Symbol]:
@@ -100,17 +105,23 @@ def _function(
     return "\n".join([head + " {", unused, *body, "}"])
 
 
-def _expressions(definition: Definition, spec: EventSpec) -> dict[str, list[sp.Expr]]:
-    """Each function's outputs, from the spec alone (and the definition's initial state)."""
-    assert spec.flow is not None and spec.flow_offset is not None
+def _expressions(definition: Definition, spec: EventSpec, rk4: bool) -> dict[str, list[sp.Expr]]:
+    """Each function's outputs, from the spec alone (and the definition's initial state):
+    the closed-form flow and its transpose where the spec has one, else f and −Jᵀλ."""
     lam = sp.Matrix(spec.adjoints)
     x = sp.Matrix(spec.states)
     rate_slope = sp.Matrix([spec.threshold_rate]).jacobian(spec.states).dot(spec.rhs)
     names = list(spec.params)
     init = [definition.v_start, *(st.init for st in definition.states.values())]
+    if not rk4 and spec.flow is not None and spec.flow_offset is not None:
+        moves = {
+            "flow": list(spec.flow * x + spec.flow_offset),
+            "adjoint_flow": list(spec.flow.T * lam),
+        }
+    else:
+        moves = {"rhs": list(spec.rhs), "adjoint_rhs": list(spec.adjoint_rhs)}
     return {
-        "flow": list(spec.flow * x + spec.flow_offset),
-        "adjoint_flow": list(spec.flow.T * lam),
+        **moves,
         "g": [spec.threshold],
         "g_dot": [spec.threshold_rate],
         "g_ddot": [rate_slope],
@@ -127,8 +138,11 @@ def _expressions(definition: Definition, spec: EventSpec) -> dict[str, list[sp.E
     }
 
 
-def event_functions(definition: Definition, spec: EventSpec, compute: str) -> EventFunctions:
-    """The C functions of ``spec`` in ``compute`` (``"float"`` or ``"double"``) arithmetic.
+def event_functions(
+    definition: Definition, spec: EventSpec, compute: str, rk4: bool | None = None
+) -> EventFunctions:
+    """The C functions of ``spec`` in ``compute`` (``"float"`` or ``"double"``) arithmetic,
+    for the kernels' RK4 path where ``rk4`` (None: where the spec has no closed-form flow).
 
     >>> import sympy as sp, symneuron as sn
     >>> tau_m, tau_s, I = sp.symbols("tau_m tau_s I")
@@ -137,18 +151,22 @@ def event_functions(definition: Definition, spec: EventSpec, compute: str) -> Ev
     >>> fns = event_functions(lif, lif.events(), "double")
     >>> fns.store, fns.replay, fns.integrands
     ((1,), False, True)
-    >>> "exp(-s/p0)" in fns.source
-    True
+    >>> "exp(-s/p0)" in fns.source, fns.rk4
+    (True, False)
+
+    A spec without a closed-form flow (its Jacobian depends on the state) prints f and
+    −Jᵀλ for the kernels' RK4 path instead of the flow (so may a linear one, ``rk4=True``).
     """
-    if not spec.linear or spec.flow is None:
+    if rk4 is None:
+        rk4 = spec.flow is None
+    if not rk4 and spec.flow is None:
         raise ValueError(
-            f"{definition.name}: the EventProp kernels run linear models (a closed-form flow "
-            "e^{Js}); this neuron's Jacobian depends on its state. The float64 reference "
-            "runs it by RK4 (symneuron.reference.events.event_network, integrator='rk4')."
+            f"{definition.name} is nonlinear (its Jacobian depends on the state): there is no "
+            "closed-form flow; its kernels step it by RK4 (rk4=True, integrator='rk4')."
         )
     printer = KernelPrinter(compute)
     names = _symbols(spec)
-    exprs = _expressions(definition, spec)
+    exprs = _expressions(definition, spec, rk4)
     source = "\n\n".join(_function(n, e, names, printer) for n, e in exprs.items())
     states = set(spec.states)
     replay = any(sp.sympify(e).free_symbols & states for n in STATE_FREE for e in exprs[n])
@@ -160,4 +178,5 @@ def event_functions(definition: Definition, spec: EventSpec, compute: str) -> Ev
         store=tuple(spec.states.index(z) for z in spec.store),
         replay=replay,
         integrands=integrands,
+        rk4="rhs" in exprs,
     )

@@ -1,11 +1,18 @@
 /* The EventProp kernels' skeleton: the same for every neuron and for both languages.
    Everything that depends on the model is one of the sn_<name> functions printed before
    it from SymPy's derivation (symneuron/codegen/event_functions.py); NS, NP, NSTORE,
-   PARTS, SN_REPLAY, SN_INTEGRALS, real, the store's indices and the language's words
-   (SN_CUDA, SN_FN, SN_INLINE, SN_CONST, SN_INF, SN_ADD, SN_LOAD) are defined above it
-   (symneuron/codegen/events.py). Only the two entry points at the end differ between C
-   (an OpenMP loop over rows, scratch from malloc) and CUDA (one thread per row, scratch
-   from the launch's buffer, gradient rows added to atomically). */
+   PARTS, SN_REPLAY, SN_INTEGRALS, SN_RK4, real, the store's indices and the language's
+   words (SN_CUDA, SN_FN, SN_INLINE, SN_CONST, SN_INF, SN_ADD, SN_LOAD) are defined above
+   it (symneuron/codegen/events.py). Only the two entry points at the end differ between
+   C (an OpenMP loop over rows, scratch from malloc) and CUDA (one thread per row, scratch
+   from the launch's buffer, gradient rows added to atomically).
+
+   Two ways to move a neuron between events, chosen when the source is generated: a
+   linear neuron's closed-form flow (sn_flow, SN_RK4 0), or, for a spec without one
+   (QIF, EIF, AdEx: SN_RK4 1), RK4 steps with crossings on each step's cubic Hermite
+   interpolant and the adjoint integrated back by RK4 (sn_rhs, sn_adjoint_rhs), step for
+   step as the float64 reference does (symneuron/reference/event_rk4.py). Everything
+   else (arrivals, the step loop, spikes, the arrival and jump terms) is shared. */
 
 /* What sn_eval evaluates along the flow: g, its rate, the rate's rate, g(h(x)). */
 #define SN_G 0
@@ -22,9 +29,11 @@ SN_INLINE real sn_eval(int which, const real* x, const real* p) {
     return out;
 }
 
+#if !SN_RK4
 SN_INLINE void sn_move(const real* x, real s, const real* p, real* out) {
     sn_flow(x, x, 0, 0, s, p, out);
 }
+#endif
 
 SN_INLINE void sn_copy(real* to, const real* from) {
     for (int q = 0; q < NS; ++q) to[q] = from[q];
@@ -124,6 +133,7 @@ SN_FN sn_arrivals sn_arrivals_of(const real* pre, const long long* order, const 
     return a;
 }
 
+#if !SN_RK4
 /* The zero of sn_eval's `fn` (its slope the next one) along the flow from x within
    [lo, hi], where it changes sign once (from negative if `rising`): Newton's method kept
    in the bracket, bisection where it leaves it, to rounding. */
@@ -183,6 +193,7 @@ SN_FN int sn_first_crossing(const real* x, real length, const real* p, real* whe
     }
     return 0;
 }
+#endif
 
 /* Where one neuron's spikes go: times, stored states and g's rate, up to `capacity`;
    `count` goes on counting past it (the runtime then runs again with more slots). */
@@ -204,6 +215,157 @@ SN_FN void sn_record(sn_spikes* out, real time, const real* before, const real* 
     ++out->count;
 }
 
+/* What the RK4 path's backward replays of a neuron's forward: entries of SN_ENTRY values
+   in forward order, each a sub-step (SN_SEGMENT: its length and states at its start,
+   middle and end) or the state just before a spike or an arrival (SN_SPIKE, SN_ARRIVAL),
+   up to `capacity` (`count` goes on counting past it). */
+#define SN_SEGMENT 0
+#define SN_SPIKE 1
+#define SN_ARRIVAL 2
+#define SN_ENTRY (2 + 3 * NS)
+typedef struct {
+    real* at;
+    long long capacity;
+    long long count;
+} sn_trace;
+
+#if SN_RK4
+/* The next entry of `trace` (null past its capacity), its kind and length set and its
+   first state `x` copied. */
+SN_FN real* sn_traced(sn_trace* trace, int kind, real length, const real* x) {
+    real* entry = trace->count < trace->capacity ? trace->at + trace->count * SN_ENTRY : 0;
+    ++trace->count;
+    if (entry) {
+        entry[0] = (real)kind;
+        entry[1] = length;
+        sn_copy(entry + 2, x);
+    }
+    return entry;
+}
+
+SN_INLINE void sn_f(const real* x, const real* p, real* out) {
+    sn_rhs(x, x, 0, 0, 0, p, out);
+}
+
+/* One classical Runge-Kutta step of dx/dt = f(x) from x over h, into `out`. */
+SN_FN void sn_rk4(const real* x, real h, const real* p, real* out) {
+    real k1[NS], k2[NS], k3[NS], k4[NS], y[NS];
+    sn_f(x, p, k1);
+    for (int q = 0; q < NS; ++q) y[q] = x[q] + (real)0.5 * h * k1[q];
+    sn_f(y, p, k2);
+    for (int q = 0; q < NS; ++q) y[q] = x[q] + (real)0.5 * h * k2[q];
+    sn_f(y, p, k3);
+    for (int q = 0; q < NS; ++q) y[q] = x[q] + h * k3[q];
+    sn_f(y, p, k4);
+    for (int q = 0; q < NS; ++q) out[q] = x[q] + h / 6 * (k1[q] + 2 * k2[q] + 2 * k3[q] + k4[q]);
+}
+
+/* The cubic Hermite interpolant at u in [0, 1] of the values xa, xb and the time
+   derivatives fa, fb at the ends of a sub-step of `length`. */
+SN_FN void sn_hermite(const real* xa, const real* xb, const real* fa, const real* fb,
+                      real length, real u, real* out) {
+    real u2 = u * u, u3 = u * u * u;
+    real h00 = 2 * u3 - 3 * u2 + 1, h10 = u3 - 2 * u2 + u;
+    real h01 = -2 * u3 + 3 * u2, h11 = u3 - u2;
+    for (int q = 0; q < NS; ++q)
+        out[q] = h00 * xa[q] + h10 * length * fa[q] + h01 * xb[q] + h11 * length * fb[q];
+}
+
+SN_INLINE real sn_cubic(const real* c, real u) {
+    return c[0] + u * (c[1] + u * (c[2] + u * c[3]));
+}
+
+SN_INLINE real sn_cubic_slope(const real* c, real u) {
+    return c[1] + u * (2 * c[2] + u * 3 * c[3]);
+}
+
+/* A zero of the cubic's derivative c1 + 2 c2 u + 3 c3 u^2, or 1 where it is not one in
+   (0, 1) (NaN or infinite where c3 or q is 0). */
+SN_INLINE real sn_inside(real r, real disc) {
+    return (disc >= 0 && isfinite(r) && r > 0 && r < 1) ? r : (real)1;
+}
+
+/* The zero of the cubic `c` in [lo, hi], where it is < 0 at lo, >= 0 at hi and monotone
+   between: Newton's method kept in the bracket, bisection where it leaves it. */
+SN_FN real sn_cubic_root(const real* c, real lo, real hi) {
+    real s = (real)0.5 * (lo + hi);
+    for (int it = 0; it < SN_ITERATIONS; ++it) {
+        real v = sn_cubic(c, s);
+        if (v < 0) lo = s;
+        else hi = s;
+        real newton = s - v / sn_cubic_slope(c, s);
+        real next = (newton > lo && newton < hi) ? newton : (real)0.5 * (lo + hi);
+        if (v == 0) next = s;
+        int done = fabs(next - s) <= 2 * SN_EPS * fmax(fabs(s), SN_TINY);
+        s = next;
+        if (done) break;
+    }
+    return s;
+}
+
+/* Whether the cubic Hermite interpolant of g (g_a < 0 at the start, g_b at the end,
+   rates r_a, r_b, over `length`) reaches 0 in (0, 1], and the first u where it does (*u
+   is 1 where not). The interpolant's turns (the zeros of its derivative, a quadratic)
+   cut [0, 1] into monotone pieces; the first piece that ends at a value >= 0 holds the
+   first crossing, even where the interpolant comes back below 0 before u = 1. */
+SN_FN int sn_hermite_root(real g_a, real g_b, real r_a, real r_b, real length, real* u) {
+    real c[4] = {g_a, length * r_a, -3 * g_a - 2 * length * r_a + 3 * g_b - length * r_b,
+                 2 * g_a + length * r_a - 2 * g_b + length * r_b};
+    /* the Hermite basis: h00 + h01 = 1, |h10|, |h11| <= 4/27 on [0, 1] */
+    real bound = fmax(g_a, g_b) + (real)(4.0 / 27.0) * length * (fabs(r_a) + fabs(r_b));
+    *u = 1;
+    if (!(length > 0 && bound >= 0)) return 0;
+    real disc = c[2] * c[2] - 3 * c[1] * c[3];
+    real root = sqrt(fmax(disc, (real)0));
+    real q = -(c[2] + (c[2] >= 0 ? root : -root));
+    real first = sn_inside(q / (3 * c[3]), disc), second = sn_inside(c[1] / q, disc);
+    real bounds[4] = {0, fmin(first, second), fmax(first, second), 1};
+    for (int k = 1; k < 4; ++k) {
+        if (sn_cubic(c, bounds[k]) >= 0) {
+            *u = sn_cubic_root(c, bounds[k - 1], bounds[k]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* x and *t moved to `to` by an RK4 step, cut at each crossing on the way: the spike there
+   (the state just before it the step's Hermite interpolant there), the reset, and a new
+   RK4 step over the rest; 1 if a reset did not leave the threshold. With a `trace`, each
+   sub-step and spike is recorded in it. */
+SN_FN int sn_advance(real* x, real* t, real to, const real* p, sn_spikes* out,
+                     sn_trace* trace) {
+    for (;;) {
+        real length = to - *t, end[NS], fa[NS], fb[NS], before[NS], u;
+        sn_rk4(x, length, p, end);
+        real g_a = sn_eval(SN_G, x, p), g_b = sn_eval(SN_G, end, p);
+        real r_a = sn_eval(SN_G_DOT, x, p), r_b = sn_eval(SN_G_DOT, end, p);
+        int crossing = sn_hermite_root(g_a, g_b, r_a, r_b, length, &u);
+        if (crossing || trace) {
+            sn_f(x, p, fa);
+            sn_f(end, p, fb);
+        }
+        if (crossing) sn_hermite(x, end, fa, fb, length, u, before);
+        if (trace) {
+            real* entry = sn_traced(trace, SN_SEGMENT, u * length, x);
+            if (entry) { /* elementwise: a select between arrays would put both in local memory */
+                sn_hermite(x, end, fa, fb, length, (real)0.5 * u, entry + 2 + NS);
+                for (int q = 0; q < NS; ++q) entry[2 + 2 * NS + q] = crossing ? before[q] : end[q];
+            }
+        }
+        if (!crossing) {
+            sn_copy(x, end);
+            *t = to;
+            return 0;
+        }
+        sn_record(out, *t + u * length, before, p);
+        if (trace) sn_traced(trace, SN_SPIKE, 0, before);
+        if (sn_eval(SN_MARGIN, before, p) >= 0) return 1;
+        sn_reset(before, before, 0, 0, 0, p, x);
+        *t = *t + u * length;
+    }
+}
+#else
 /* x and *t moved to `to`, spiking and resetting at each crossing on the way; 1 if a reset
    did not leave the threshold. */
 SN_FN int sn_advance(real* x, real* t, real to, const real* p, sn_spikes* out) {
@@ -222,10 +384,12 @@ SN_FN int sn_advance(real* x, real* t, real to, const real* p, sn_spikes* out) {
         *t = *t + s;
     }
 }
+#endif
 
-/* One neuron's exact forward: steps of dt, arrivals at their times inside a step. */
+/* One neuron's forward: steps of dt, arrivals at their times inside a step (on the RK4
+   path, recorded in `trace` where one is given: the backward's replay). */
 SN_FN int sn_neuron_forward(const sn_arrivals* arr, real t_end, real dt, long long n_steps,
-                            const real* p, sn_spikes* out) {
+                            const real* p, sn_spikes* out, sn_trace* trace) {
     real x[NS], t = 0;
     long long ptr = 0; /* the next arrival's index; each is read once, one ahead */
     sn_arrival next = sn_arrival_or_none(arr, 0), ahead = sn_arrival_or_none(arr, 1);
@@ -234,8 +398,15 @@ SN_FN int sn_neuron_forward(const sn_arrivals* arr, real t_end, real dt, long lo
         real end = fmin((real)(step + 1) * dt, t_end);
         for (;;) {
             real due = next.t;
+#if SN_RK4
+            if (sn_advance(x, &t, fmin(due, end), p, out, trace)) return 1;
+            if (!(due < end)) break;
+            if (trace) sn_traced(trace, SN_ARRIVAL, 0, x);
+#else
+            (void)trace;
             if (sn_advance(x, &t, fmin(due, end), p, out)) return 1;
             if (!(due < end)) break;
+#endif
             sn_synapse(x, x, next.w, 0, 0, p, x);
             ++ptr;
             next = ahead;
@@ -257,7 +428,7 @@ SN_FN void sn_forward_row(long long r, unsigned char* slab, SN_FORWARD_PARAMS) {
                                      delay + at, stride, n_in, k_in, t_end, (sn_arrival*)slab);
     sn_spikes out = {times + r * k_out, store + r * k_out * NSTORE, rate + r * k_out, k_out, 0};
     for (long long k = 0; k < k_out; ++k) out.times[k] = SN_INF;
-    status[r] = sn_neuron_forward(&arr, t_end, dt, n_steps, p, &out);
+    status[r] = sn_neuron_forward(&arr, t_end, dt, n_steps, p, &out, (sn_trace*)0);
     counts[r] = out.count;
 }
 
@@ -288,6 +459,7 @@ typedef struct {
     const real* own_b;  /* their B = -dL/dt_k (the loss's and every later layer's) */
     long long count;
     real t_end, dt;
+    long long n_steps;
     real* grad_w;       /* this neuron's row of dL/dW (its group's), input i at i * g_stride */
     real* grad_d;       /* the same for dL/dD; null where the delays' gradient is not wanted */
     long long g_stride;
@@ -297,11 +469,106 @@ typedef struct {
     long long k_in;
 } sn_adjoint;
 
-#if SN_INTEGRALS
+#if SN_INTEGRALS && !SN_RK4
 SN_CONST double sn_gauss_nodes[8] = SN_GAUSS_NODES;
 SN_CONST double sn_gauss_weights[8] = SN_GAUSS_WEIGHTS;
 #endif
 
+/* λ before an arrival from λ after it: dL/dw += λ·∂m/∂w, dL/dd -= Q, the source's B += Q
+   (x: the state just before it, when the arrival's terms need it). */
+SN_FN void sn_arrival_back(const sn_adjoint* a, const sn_arrival* e, const real* x,
+                            real* lam) {
+    real partial, q;
+    long long i = sn_input(e->src, a->k_in) * a->g_stride;
+    sn_weight_partial(x, lam, e->w, 0, 0, a->p, &partial);
+    sn_target_term(x, lam, e->w, 0, 0, a->p, &q);
+    SN_ADD(a->grad_w[i], partial);
+    if (a->grad_d) SN_ADD(a->grad_d[i], -q);
+    if (a->source_b) SN_ADD(a->source_b[e->src], q);
+    sn_synapse_t(x, lam, e->w, 0, 0, a->p, lam);
+}
+
+#if SN_RK4
+/* dλ/ds = Jᵀλ (s: time run backward) at x into k, and with SN_INTEGRALS the integrands
+   λ·∂f/∂θ into `terms`. */
+SN_INLINE void sn_adjoint_rates(const real* x, const real* lam, const real* p, real* k,
+                                real* terms) {
+    sn_adjoint_rhs(x, lam, 0, 0, 0, p, k);
+    for (int q = 0; q < NS; ++q) k[q] = -k[q];
+#if SN_INTEGRALS
+    sn_integrands(x, lam, 0, 0, 0, p, terms);
+#else
+    (void)terms;
+#endif
+}
+
+/* λ from a traced sub-step's end to its start by one RK4 step (x at its end, middle and
+   start), adding ∫λ·∂f/∂θ over it to `acc` (with SN_INTEGRALS). */
+SN_FN void sn_segment_back(const real* entry, const real* p, real* lam, real* acc) {
+    const real h = entry[1], *start = entry + 2, *middle = start + NS, *end = middle + NS;
+    real k1[NS], k2[NS], k3[NS], k4[NS], y[NS];
+    real i1[NP + 1], i2[NP + 1], i3[NP + 1], i4[NP + 1];
+    sn_adjoint_rates(end, lam, p, k1, i1);
+    for (int q = 0; q < NS; ++q) y[q] = lam[q] + (real)0.5 * h * k1[q];
+    sn_adjoint_rates(middle, y, p, k2, i2);
+    for (int q = 0; q < NS; ++q) y[q] = lam[q] + (real)0.5 * h * k2[q];
+    sn_adjoint_rates(middle, y, p, k3, i3);
+    for (int q = 0; q < NS; ++q) y[q] = lam[q] + h * k3[q];
+    sn_adjoint_rates(start, y, p, k4, i4);
+    for (int q = 0; q < NS; ++q) lam[q] = lam[q] + h / 6 * (k1[q] + 2 * k2[q] + 2 * k3[q] + k4[q]);
+#if SN_INTEGRALS
+    for (int q = 0; q < NP; ++q) acc[q] += h / 6 * (i1[q] + 2 * i2[q] + 2 * i3[q] + i4[q]);
+#else
+    (void)acc;
+#endif
+}
+
+/* The derived jump λ⁺ -> λ⁻ at spike k (x: the state just before it), its terms of dL/dθ
+   added to `acc`. */
+SN_FN void sn_spike_jump(const sn_adjoint* a, long long k, const real* x, real* lam,
+                         real* acc) {
+    real terms[NP + 1], b = a->own_b[k];
+    sn_spike_partials(x, lam, 0, b, 0, a->p, terms);
+    for (int q = 0; q < NP; ++q) acc[q] += terms[q];
+    sn_jump(x, lam, 0, b, 0, a->p, lam);
+}
+
+/* One neuron's adjoint from t_end back to 0: its forward replayed into `entries`
+   (`capacity` of them) and run back entry by entry, as the reference runs its record;
+   dL/dθ summed over the neuron before it is added to its gradient row. */
+SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real* entries,
+                              long long capacity) {
+    sn_spikes counted = {0, 0, 0, 0, 0};
+    sn_trace trace = {entries, capacity, 0};
+    real lam[NS], acc[NP + 1];
+    sn_neuron_forward(arr, a->t_end, a->dt, a->n_steps, a->p, &counted, &trace);
+    if (counted.count != a->count) {
+        /* the replay spiked otherwise than the forward (it cannot in C: the same code on
+           the same values; a compiler's contractions might differ between CUDA's two
+           kernels at a grazing spike): NaN in dL/dθ, not a gradient of other spikes */
+        for (int q = 0; q < NP; ++q) SN_ADD(a->grad_p[q * a->p_stride], SN_INF - SN_INF);
+        return;
+    }
+    for (int q = 0; q < NS; ++q) lam[q] = 0;
+    for (int q = 0; q < NP; ++q) acc[q] = 0;
+    long long ia = arr->n - 1, ks = counted.count - 1;
+    long long last = trace.count < capacity ? trace.count : capacity;
+    for (long long e = last - 1; e >= 0; --e) {
+        const real* entry = entries + e * SN_ENTRY;
+        if (entry[0] == SN_SEGMENT) {
+            sn_segment_back(entry, a->p, lam, acc);
+        } else if (entry[0] == SN_SPIKE) {
+            sn_spike_jump(a, ks, entry + 2, lam, acc);
+            --ks;
+        } else {
+            sn_arrival next = sn_arrival_at(arr, ia);
+            sn_arrival_back(a, &next, entry + 2, lam);
+            --ia;
+        }
+    }
+    for (int q = 0; q < NP; ++q) SN_ADD(a->grad_p[q * a->p_stride], acc[q]);
+}
+#else
 /* λ at `start` from λ at `upper` (no event between); with SN_INTEGRALS also adds
    ∫λ·∂f/∂θ dt over [start, upper] by 8-point Gauss-Legendre on pieces of at most dt, the
    state along it flowed from x_start (its value at `start`); `cuts` holds each piece's
@@ -352,20 +619,6 @@ SN_FN void sn_spike_back(const sn_adjoint* a, long long k, real* lam) {
     sn_spike_partials(x, lam, 0, b, 0, a->p, terms);
     for (int q = 0; q < NP; ++q) SN_ADD(a->grad_p[q * a->p_stride], terms[q]);
     sn_jump(x, lam, 0, b, 0, a->p, lam);
-}
-
-/* λ before an arrival from λ after it: dL/dw += λ·∂m/∂w, dL/dd -= Q, the source's B += Q
-   (x: the state just before it, when the arrival's terms need it). */
-SN_FN void sn_arrival_back(const sn_adjoint* a, const sn_arrival* e, const real* x,
-                            real* lam) {
-    real partial, q;
-    long long i = sn_input(e->src, a->k_in) * a->g_stride;
-    sn_weight_partial(x, lam, e->w, 0, 0, a->p, &partial);
-    sn_target_term(x, lam, e->w, 0, 0, a->p, &q);
-    SN_ADD(a->grad_w[i], partial);
-    if (a->grad_d) SN_ADD(a->grad_d[i], -q);
-    if (a->source_b) SN_ADD(a->source_b[e->src], q);
-    sn_synapse_t(x, lam, e->w, 0, 0, a->p, lam);
 }
 
 /* The states just before and just after each event, replayed from the forward's spike
@@ -423,6 +676,7 @@ SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real*
     }
     sn_integrate(a, 0, upper, after, lam, cuts);
 }
+#endif
 
 /* Row r's backward (sample b = r / N, neuron j = r % N), adding into its group's gradient
    rows (group b mod `groups`); `slab`: its scratch, laid out as
@@ -432,20 +686,25 @@ SN_FN void sn_backward_row(long long r, unsigned char* slab, SN_BACKWARD_PARAMS)
     const real t_end = scalars[0], dt = scalars[1];
     const long long m = n_in * k_in, b = r / N, j = r % N, g = b % groups;
     const long long at = transposed ? j : j * n_in, stride = transposed ? N : 1;
-    const long long n_events = SN_REPLAY ? m + k_out + 1 : 1;
     const long long listed = order ? 0 : 2 * (m + 1) * (long long)sizeof(sn_arrival);
-    real* before = (real*)(slab + listed);
-    real* after = before + n_events * NS;
-    real* cuts = after + n_events * NS;
     real p[NP + 1];
     for (int q = 0; q < NP; ++q) p[q] = params[q * N + j];
     sn_arrivals arr = sn_arrivals_of(pre + b * m, order ? order + b * m : order, weight + at,
                                      delay + at, stride, n_in, k_in, t_end, (sn_arrival*)slab);
     sn_adjoint a = {p, times + r * k_out, store + r * k_out * NSTORE, own_b + r * k_out,
-                    counts[r], t_end, dt, grad_w + g * N * n_in + at,
+                    counts[r], t_end, dt, n_steps, grad_w + g * N * n_in + at,
                     grad_d ? grad_d + g * N * n_in + at : grad_d, stride,
                     grad_p + g * NP * N + j, N, source_b ? source_b + b * m : source_b, k_in};
+#if SN_RK4
+    /* the replay's entries, as many as codegen/events.py's trace_entries counts */
+    sn_neuron_backward(&a, &arr, (real*)(slab + listed), n_steps + 2 * (m + k_out) + 1);
+#else
+    const long long n_events = SN_REPLAY ? m + k_out + 1 : 1;
+    real* before = (real*)(slab + listed);
+    real* after = before + n_events * NS;
+    real* cuts = after + n_events * NS;
     sn_neuron_backward(&a, &arr, before, after, cuts);
+#endif
 }
 
 #if SN_CUDA

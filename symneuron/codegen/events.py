@@ -52,6 +52,7 @@ __all__ = [
     "LANGUAGES",
     "render_events",
     "scratch_bytes",
+    "trace_entries",
 ]
 
 #: the C compute type of each dtype the EventProp kernels take
@@ -209,6 +210,7 @@ def _header(fns: EventFunctions, compute: str, integrals: bool, language: Langua
         f"#define SN_TINY {_limit(limits.tiny)}",
         f"#define SN_INTEGRALS {int(integrals)}",
         f"#define SN_REPLAY {int(integrals or fns.replay)}",
+        f"#define SN_RK4 {int(fns.rk4)}",
         f"#define SN_GAUSS_NODES {_floats(nodes)}",
         f"#define SN_GAUSS_WEIGHTS {_floats(weights)}",
         f"#define SN_FORWARD_PARAMS {_params(FORWARD_ARGS)}",
@@ -225,11 +227,15 @@ def render_events(
     dtype: str,
     integrals: bool = False,
     backend: str = "cpu",
+    rk4: bool | None = None,
 ) -> EventSource:
     """The source of ``spec``'s EventProp kernels in ``dtype`` (``"float32"`` or
     ``"float64"``) for ``backend`` (``"cpu"``: C, ``"cuda"``: CUDA C++ for NVRTC);
     ``integrals``: the backward adds ∫λ·∂f/∂θ dt (time-constant gradients; it then
-    replays each neuron's states between events).
+    replays each neuron's states between events). ``rk4``: the RK4 path (RK4 steps,
+    crossings on each step's Hermite interpolant, the adjoint back by RK4) rather than
+    the closed-form flow; None picks it where the spec has no closed-form flow (a
+    nonlinear neuron: QIF, EIF, AdEx) and the flow where it has one.
 
     >>> import sympy as sp, symneuron as sn
     >>> tau_m, tau_s, I = sp.symbols("tau_m tau_s I")
@@ -240,13 +246,16 @@ def render_events(
     True
     >>> "#define SN_CUDA 1" in render_events(lif, lif.events(), "float32", backend="cuda").text
     True
+    >>> "#define SN_RK4 0" in src.text, "#define SN_RK4 1" in render_events(
+    ...     lif, lif.events(), "float32", rk4=True).text
+    (True, True)
     """
     if dtype not in COMPUTE:
         raise TypeError(f"The EventProp kernels take {sorted(COMPUTE)}, not {dtype!r}.")
     if backend not in LANGUAGES:
         raise ValueError(f"The EventProp kernels run on {sorted(LANGUAGES)}, not {backend!r}.")
     compute = COMPUTE[dtype]
-    fns = event_functions(definition, spec, compute)
+    fns = event_functions(definition, spec, compute, rk4)
     integrals = integrals and fns.integrands
     skeleton = resources.files(__package__).joinpath("event_skeleton.c").read_text()
     header = _header(fns, compute, integrals, LANGUAGES[backend])
@@ -259,6 +268,12 @@ def arrival_bytes(dtype: str) -> int:
     return 2 * np.dtype(dtype).itemsize + 8
 
 
+def trace_entries(n_in_slots: int, k_out: int, n_steps: int) -> int:
+    """The most entries an RK4 row's replayed forward records: a sub-step per step, per
+    arrival and per spike (each cuts one), an event per arrival and per spike, one spare."""
+    return n_steps + 2 * (n_in_slots + k_out) + 1
+
+
 def scratch_bytes(
     source: EventSource, dtype: str, n_in_slots: int, k_out: int, n_steps: int, sorting: bool
 ) -> dict[str, int]:
@@ -266,10 +281,16 @@ def scratch_bytes(
     rounded up to 16: a list of 2 (n_in·k_in + 1) arrivals to sort into (``sorting``: no
     ``order`` given), and in the backward the states before and after each event
     (n_in·k_in + k_out + 1 events where the backward replays the forward, else 1) and the
-    integral's pieces (n_steps + 3 of NS + 1 values, with time-constant integrals)."""
+    integral's pieces (n_steps + 3 of NS + 1 values, with time-constant integrals). On the
+    RK4 path the backward's replay of the forward takes :func:`trace_entries` entries of
+    2 + 3·NS values instead (a sub-step's kind, length and states at its start, middle
+    and end; an event's kind and state just before it)."""
     real = np.dtype(dtype).itemsize
     states = source.functions.states
     listed = 2 * (n_in_slots + 1) * arrival_bytes(dtype) if sorting else 0
+    if source.functions.rk4:
+        backward = listed + trace_entries(n_in_slots, k_out, n_steps) * (2 + 3 * states) * real
+        return {"forward": -(-listed // 16) * 16, "backward": -(-backward // 16) * 16}
     replay = source.integrals or source.functions.replay
     events = n_in_slots + k_out + 1 if replay else 1
     cuts = (n_steps + 3 if source.integrals else 1) * (states + 1)

@@ -28,13 +28,14 @@ from typing import Any, NamedTuple
 import torch
 
 from ..definition import Definition
+from ..derivation.events import EventSpec
 from ..ode import ODESystem
 from .event_adjoint import Grads, backward_layer
 from .event_forward import Layer, Spike, layers_of, padded_times
 from .event_model import EventModel, model_of, symbol_values
 from .event_rk4 import RK4Layer, backward_rk4_layer
 
-__all__ = ["EventLayer", "GrazingSpikeWarning", "event_network"]
+__all__ = ["EventLayer", "GrazingSpikeWarning", "event_network", "INTEGRATORS", "uses_rk4"]
 
 
 class EventLayer(NamedTuple):
@@ -134,7 +135,7 @@ def event_network(
         ]
         flat += [layer.params[n] for n in sorted(layer.params)]
     shapes = [sorted(layer.params) for layer in layers]
-    rk4 = _uses_rk4(model, integrator)
+    rk4 = uses_rk4(model.spec, model.definition.name, integrator)
     times_ = (t_end, dt, grazing, rk4)
     return tuple(_EventProp.apply(model, (shapes, loops), times_, input_times, *flat))
 
@@ -181,14 +182,17 @@ def _recurrent(layers: Sequence[EventLayer], dt: float) -> list[bool]:
 INTEGRATORS = ("exact", "rk4")
 
 
-def _uses_rk4(model: EventModel, integrator: str | None) -> bool:
+def uses_rk4(spec: EventSpec, name: str, integrator: str | None) -> bool:
+    """Whether the neuron ``name`` of ``spec`` moves by RK4 under ``integrator`` (one of
+    :data:`INTEGRATORS`, or None: RK4 where the spec has no closed-form flow), checked
+    (``"exact"`` for a nonlinear neuron is an error)."""
     if integrator is None:
-        return not model.spec.linear
+        return not spec.linear
     if integrator not in INTEGRATORS:
         raise ValueError(f"integrator is one of {INTEGRATORS} (or None), got {integrator!r}")
-    if integrator == "exact" and not model.spec.linear:
+    if integrator == "exact" and not spec.linear:
         raise ValueError(
-            f"{model.definition.name} is nonlinear (its Jacobian depends on the state): "
+            f"{name} is nonlinear (its Jacobian depends on the state): "
             "there is no closed-form flow; use integrator='rk4'."
         )
     return integrator == "rk4"

@@ -169,8 +169,12 @@ class EventKernels:
     ``"cuda"``): compiled on first use of each backward flavour (with or without
     ∫λ·∂f/∂θ) and device, launched on that backend's tensors."""
 
-    def __init__(self, definition: Definition, spec: EventSpec, dtype: str, backend: str) -> None:
+    def __init__(
+        self, definition: Definition, spec: EventSpec, dtype: str, backend: str, rk4: bool = False
+    ) -> None:
         self.definition, self.spec, self.dtype, self.backend = definition, spec, dtype, backend
+        #: whether the kernels move by RK4 (:func:`~symneuron.codegen.events.render_events`)
+        self.rk4 = rk4
         self.names = list(spec.params)
         self.store = len(spec.store)
         self._runtime = _RUNTIMES[backend]
@@ -188,7 +192,7 @@ class EventKernels:
         is the same in both), rendered once."""
         if integrals not in self._sources:
             self._sources[integrals] = render_events(
-                self.definition, self.spec, self.dtype, integrals, self.backend
+                self.definition, self.spec, self.dtype, integrals, self.backend, self.rk4
             )
         return self._sources[integrals]
 
@@ -347,9 +351,9 @@ def _int(value: torch.Tensor | int | None) -> int:
     return value
 
 
-#: kernels by (definition, its ODEs' text, target, dtype, backend)
-_KERNELS: BoundedTable[tuple[Definition, str, str | None, str, str], EventKernels] = BoundedTable(
-    32, "runtime.events.kernels"
+#: kernels by (definition, its ODEs' text, target, dtype, backend, whether RK4)
+_KERNELS: BoundedTable[tuple[Definition, str, str | None, str, str, bool], EventKernels] = (
+    BoundedTable(32, "runtime.events.kernels")
 )
 
 
@@ -376,10 +380,13 @@ def event_kernels(
     target: str | None,
     dtype: torch.dtype,
     device: torch.device | str = "cpu",
+    rk4: bool | None = None,
 ) -> EventKernels:
     """The memoised :class:`EventKernels` of ``definition`` (whose derived spec is
     ``spec``, from the ODEs ``system_text``) for spike inputs into ``target``, for
-    tensors of ``dtype`` on ``device`` (its type picks the backend)."""
+    tensors of ``dtype`` on ``device`` (its type picks the backend), moving by RK4 where
+    ``rk4`` (None: where the spec has no closed-form flow)."""
+    rk4 = spec.flow is None if rk4 is None else rk4
     if dtype not in _DTYPES:
         raise TypeError(
             f"The EventProp kernels take float32 or float64 tensors, not {dtype}; "
@@ -387,8 +394,8 @@ def event_kernels(
         )
     backend = torch.device(device).type
     _available(backend)
-    key = (definition, system_text, target, _DTYPES[dtype], backend)
+    key = (definition, system_text, target, _DTYPES[dtype], backend, rk4)
     found = _KERNELS.get(key)
     if found is not None:
         return found
-    return _KERNELS.put(key, EventKernels(definition, spec, key[3], backend))
+    return _KERNELS.put(key, EventKernels(definition, spec, key[3], backend, rk4))
