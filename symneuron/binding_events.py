@@ -95,9 +95,26 @@ class EventLayerFunction(torch.autograd.Function):
         grads = kernels.backward(
             ctx.inputs, call.times, ctx.spikes, own_b, integrals, (need_delay, need_pre)
         )
+        if kernels.rk4 and integrals:
+            _check_replay(grads.params)
         grad_pre = torch.where(torch.isfinite(pre), -grads.source_b, 0.0) if need_pre else None
         given = [
             grads.params[kernels.names.index(name)].sum_to_size(shape) if need else None
             for name, need, shape in zip(call.names, wanted, ctx.shapes, strict=True)
         ]
         return (None, grad_pre, grads.weight, grads.delay if need_delay else None, *given)
+
+
+def _check_replay(grad_params: torch.Tensor) -> None:
+    """The RK4 backward replays each (sample, neuron)'s forward; a replay that spiked
+    otherwise than the forward (possible only where the GPU compiler contracted the two
+    kernels' arithmetic differently at a spike that grazes the threshold) marks dL/dθ
+    with NaN, which is raised here rather than returned."""
+    if not bool(torch.isfinite(grad_params).all()):
+        raise RuntimeError(
+            "symneuron: the RK4 EventProp backward's replay of a neuron spiked otherwise "
+            "than its forward (a spike that grazes the threshold), so its dL/dθ would not "
+            "be the forward's gradient. Run the layer in float64, on the CPU, or with a "
+            "smaller dt; or leave the time constants out of the learned parameters. (A "
+            "non-finite gradient of the spike times from the loss shows the same way.)"
+        )

@@ -132,3 +132,15 @@ def test_the_rk4_path_is_chosen_for_a_spec_without_a_closed_form_flow() -> None:
         event_network(neuron, [layer], inputs, t_end=T_END, integrator="exact")
     with pytest.raises(ValueError, match="integrator is one of"):
         event_network(lif, [layer], inputs, t_end=T_END, integrator="euler")
+
+
+def test_a_replay_that_spiked_otherwise_is_raised() -> None:
+    """The kernels mark dL/dθ with NaN where a pair's replay spiked otherwise than its
+    forward; the layer's backward raises instead of returning it."""
+    from symneuron import binding_events
+
+    binding_events._check_replay(torch.zeros(2, 3, dtype=torch.float64))  # finite: passes
+    marked = torch.zeros(2, 3, dtype=torch.float64)
+    marked[1, 2] = float("nan")
+    with pytest.raises(RuntimeError, match="replay of a neuron spiked otherwise"):
+        binding_events._check_replay(marked)
