@@ -9,6 +9,7 @@ interleaved, so that a loaded machine slows both alike.
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -60,7 +61,11 @@ def test_import_leaves_the_compiler_unloaded() -> None:
 @pytest.mark.slow
 def test_import_costs_within_a_fifth_of_torch_and_sympy() -> None:
     base, ours = [], []
-    for _ in range(8):  # (4 let one quick baseline run decide on a loaded machine)
+    for _ in range(9):
         base.append(_import_seconds("import torch, sympy"))
         ours.append(_import_seconds("import symneuron"))
-    assert min(ours) <= 1.2 * min(base), f"import symneuron {ours} s, torch + sympy {base} s"
+    # each pair back to back sees about the same load (the suite's other workers run
+    # beside this test); the median of the pairs' ratios, not one quick baseline run
+    # (a minimum of each side failed at 1.22 on a loaded CI where idle runs give 1.07)
+    ratio = statistics.median(o / b for o, b in zip(ours, base, strict=True))
+    assert ratio <= 1.2, f"import symneuron {ours} s, torch + sympy {base} s: {ratio:.3f}"
