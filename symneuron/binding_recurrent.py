@@ -3,10 +3,11 @@
 The forward kernel runs the whole sequence with the connection inside
 (:mod:`symneuron.runtime.rows`); the backward kernel runs it in reverse with the
 connection's derived transpose inside, and gives dL/dX_eff for every step. The rest
-comes from the connection's other partials (:data:`symneuron.derivation.connection.DENSE`)
-after the kernel (DESIGN §3b): dL/dx = dL/dX_eff · ∂X_eff/∂x, dL/dR = Σ_t dL/dX_eff[t]ᵀ ·
-s[t−D] as one matrix product over all steps (∂term/∂w is the spike), and dL/ds of the
-D steps before the first, dL/dX_eff[0..D−1] · R. The neuron's parameter and
+comes from the connection's other partials (:func:`symneuron.derivation.connection.dense`;
+a test checks that they are what this binding computes) after the kernel (DESIGN §3b):
+dL/dx = dL/dX_eff · ∂X_eff/∂x, dL/dR = Σ_t dL/dX_eff[t]ᵀ · s[t−D] as one matrix product
+over all steps (∂term/∂w is the spike), and dL/ds of the D steps before the first,
+dL/dX_eff[0..D−1] · R. The neuron's parameter and
 initial-state gradients come from the kernel as in the feedforward binding
 (:mod:`symneuron.binding`), whose op factory, saving and gradient helpers this one uses.
 """
@@ -18,18 +19,12 @@ from typing import Any
 import torch
 
 from .binding import Run, absent_as_none, define_op, gradients, op_names, save, saved
-from .derivation.connection import DENSE
 from .params import compute_dtype, grad_shape, kernel_param, launch_param
 from .runtime import rows
 from .runtime.kernels import Program, lookup, program
 from .signature import BACKWARD, RBACKWARD, RFORWARD
 
 __all__ = ["RecurrentBinding", "run", "rforward_op", "rbackward_op"]
-
-#: the connection's derived partials (the binding computes dL/dR and dL/dx with them)
-CONNECTION = DENSE
-if not CONNECTION.weight_gradient_is_product or CONNECTION.input_partial != 1:
-    raise AssertionError("the recurrent binding computes dL/dR as g ⊗ s and dL/dx = dL/dX_eff")
 
 
 class RecurrentBinding(torch.autograd.Function):

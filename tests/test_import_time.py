@@ -69,3 +69,10 @@ def test_import_costs_within_a_fifth_of_torch_and_sympy() -> None:
     # (a minimum of each side failed at 1.22 on a loaded CI where idle runs give 1.07)
     ratio = statistics.median(o / b for o, b in zip(ours, base, strict=True))
     assert ratio <= 1.2, f"import symneuron {ours} s, torch + sympy {base} s: {ratio:.3f}"
+
+
+def test_import_does_no_sympy_arithmetic() -> None:
+    """SymPy's first sum loads its tensor and combinatorics modules (about 40 ms):
+    importing symneuron builds no expression (the connection is derived on first use)."""
+    code = "import sys, symneuron; print('sympy.tensor.tensor' in sys.modules)"
+    assert _fresh(code).strip() == "False"

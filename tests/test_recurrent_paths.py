@@ -85,3 +85,12 @@ def test_a_large_layer_in_a_cuda_graph_runs_the_loop(monkeypatch: pytest.MonkeyP
             assert loops == [1]  # (the warm-up, eager, took the fused kernels)
     assert outs[0].sum() > 0
     assert torch.equal(outs[0], outs[1])
+
+
+def test_the_binding_computes_the_connections_partials() -> None:
+    """The recurrent binding computes dL/dR as one product g ⊗ s and passes dL/dX_eff on
+    as dL/dx: what the dense connection's derived partials say."""
+    from symneuron.derivation.connection import dense
+
+    spec = dense()
+    assert spec.weight_gradient_is_product and spec.input_partial == 1

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..derivation.connection import DENSE, G_POST, ConnectionSpec, W
+from ..derivation.connection import G_POST, ConnectionSpec, W, dense
 from ..signature import Variant
 from . import noise
 from .backward import BackwardPrinter
@@ -81,9 +81,9 @@ class Product:
     neuron m, ``term`` one of the connection's derived expressions, printed in the
     weight ``w_m`` (loaded from ``w_row``) and the neuron's factor ``g_m``."""
 
-    def __init__(self, printer: StepPrinter, spec: ConnectionSpec = DENSE) -> None:
+    def __init__(self, printer: StepPrinter, spec: ConnectionSpec | None = None) -> None:
         self.printer = printer
-        self.spec = spec
+        self.spec = dense() if spec is None else spec
         self.dt = printer.dt
         self.dialect = printer.dialect
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..derivation.connection import DENSE, G_POST, W
+from ..derivation.connection import G_POST, W, dense
 from ..signature import Variant
 from . import noise
 from .backward import BackwardPrinter
@@ -290,7 +290,7 @@ def _rows_term(printer: BackwardPrinter, factor: str, weights: str) -> list[str]
     ct = printer.dt.compute
     term = [
         f"const {ct} {W} = {printer.load(weights + '[j]')};",
-        f"acc[r][j] += {printer.expr(DENSE.transpose)};",
+        f"acc[r][j] += {printer.expr(dense().transpose)};",
     ]
     return [
         *printer.dialect.unroll(),

@@ -14,11 +14,12 @@ from the term, as the neuron's partials are; the code generators print them
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import sympy as sp
 
-__all__ = ["ConnectionSpec", "derive_connection", "DENSE", "W", "S_PRE", "G_POST"]
+__all__ = ["ConnectionSpec", "derive_connection", "dense", "W", "S_PRE", "G_POST"]
 
 #: One synapse's weight, its presynaptic spike and its target's dL/dX_eff.
 W, S_PRE, G_POST = sp.symbols("w_m s_m g_m", real=True)
@@ -67,5 +68,9 @@ def derive_connection(term: sp.Expr = W * S_PRE) -> ConnectionSpec:
     )
 
 
-#: A dense weighted connection: each synapse adds weight · spike.
-DENSE = derive_connection()
+@functools.cache
+def dense() -> ConnectionSpec:
+    """A dense weighted connection: each synapse adds weight · spike. Derived on first
+    use, so that importing symneuron does no SymPy arithmetic (SymPy's first sum loads
+    its tensor and combinatorics modules, about 40 ms)."""
+    return derive_connection()
