@@ -30,7 +30,7 @@ ROOT = core.REPO
 #: The models of ``--quick``: a discrete one and a small ODE system (every method).
 QUICK = ("LIF", "IafPscExp")
 METHODS = ("euler", "exp_euler", "rk2", "rk4")
-#: Seconds a cold time to first step may take in ``--quick`` (issue 26: under 10 s).
+#: Seconds a cold time to first step may take in ``--quick`` (under 10 s).
 BUDGET = 10.0
 
 

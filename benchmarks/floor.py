@@ -1,4 +1,4 @@
-"""The floor model (DESIGN.md §5): the fewest bytes a configuration must move.
+"""The floor model (docs/performance.md): the fewest bytes a configuration must move.
 
 Everything here is memory-bound, so a configuration's floor time is
 ``bytes_per_element(...) * T * N / copy bandwidth``. Per element [t, n], in [T, N]

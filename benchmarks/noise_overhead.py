@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The cost of in-kernel noise (issue 24, item 5): a noisy LIF's training call (forward
+"""The cost of in-kernel noise: a noisy LIF's training call (forward
 and backward; the backward regenerates the draws when sigma is learnable) against the
 noiseless LIF's.
 

@@ -44,7 +44,7 @@ ROWS = [
 FLOORS = ("floor", "floor-tf32")
 #: the rows a speed-up is taken against (the best of them graphed, the best eager)
 PEERS = ("torch", "spikingjelly", "torch.compile")
-#: ``--sweep``: every size, batch and sequence length of the issue's grid
+#: ``--sweep``: every size, batch and sequence length of the grid
 SIZES, BATCHES, LENGTHS = (128, 256, 512, 1024, 2048, 4096), (16, 64, 256), (100, 500)
 CONFIGS = [(64, 256, 100), (64, 256, 500), (64, 256, 1000), (256, 1024, 100)]  # (B, H, T)
 QUICK = [(4, 16, 20), (8, 32, 30)]

@@ -4,7 +4,7 @@ The forward kernel runs the whole sequence with the connection inside
 (:mod:`symneuron.runtime.rows`); the backward kernel runs it in reverse with the
 connection's derived transpose inside, and gives dL/dX_eff for every step. The rest
 comes from the connection's other partials (:func:`symneuron.derivation.connection.dense`;
-a test checks that they are what this binding computes) after the kernel (DESIGN §3b):
+a test checks that they are what this binding computes) after the kernel (docs/architecture.md):
 dL/dx = dL/dX_eff · ∂X_eff/∂x, dL/dR = Σ_t dL/dX_eff[t]ᵀ · s[t−D] as one matrix product
 over all steps (∂term/∂w is the spike), and dL/ds of the D steps before the first,
 dL/dX_eff[0..D−1] · R. The neuron's parameter and

@@ -8,7 +8,7 @@ connectivity mask, row j receiving from column i as in ``nn.Linear``)::
 
 Any neuron the compiler takes works: X_eff enters wherever X enters (the charge or a
 state's update). On the ``cpu`` and ``cuda`` backends a sequence runs in one fused
-kernel each way (:mod:`symneuron.binding_recurrent`, DESIGN §3b; custom ops under
+kernel each way (:mod:`symneuron.binding_recurrent`, docs/architecture.md; custom ops under
 ``torch.compile``); on ``torch`` the layer loops over steps through the neuron's
 single-step layer (:attr:`RecurrentNeuronLayer.cell`, its simulation from the state the
 call starts from), the recurrent product in torch between steps: the oracle the fused

@@ -364,7 +364,7 @@ BACKWARD = Pass(
 _FEATURES = Arg("F", "long long", derived=True)
 _DELAY = Arg("D", "int")
 
-#: The recurrent forward (a connection stage, DESIGN §3b): FORWARD plus the transposed
+#: The recurrent forward (a connection stage, docs/architecture.md): FORWARD plus the transposed
 #: effective weight (row m: what neuron m's spike adds to each neuron of its batch row),
 #: the spikes of the D steps before the first ([D, N], oldest first; None: no spike),
 #: X_eff for a backward that reads X, the delay D and the neurons per batch row F.

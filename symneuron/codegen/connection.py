@@ -1,6 +1,6 @@
 """The connection stage: a recurrent connection printed around the neuron's own step.
 
-A recurrent layer (DESIGN §3b) feeds each batch row's spikes back through a weight
+A recurrent layer (docs/architecture.md) feeds each batch row's spikes back through a weight
 ``R`` [F, F] after a delay of ``D`` steps: ``X_eff[t] = x[t] + R·s[t−D]``. Its kernels
 are the neuron's forward and backward (:mod:`.forward`, :mod:`.backward`: the same
 step printers) with this stage's lines around the lanes' step, in a kernel family

@@ -1,6 +1,6 @@
 """A connection's derivation: what one synapse adds to its target, and its transpose.
 
-A connection (DESIGN §3b) feeds spikes of one step into the input of a later one::
+A connection (docs/architecture.md) feeds spikes of one step into the input of a later one::
 
     X_eff[t]_c = x[t]_c + Σ_m term(w_cm, s[t−d]_m) + b_c,    term(w, s) = w · s
 

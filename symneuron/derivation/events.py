@@ -1,6 +1,6 @@
 """EventProp's derivation: the adjoint of an ODE neuron with jumps at its spikes.
 
-A neuron built by :meth:`symneuron.Neuron.from_ode` is a hybrid system (EVENTPROP.md,
+A neuron built by :meth:`symneuron.Neuron.from_ode` is a hybrid system (docs/eventprop.md,
 docs/eventprop.md): states x = (V, W...), dynamics dx/dt = f(x; θ) between events, a
 spike when g(x) = V − ϑ(x; θ) reaches 0 from below, the reset x⁺ = h(x⁻) (``v_reset``
 or the soft reset for V, each state's ``on_spike`` with S = 1), and a spike input of

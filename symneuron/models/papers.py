@@ -146,7 +146,7 @@ def vtrap(x: sp.Expr, y: sp.Expr) -> sp.Expr:
     guarded r (1 inside the band): the torch reference differentiates both branches of
     its ``where``, and neither is ever 0/0. NEURON's x/(exp(r) − 1), Taylor only for
     |r| < 1e−6, loses eps/r² of the derivative to cancellation: 230 % in float32 at
-    r = 1e−4, which failed ``sn.check`` for Pospischil2008 (issue 26)."""
+    r = 1e−4, which failed ``sn.check`` for Pospischil2008."""
     r = x / y
     r_float = sp.N(r, 17)  # -(V + 40)/10 as -0.1*V - 4.0 (in expm1, SymPy would split it)
     r2 = r_float**2

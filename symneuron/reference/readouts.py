@@ -37,7 +37,7 @@ def first_spike_cross_entropy(
 ) -> torch.Tensor:
     """−log p_label with p = softmax(−t/τ₀) over the outputs' first spike times (a silent
     output counts as ``t_end``, with no gradient): ∂L/∂t_j = (δ_j,label − p_j)/τ₀
-    (Göltz et al. 2021; EVENTPROP.md (d)). A batch, ``times`` [batch, n, K] and
+    (Göltz et al. 2021; docs/eventprop.md). A batch, ``times`` [batch, n, K] and
     ``label`` [batch], gives the mean over the batch, as ``F.cross_entropy`` does."""
     first = times[..., 0]
     silent = ~torch.isfinite(first)
@@ -75,7 +75,7 @@ def max_voltage(
     The gradient kicks λ_V by ∂L/∂y_j at the maximum's time t*_j; where t*_j is an
     arrival t_a (V rising, then an inhibitory input), y moves with it:
     ∂L/∂t_a = ∂L/∂y_j·V̇⁻(t_a) joins that arrival's delay gradient and its source's
-    spike time (EVENTPROP.md (d)). Elsewhere V̇(t*) = 0 (or t* is 0 or ``t_end``).
+    spike time (docs/eventprop.md). Elsewhere V̇(t*) = 0 (or t* is 0 or ``t_end``).
     A batch, ``input_times`` [batch, n_in, K], gives [batch, n_out].
 
     Examples
