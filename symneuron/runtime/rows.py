@@ -177,9 +177,11 @@ def span_of(groups: int, features: int, rows: int, lanes: int, sms: int) -> Span
     :data:`~symneuron.codegen.grid.THREADS` threads a block (those that own no neuron help
     with the product). None: a group's neurons need more threads than a block has."""
     slices = sms // groups
+    if slices == 0:
+        return None
     size = max(lanes, 1 << (-(-features // slices) - 1).bit_length())
     per_block = -(-rows // groups)
-    if slices == 0 or per_block * (size // lanes) > grid.THREADS:
+    if per_block * (size // lanes) > grid.THREADS:
         return None
     return Span(size, groups, per_block, grid.THREADS, -(-features // size))
 
@@ -201,10 +203,10 @@ def backward_span(
         if sms // groups == 0:
             break
         span = span_of(groups, features, rows, lanes, sms)
-        if span is None:
+        tk = None if span is None else _tile(span, features, room, compute)
+        if span is None or tk is None:
             continue
-        tile = span.rows_per_block * (_tile(span, features, room, compute) + grid.PAD)
-        if span.S * features * storage + tile * compute + 16 > room:
+        if _tile_bytes(span, features, tk, compute) + span.S * features * storage > room:
             break
         best = span
     return best
@@ -256,16 +258,10 @@ def _spread(
         span = grid_span(features, rows, lanes, sms)
     if span is None:
         return None
-    tk = 0
-    if backward:
-        tk = _tile(span, features, room, compute)
-        if tk < min(8, features):
-            return None
-        tk = max(4, tk // 4 * 4)  # whole 16-byte loads of a row (a narrower row: masked)
-        if span.S > tk + grid.PAD:  # the product's sums of a part: a slice of each row
-            return None
-    values = {"group_rows": span.rows_per_block, "F": features, "S": span.S, "cs": compute}
-    tile = plan.tile_bytes({**values, "TK": tk})
+    tk = _tile(span, features, room, compute) if backward else 0
+    if tk is None:
+        return None
+    tile = _tile_bytes(span, features, tk, compute, plan)
     if tile >= room:
         return None
     whole = span.S * (features + plan.transposed) * first.element_size()
@@ -273,10 +269,25 @@ def _spread(
     return span._replace(TK=tk), Geometry(span.blocks, span.threads, shared, cooperative=True)
 
 
-def _tile(span: Span, features: int, room: int, compute: int) -> int:
+def _tile(span: Span, features: int, room: int, compute: int) -> int | None:
     """The neurons of a row in the grid backward's tile: at most half the room (the rest
-    for the weight's slice), at most :data:`MAX_TILE`."""
-    return min(MAX_TILE, features, room // 2 // (span.rows_per_block * compute) - grid.PAD)
+    for the weight's slice), at most :data:`MAX_TILE`, whole 16-byte loads of a row (a
+    narrower row: masked). None: too few to run, or the product's sums of a part (a slice
+    of each row) would not fit the tile."""
+    tk = min(MAX_TILE, features, room // 2 // (span.rows_per_block * compute) - grid.PAD)
+    if tk < min(8, features):
+        return None
+    tk = max(4, tk // 4 * 4)
+    return None if span.S > tk + grid.PAD else tk
+
+
+def _tile_bytes(
+    span: Span, features: int, tk: int, compute: int, plan: grid.GridLayout = grid.GRID_BACKWARD
+) -> int:
+    """The bytes of the pass's tile in a block of ``span`` (its layout's own formula)."""
+    values = {"group_rows": span.rows_per_block, "F": features, "S": span.S, "cs": compute}
+    values["TK"] = tk
+    return plan.tile_bytes(values)
 
 
 def _scratch(like: torch.Tensor, nbytes: int) -> torch.Tensor:
