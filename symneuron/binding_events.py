@@ -72,8 +72,8 @@ class EventLayerFunction(torch.autograd.Function):
         n = weight.shape[0]
         tensors = [t.detach().contiguous() for t in (pre, weight, delay)]
         params = call.kernels.params(dict(zip(call.names, given, strict=True)), n, tensors[1])
-        order = arrival_order(tensors[0], tensors[2])
-        inputs = LayerInputs(tensors[0], tensors[1], tensors[2], params, order)
+        order, ordered = arrival_order(tensors[0], tensors[2])
+        inputs = LayerInputs(tensors[0], tensors[1], tensors[2], params, order, ordered)
         spikes = call.kernels.forward(inputs, call.times, call.capacity)
         report_grazing(spikes, call.grazing, call.layer)
         ctx.call, ctx.inputs, ctx.spikes = call, inputs, spikes

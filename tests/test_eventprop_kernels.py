@@ -10,16 +10,19 @@ import math
 import warnings
 
 import pytest
+import sympy as sp
 import torch
 
 import symneuron as sn
 from symneuron.codegen.events import render_events
+from symneuron.derivation.events import turns_once
 from symneuron.eventprop import EventLayer, GrazingSpikeWarning, event_network
 from symneuron.reference.events import event_network as reference_network
 from symneuron.reference.readouts import first_spike_cross_entropy
 from tests.test_eventprop_reference import (
     ADAPTIVE,
     F64,
+    I_SYN,
     NAMES,
     T_END,
     _adaptive,
@@ -192,6 +195,56 @@ def test_the_forward_does_not_depend_on_dt() -> None:
         assert (c[torch.isfinite(c)] - b[1][torch.isfinite(b[1])]).abs().max() < 1e-11
     steps = torch.floor(coarse[0][torch.isfinite(coarse[0])] / 7.0)
     assert len(steps) > len(torch.unique(steps))
+
+
+def _resonator() -> sn.Neuron:
+    """Two states with complex modes (−1/τ ± iω): g's rate vanishes every half period."""
+    tau, omega = sp.symbols("tau omega", positive=True)
+    return sn.Neuron.from_ode(
+        -sn.V / tau + omega * I_SYN,
+        dt=1.0,
+        method="exact",
+        params={tau: 10.0, omega: 0.5},
+        states={I_SYN: sn.ODEState(-omega * sn.V - I_SYN / tau + sn.X)},
+    )
+
+
+def test_only_two_real_modes_move_from_arrival_to_arrival() -> None:
+    """The forward's one piece from arrival to arrival (``SN_WHOLE``) where ġ vanishes at
+    most once along any stretch of the flow: the LIF with a current synapse (two real
+    modes, g affine) yes; a third state (the adaptive threshold) and complex modes no
+    (steps of dt bound their pieces). (A threshold not affine in two states is refused
+    before: ϑ may use only the params and the other state, which spikes jump.)"""
+    assert turns_once(_lif().events())
+    for neuron in (_adaptive(), _resonator()):
+        assert not turns_once(neuron.events()), neuron
+    assert "#define SN_WHOLE 1" in render_events(_lif(), _lif().events(), "float64").text
+    text = render_events(_adaptive(), _adaptive().events(), "float64").text
+    assert "#define SN_WHOLE 0" in text
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+def test_a_peak_inside_a_piece_is_searched_only_where_it_may_cross(dtype: torch.dtype) -> None:
+    """Input 0 at 1 ms; input 1, of weight 0, every 2 ms from 3 to 11 ms cuts the flow
+    into pieces, and V peaks at w/4 (ϑ = 1) 6.93 ms after the input, inside the concave
+    piece [7, 9], then a quiet stretch runs to 200 ms. Weights just above 4 spike at the
+    peak, just below do not: the forward skips a peak's search only where the end
+    tangents bound g below 0, so each spikes as the reference does in steps of 0.5 ms."""
+    t_end, inf = 200.0, math.inf
+    w = torch.tensor([2.0, 3.99, 4.0 * (1 - 1e-4), 4.0 * (1 + 1e-4), 4.4])
+    weights = torch.stack([w, torch.zeros(5)], 1).to(dtype)
+    layer = EventLayer(weights, torch.zeros(5, 2, dtype=dtype))
+    inputs = torch.tensor([[1.0, inf, inf, inf, inf], [3.0, 5.0, 7.0, 9.0, 11.0]], dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GrazingSpikeWarning)
+        (ours,) = event_network(_lif(), [layer], inputs, t_end=t_end)
+        (theirs,) = reference_network(_lif(0.5), [layer], inputs.double(), t_end=t_end)
+    assert torch.isfinite(ours[:, 0]).tolist() == [False, False, False, True, True]
+    assert 7.0 < float(ours[3, 0]) < 9.0
+    finite = torch.isfinite(theirs)
+    assert torch.equal(finite, torch.isfinite(ours[:, : theirs.shape[1]]))
+    tolerance = 1e-12 if dtype == torch.float64 else 1e-3
+    assert float((ours[finite].double() - theirs[finite]).abs().max()) < tolerance
 
 
 def test_a_step_that_does_not_divide_t_end_runs_to_t_end() -> None:

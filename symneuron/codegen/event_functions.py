@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from ..definition import Definition
-from ..derivation.events import EventSpec
+from ..derivation.events import EventSpec, turns_once
 from .printer import KernelPrinter
 
 __all__ = ["EventFunctions", "event_functions", "STATE_FREE"]
@@ -51,6 +51,9 @@ class EventFunctions:
     integrands : whether any param has a nonzero ∂f/∂θ (its gradient needs ∫λ·∂f/∂θ dt).
     rk4 : whether the kernels step the state by RK4 (printed ``sn_rhs`` and
         ``sn_adjoint_rhs``; a spec without a closed-form flow) rather than by the flow.
+    whole : whether the forward moves from arrival to arrival in one piece of the flow,
+        however many steps apart (ġ vanishes at most once along any stretch of it:
+        :func:`~symneuron.derivation.events.turns_once`); else steps of dt bound each.
     """
 
     source: str
@@ -60,6 +63,7 @@ class EventFunctions:
     replay: bool
     integrands: bool
     rk4: bool = False
+    whole: bool = False
 
 
 def _symbols(spec: EventSpec) -> dict[sp.Symbol, sp.Symbol]:
@@ -179,4 +183,5 @@ def event_functions(
         replay=replay,
         integrands=integrands,
         rk4="rhs" in exprs,
+        whole="rhs" not in exprs and turns_once(spec),
     )

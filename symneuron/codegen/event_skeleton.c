@@ -47,16 +47,18 @@ typedef struct {
 } sn_arrival;
 
 /* A neuron's arrivals before t_end in time order: its own sorted `list`, or, where the
-   runtime found every delay of the neuron's row equal, read through its sample's
-   presynaptic spikes in time order (`order`, a stable sort: no list, no sorting). Input
-   i's weight and delay are w_row[i * stride], d_row[i * stride] (stride 1: [N, n_in]
-   rows; N: the [n_in, N] copy CUDA reads, where a warp's neurons read one line). */
+   runtime found every delay of the neuron's row equal (`lag`), read through its sample's
+   presynaptic spikes in time order (`order`, a stable sort: no list, no sorting; their
+   times in that order `ordered`, so an arrival's time is one read, not two in a row).
+   Input i's weight and delay are w_row[i * stride], d_row[i * stride] (stride 1:
+   [N, n_in] rows; N: the [n_in, N] copy CUDA reads, where a warp's neurons read one
+   line). */
 typedef struct {
     const sn_arrival* list;
-    const long long* order;
-    const real* pre;
+    const int* order;
+    const real* ordered;
+    real lag;
     const real* w_row;
-    const real* d_row;
     long long stride;
     long long k_in;
     long long n;
@@ -68,12 +70,29 @@ SN_INLINE long long sn_input(long long src, long long k_in) {
     return k_in == 1 ? src : (long long)((unsigned)src / (unsigned)k_in);
 }
 
+/* Arrival e's time alone. */
+SN_INLINE real sn_arrival_time(const sn_arrivals* a, long long e) {
+    return a->list ? a->list[e].t : SN_LOAD(a->ordered + e) + a->lag;
+}
+
+/* How many of the first n arrivals come at or before t (a binary search: their times
+   rise). */
+SN_INLINE long long sn_arrivals_upto(const sn_arrivals* a, real t, long long n) {
+    long long lo = 0;
+    while (lo < n) {
+        long long mid = lo + (n - lo) / 2;
+        if (sn_arrival_time(a, mid) <= t) lo = mid + 1;
+        else n = mid;
+    }
+    return lo;
+}
+
 SN_INLINE sn_arrival sn_arrival_at(const sn_arrivals* a, long long e) {
     if (a->list) return a->list[e];
     sn_arrival out;
-    long long src = SN_LOAD(a->order + e), i = sn_input(src, a->k_in) * a->stride;
-    out.t = SN_LOAD(a->pre + src) + SN_LOAD(a->d_row + i);
-    out.w = SN_LOAD(a->w_row + i);
+    long long src = SN_LOAD(a->order + e);
+    out.t = SN_LOAD(a->ordered + e) + a->lag;
+    out.w = SN_LOAD(a->w_row + sn_input(src, a->k_in) * a->stride);
     out.src = src;
     return out;
 }
@@ -104,16 +123,18 @@ SN_FN void sn_sort(sn_arrival* a, sn_arrival* tmp, long long n) {
 /* The arrivals of one neuron before t_end (source times + its delays), in time order:
    through `order` where it is given (their times then rise along it: a binary search
    finds how many come before t_end), else sorted into `list` (2 (n_in k_in + 1) slots). */
-SN_FN sn_arrivals sn_arrivals_of(const real* pre, const long long* order, const real* w_row,
-                                 const real* d_row, long long stride, long long n_in,
-                                 long long k_in, real t_end, sn_arrival* list) {
-    sn_arrivals a = {order ? (const sn_arrival*)0 : list, order, pre, w_row, d_row, stride,
+SN_FN sn_arrivals sn_arrivals_of(const real* pre, const int* order, const real* ordered,
+                                 const real* w_row, const real* d_row, long long stride,
+                                 long long n_in, long long k_in, real t_end,
+                                 sn_arrival* list) {
+    sn_arrivals a = {order ? (const sn_arrival*)0 : list, order, ordered, 0, w_row, stride,
                      k_in, 0};
     if (order) {
         long long hi = n_in * k_in;
+        a.lag = hi ? d_row[0] : 0;
         while (a.n < hi) {
             long long mid = a.n + (hi - a.n) / 2;
-            if (sn_arrival_at(&a, mid).t < t_end) a.n = mid + 1;
+            if (SN_LOAD(ordered + mid) + a.lag < t_end) a.n = mid + 1;
             else hi = mid;
         }
         return a;
@@ -154,15 +175,36 @@ SN_FN real sn_root(int fn, const real* x, real lo, real hi, int rising, const re
     return s;
 }
 
+/* Whether g, rising at x and falling at `end` (`length` later), stays below 0 between
+   them, told without searching its peak: where g's second rate is <= 0 at both ends it is
+   so between them (with SN_WHOLE it is a sum of two real modes, which changes sign at
+   most once), so g is concave there and lies below both end tangents, whose meeting
+   point bounds its peak. 0 where that bound is not below 0 (by a margin over rounding)
+   or g is not concave: the caller then searches the peak. */
+SN_INLINE int sn_stays_below(const real* x, const real* end, real length, real g_end,
+                             real rate_0, real rate_end, const real* p) {
+    if (!SN_WHOLE) return 0;
+    if (sn_eval(SN_G_DDOT, x, p) > 0 || sn_eval(SN_G_DDOT, end, p) > 0) return 0;
+    real g_0 = sn_eval(SN_G, x, p);
+    real meet = (g_end - g_0 - rate_end * length) / (rate_0 - rate_end);
+    real bound = g_0 + rate_0 * meet;
+    return bound < -4 * SN_EPS * (fabs(g_0) + fabs(rate_0 * meet));
+}
+
 /* Whether g reaches 0 within (0, length] of the flow from x (g(x) < 0), and where, given
-   at most one zero of its rate there: the piece is split at that zero. `end`: the state
-   flowed by `length` (the caller's next state when there is no crossing). */
+   at most one zero of its rate there: the piece is split at that zero, which is searched
+   only where g might reach 0 (falling then rising: where g_end >= 0; rising then
+   falling: where sn_stays_below cannot rule it out). `end`: the state flowed by
+   `length` (the caller's next state when there is no crossing). */
 SN_FN int sn_crossing_in(const real* x, real length, const real* p, real* where, real* end) {
     real at[NS];
     sn_move(x, length, p, end);
     real g_end = sn_eval(SN_G, end, p);
     real rate_0 = sn_eval(SN_G_DOT, x, p), rate_end = sn_eval(SN_G_DOT, end, p);
     int turns = (rate_0 * rate_end < 0) && (length > 0);
+    if (turns && (rate_0 < 0 ? g_end < 0
+                             : sn_stays_below(x, end, length, g_end, rate_0, rate_end, p)))
+        return 0;
     real peak = length, g_peak = g_end;
     if (turns) {
         peak = sn_root(SN_G_DOT, x, 0, length, rate_0 < 0, p);
@@ -387,15 +429,18 @@ SN_FN int sn_advance(real* x, real* t, real to, const real* p, sn_spikes* out) {
 #endif
 
 /* One neuron's forward: steps of dt, arrivals at their times inside a step (on the RK4
-   path, recorded in `trace` where one is given: the backward's replay). */
+   path, recorded in `trace` where one is given: the backward's replay). With SN_WHOLE
+   (g's rate vanishes at most once along any stretch of the flow) the steps bound
+   nothing: one step to t_end, each piece running from arrival to arrival. */
 SN_FN int sn_neuron_forward(const sn_arrivals* arr, real t_end, real dt, long long n_steps,
                             const real* p, sn_spikes* out, sn_trace* trace) {
     real x[NS], t = 0;
     long long ptr = 0; /* the next arrival's index; each is read once, one ahead */
     sn_arrival next = sn_arrival_or_none(arr, 0), ahead = sn_arrival_or_none(arr, 1);
+    const long long steps = SN_WHOLE ? 1 : n_steps;
     sn_init(x, x, 0, 0, 0, p, x);
-    for (long long step = 0; step < n_steps; ++step) {
-        real end = fmin((real)(step + 1) * dt, t_end);
+    for (long long step = 0; step < steps; ++step) {
+        real end = SN_WHOLE ? t_end : fmin((real)(step + 1) * dt, t_end);
         for (;;) {
             real due = next.t;
 #if SN_RK4
@@ -424,8 +469,9 @@ SN_FN void sn_forward_row(long long r, unsigned char* slab, SN_FORWARD_PARAMS) {
     const long long at = transposed ? j : j * n_in, stride = transposed ? N : 1;
     real p[NP + 1];
     for (int q = 0; q < NP; ++q) p[q] = params[q * N + j];
-    sn_arrivals arr = sn_arrivals_of(pre + b * m, order ? order + b * m : order, weight + at,
-                                     delay + at, stride, n_in, k_in, t_end, (sn_arrival*)slab);
+    sn_arrivals arr = sn_arrivals_of(pre + b * m, order ? order + b * m : order,
+                                     order ? ordered + b * m : ordered, weight + at, delay + at,
+                                     stride, n_in, k_in, t_end, (sn_arrival*)slab);
     sn_spikes out = {times + r * k_out, store + r * k_out * NSTORE, rate + r * k_out, k_out, 0};
     for (long long k = 0; k < k_out; ++k) out.times[k] = SN_INF;
     status[r] = sn_neuron_forward(&arr, t_end, dt, n_steps, p, &out, (sn_trace*)0);
@@ -647,6 +693,12 @@ SN_FN void sn_replay(const sn_adjoint* a, const sn_arrivals* arr, real* before, 
     }
 }
 
+SN_INLINE int sn_vanishes(const real* lam) {
+    for (int q = 0; q < NS; ++q)
+        if (lam[q] != 0) return 0;
+    return 1;
+}
+
 /* The state of event e in a replay's buffer (the one slot without a replay). */
 #define SN_AT(buffer, e) (SN_REPLAY ? (buffer) + (e) * NS : (buffer))
 
@@ -659,6 +711,20 @@ SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real*
     if (SN_REPLAY) sn_replay(a, arr, before, after);
     sn_arrival next = sn_arrival_or_none(arr, ia), ahead = sn_arrival_or_none(arr, ia - 1);
     while (ia >= 0 || ks >= 0) {
+        if (sn_vanishes(lam)) {
+            /* λ = 0: no part of the loss has reached the neuron yet, back in time. It stays
+               0 to the next spike back, and every arrival's terms and ∫λ·∂f/∂θ vanish
+               until then (they are linear in λ): those arrivals are skipped. */
+            if (ks < 0) return;
+            long long kept = sn_arrivals_upto(arr, a->times[ks], ia + 1);
+            if (kept <= ia) {
+                ia = kept - 1;
+                e = ia + ks + 2;
+                next = sn_arrival_or_none(arr, ia);
+                ahead = sn_arrival_or_none(arr, ia - 1);
+            }
+            upper = a->times[ks];
+        }
         int spike = ks >= 0 && (ia < 0 || a->times[ks] >= next.t);
         real time = spike ? a->times[ks] : next.t;
         sn_integrate(a, time, upper, SN_AT(after, e), lam, cuts);
@@ -689,8 +755,9 @@ SN_FN void sn_backward_row(long long r, unsigned char* slab, SN_BACKWARD_PARAMS)
     const long long listed = order ? 0 : 2 * (m + 1) * (long long)sizeof(sn_arrival);
     real p[NP + 1];
     for (int q = 0; q < NP; ++q) p[q] = params[q * N + j];
-    sn_arrivals arr = sn_arrivals_of(pre + b * m, order ? order + b * m : order, weight + at,
-                                     delay + at, stride, n_in, k_in, t_end, (sn_arrival*)slab);
+    sn_arrivals arr = sn_arrivals_of(pre + b * m, order ? order + b * m : order,
+                                     order ? ordered + b * m : ordered, weight + at, delay + at,
+                                     stride, n_in, k_in, t_end, (sn_arrival*)slab);
     sn_adjoint a = {p, times + r * k_out, store + r * k_out * NSTORE, own_b + r * k_out,
                     counts[r], t_end, dt, n_steps, grad_w + g * N * n_in + at,
                     grad_d ? grad_d + g * N * n_in + at : grad_d, stride,

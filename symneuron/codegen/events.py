@@ -89,16 +89,18 @@ def _args(text: str) -> tuple[KernelArg, ...]:
 _SHARED = (
     "const real* pre, const real* weight, const real* delay, const real* params, "
     "const real* scalars, long long B, long long N, long long n_in, long long k_in, "
-    "long long k_out, long long n_steps, const long long* order, long long transposed, "
+    "long long k_out, long long n_steps, const int* order, const real* ordered, "
+    "long long transposed, "
     "unsigned char* scratch, long long slab_bytes, long long row0, long long rows"
 )
 #: ``pre`` [B, n_in, k_in] (+inf padded), ``weight``/``delay`` [N, n_in], ``params``
-#: [NP, N] (the spec's order), ``scalars`` (t_end, dt); ``order`` [B, n_in·k_in] each
-#: sample's spikes in time order (a stable sort of ``pre``), given only where every
-#: neuron's delays are equal along its row (null: each row sorts its own arrivals),
-#: n_in·k_in < 2³¹; ``transposed`` 1: ``weight``, ``delay`` (and the backward's
-#: ``grad_w``, ``grad_d``) laid out [..., n_in, N] instead (CUDA: a warp's neurons then
-#: read and add into one line per input);
+#: [NP, N] (the spec's order), ``scalars`` (t_end, dt); ``order`` [B, n_in·k_in] (int32)
+#: each sample's spikes in time order (a stable sort of ``pre``) and ``ordered`` their
+#: times in that order, given only where every neuron's delays are equal along its row
+#: (null: each row sorts its own arrivals), n_in·k_in < 2³¹; ``transposed`` 1:
+#: ``weight``, ``delay`` (and the backward's ``grad_w``, ``grad_d``) laid out
+#: [..., n_in, N] instead (CUDA: a warp's neurons then read and add into one line per
+#: input);
 #: ``scratch`` (CUDA) ``slab_bytes`` bytes per row of the launch (:func:`scratch_bytes`;
 #: C takes as many per thread itself); the launch runs rows [row0, row0 + rows) of the
 #: B·N (sample, neuron) rows. Out: ``times`` [B, N, k_out] (+inf past the count),
@@ -211,6 +213,7 @@ def _header(fns: EventFunctions, compute: str, integrals: bool, language: Langua
         f"#define SN_INTEGRALS {int(integrals)}",
         f"#define SN_REPLAY {int(integrals or fns.replay)}",
         f"#define SN_RK4 {int(fns.rk4)}",
+        f"#define SN_WHOLE {int(fns.whole)}",
         f"#define SN_GAUSS_NODES {_floats(nodes)}",
         f"#define SN_GAUSS_WEIGHTS {_floats(weights)}",
         f"#define SN_FORWARD_PARAMS {_params(FORWARD_ARGS)}",

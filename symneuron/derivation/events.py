@@ -33,7 +33,7 @@ from ..memo import BoundedTable
 from ..ode import ODESystem, linear_system, propagator
 from ..symbols import XI
 
-__all__ = ["EventSpec", "EventPropError", "derive_events", "system_text"]
+__all__ = ["EventSpec", "EventPropError", "derive_events", "system_text", "turns_once"]
 
 
 class EventPropError(ValueError):
@@ -218,6 +218,36 @@ def _derived(definition: Definition, system: ODESystem | None, target: str | Non
         reset_partials={n: h.diff(p) for n, p in params.items()},
         spike_partials=spike_partials,
     )
+
+
+def turns_once(spec: EventSpec) -> bool:
+    """Whether ġ vanishes at most once along any stretch of the flow, however long: a
+    linear system of two states whose eigenvalues are real (for real params), with g
+    affine in the states. ġ = ∇g·e^{Js}ẋ(0) is then a combination of two real modes
+    (e^{λ₁s} and e^{λ₂s}, or e^{λs} and s·e^{λs}), which vanishes at most once unless
+    everywhere: one zero of ġ, one peak, on a piece of any length. Where this holds the
+    forward moves from arrival to arrival in one piece; else steps of dt bound each piece.
+
+    >>> import sympy as sp, symneuron as sn
+    >>> tau_m, tau_s, I = sp.symbols("tau_m tau_s I")
+    >>> lif = sn.Neuron.from_ode((-sn.V + I) / tau_m, dt=1.0, method="exact",
+    ...     params={tau_m: 10.0, tau_s: 5.0}, states={I: sn.ODEState(-I / tau_s + sn.X)})
+    >>> turns_once(lif.events())
+    True
+    """
+    states = set(spec.states)
+    if spec.flow is None or len(spec.states) != 2:
+        return False
+    if any(entry.free_symbols & states for entry in spec.threshold_gradient):
+        return False
+    real = {}  # each param real and finite, nonzero (a zero time constant is no system)
+    for p in spec.params.values():
+        if p.is_real is False:
+            return False
+        sign = {"positive": True} if p.is_positive else {"nonzero": True}
+        real[p] = sp.Dummy(p.name, real=True, **sign)
+    eigenvalues = spec.jacobian.xreplace(real).eigenvals()
+    return all(sp.sympify(value).is_real is True for value in eigenvalues)
 
 
 def _flow(

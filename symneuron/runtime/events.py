@@ -76,26 +76,32 @@ _RUNTIMES = {"cpu": cpu, "cuda": cuda}
 Values = dict[str, torch.Tensor | int | None]
 
 
-def arrival_order(pre: torch.Tensor, delay: torch.Tensor) -> torch.Tensor | None:
-    """Each sample's spikes in time order, [B, n_in·K_in] (a stable sort: ties keep the
-    source, then slot, order), where every row of ``delay`` holds one value; else None
-    (each row then sorts its own arrivals)."""
+def arrival_order(
+    pre: torch.Tensor, delay: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
+    """Each sample's spike slots in time order, [B, n_in·K_in] int32 (a stable sort: ties
+    keep the source, then slot, order), and their times in that order, where every row of
+    ``delay`` holds one value; else (None, None) (each row then sorts its own arrivals)."""
     if delay.numel() and not bool((delay == delay[:, :1]).all()):
-        return None
-    return torch.argsort(pre.reshape(pre.shape[0], -1), dim=1, stable=True)
+        return None, None
+    flat = pre.reshape(pre.shape[0], -1)
+    order = torch.argsort(flat, dim=1, stable=True)
+    return order.to(torch.int32), flat.gather(1, order)
 
 
 class LayerInputs(NamedTuple):
     """A layer's kernel inputs, contiguous in one dtype on one device: presynaptic spike
     times ``pre`` [B, n_in, K_in] (+inf padded), ``weight`` and ``delay`` [N, n_in],
     ``params`` [NP, N] (every param, the spec's order: :meth:`EventKernels.params`) and
-    the samples' arrival ``order`` (:func:`arrival_order`)."""
+    the samples' arrival ``order`` with the times ``ordered`` by it
+    (:func:`arrival_order`)."""
 
     pre: torch.Tensor
     weight: torch.Tensor
     delay: torch.Tensor
     params: torch.Tensor
     order: torch.Tensor | None = None
+    ordered: torch.Tensor | None = None
 
     def values(self, times: tuple[float, float]) -> Values:
         """The launch values both passes share, by argument name."""
