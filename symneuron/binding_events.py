@@ -27,7 +27,9 @@ __all__ = ["LayerCall", "EventLayerFunction", "report_grazing"]
 class LayerCall(NamedTuple):
     """What a layer's function needs besides its tensors: the kernels, (t_end, dt), the
     names of the params given (in the order they follow the delays), the first run's
-    spike slots, the grazing tolerance and the layer's index ``layer`` (for reports)."""
+    spike slots, the grazing tolerance, the layer's index ``layer`` (for reports) and
+    whether its delays hold one value along every row (``uniform``: its arrivals then
+    come in its samples' spike order)."""
 
     kernels: EventKernels
     times: tuple[float, float]
@@ -35,6 +37,7 @@ class LayerCall(NamedTuple):
     capacity: int
     grazing: float
     layer: int
+    uniform: bool
 
 
 def report_grazing(spikes: Spikes, tolerance: float, index: int) -> None:
@@ -72,7 +75,7 @@ class EventLayerFunction(torch.autograd.Function):
         n = weight.shape[0]
         tensors = [t.detach().contiguous() for t in (pre, weight, delay)]
         params = call.kernels.params(dict(zip(call.names, given, strict=True)), n, tensors[1])
-        order, ordered = arrival_order(tensors[0], tensors[2])
+        order, ordered = arrival_order(tensors[0], call.uniform)
         inputs = LayerInputs(tensors[0], tensors[1], tensors[2], params, order, ordered)
         spikes = call.kernels.forward(inputs, call.times, call.capacity)
         report_grazing(spikes, call.grazing, call.layer)

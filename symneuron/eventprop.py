@@ -32,42 +32,56 @@ from .derivation.events import derive_events, system_text
 from .ode import ODESystem
 from .reference.events import EventLayer, GrazingSpikeWarning, uses_rk4
 from .reference.readouts import first_spike_cross_entropy
-from .runtime.events import event_kernels
+from .runtime.events import event_kernels, uniform_rows
 
 __all__ = ["EventLayer", "GrazingSpikeWarning", "event_network", "first_spike_cross_entropy"]
 
 
-def _checked(layers: Sequence[EventLayer], input_times: torch.Tensor, t_end: float) -> None:
+def _checked(layers: Sequence[EventLayer], input_times: torch.Tensor, t_end: float) -> list[bool]:
     """Feedforward layers, shapes that chain, finite non-negative delays, input times ≥ 0
-    or +inf."""
+    or +inf; the values' checks are read back together, in one host sync, with whether
+    each layer's delays hold one value along every row (its arrivals then come in its
+    samples' spike order, :func:`~symneuron.runtime.events.arrival_order`), returned."""
     if not (math.isfinite(t_end) and t_end > 0):
         raise ValueError(f"t_end must be a positive finite time, got {t_end}.")
-    if not bool((input_times >= 0).all()):  # NaN fails too: one host sync
-        raise ValueError("Input spike times must be ≥ 0 (+inf for an empty slot), not NaN.")
     n_in = input_times.shape[-2]
     for index, layer in enumerate(layers):
-        if layer.recurrent_weight is not None or layer.recurrent_delay is not None:
-            raise NotImplementedError(
-                f"layer {index} is recurrent: the compiled EventProp kernels run feedforward "
-                "layers only; run recurrent layers by symneuron.reference.events.event_network "
-                "(float64, one sample at a time)."
-            )
-        if layer.weight.dim() != 2 or layer.weight.shape[1] != n_in:
-            raise ValueError(
-                f"layer {index}: weight of shape {tuple(layer.weight.shape)}, expected "
-                f"[n_out, {n_in}] (n_in: the previous layer's neurons)."
-            )
-        if layer.delay.shape != layer.weight.shape:
-            raise ValueError(f"layer {index}: delay and weight shapes differ.")
-        others = {t.device for t in (layer.weight, layer.delay, *layer.params.values())}
-        if others != {input_times.device}:
-            raise ValueError(
-                f"layer {index}: its tensors are on {sorted(map(str, others))}, the input "
-                f"times on {input_times.device}; the kernels run where the inputs are."
-            )
-        if not bool((torch.isfinite(layer.delay) & (layer.delay >= 0)).all()):
-            raise ValueError(f"layer {index}: delays must be finite and ≥ 0.")
+        _check_shapes(index, layer, n_in, input_times.device)
         n_in = layer.weight.shape[0]
+    flags = [(input_times >= 0).all()]  # NaN fails too
+    for layer in layers:
+        flags += [(torch.isfinite(layer.delay) & (layer.delay >= 0)).all()]
+        flags += [uniform_rows(layer.delay)]
+    values = torch.stack(flags).tolist()
+    if not values[0]:
+        raise ValueError("Input spike times must be ≥ 0 (+inf for an empty slot), not NaN.")
+    for index in range(len(layers)):
+        if not values[1 + 2 * index]:
+            raise ValueError(f"layer {index}: delays must be finite and ≥ 0.")
+    return [bool(v) for v in values[2::2]]
+
+
+def _check_shapes(index: int, layer: EventLayer, n_in: int, device: torch.device) -> None:
+    """A feedforward layer whose shapes chain from ``n_in`` inputs, on ``device``."""
+    if layer.recurrent_weight is not None or layer.recurrent_delay is not None:
+        raise NotImplementedError(
+            f"layer {index} is recurrent: the compiled EventProp kernels run feedforward "
+            "layers only; run recurrent layers by symneuron.reference.events.event_network "
+            "(float64, one sample at a time)."
+        )
+    if layer.weight.dim() != 2 or layer.weight.shape[1] != n_in:
+        raise ValueError(
+            f"layer {index}: weight of shape {tuple(layer.weight.shape)}, expected "
+            f"[n_out, {n_in}] (n_in: the previous layer's neurons)."
+        )
+    if layer.delay.shape != layer.weight.shape:
+        raise ValueError(f"layer {index}: delay and weight shapes differ.")
+    others = {t.device for t in (layer.weight, layer.delay, *layer.params.values())}
+    if others != {device}:
+        raise ValueError(
+            f"layer {index}: its tensors are on {sorted(map(str, others))}, the input "
+            f"times on {device}; the kernels run where the inputs are."
+        )
 
 
 def event_network(
@@ -125,7 +139,7 @@ def event_network(
     times = input_times[None] if single else input_times
     if times.dim() != 3:
         raise ValueError(f"input_times must be [batch, n_in, K] or [n_in, K], got {times.shape}.")
-    _checked(layers, times, t_end)
+    uniform = _checked(layers, times, t_end)
     system = system if system is not None else getattr(neuron, "ode", None)
     spec = derive_events(neuron, system, target=target)
     assert system is not None  # derive_events refuses a neuron without one
@@ -138,7 +152,9 @@ def event_network(
         unknown = set(names) - set(spec.params)
         if unknown:
             raise ValueError(f"layer {index}: unknown params {sorted(unknown)}.")
-        call = LayerCall(kernels, (float(t_end), system.dt), names, capacity, grazing, index)
+        call = LayerCall(
+            kernels, (float(t_end), system.dt), names, capacity, grazing, index, uniform[index]
+        )
         cast = [t.to(times.dtype) for t in (layer.weight, layer.delay)]
         given = [layer.params[n].to(times.dtype) for n in names]
         times = EventLayerFunction.apply(call, times, *cast, *given)

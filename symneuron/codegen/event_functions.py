@@ -16,7 +16,10 @@ the initial state. Each becomes one ``SN_INLINE`` function (``static inline`` in
 
 (states, adjoints, weight, coupling, elapsed time, params in :attr:`EventSpec.params`
 order), its common subexpressions hoisted by SymPy's ``cse`` and every output computed
-before any is written, so ``out`` may be one of the inputs.
+before any is written, so ``out`` may be one of the inputs. Subexpressions of the params
+alone (1/τ, τ_s/(τ_m − τ_s), ...) are lifted out of them into ``sn_constants``, which
+the kernels run once per neuron into the params' array after the params, where the
+functions read them: an event's arithmetic then multiplies where it divided.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class EventFunctions:
     ----------
     source : the C text of every ``sn_<name>`` function.
     states, params : the counts (``NS``, ``NP``).
+    constants : how many subexpressions of the params alone ``sn_constants`` computes
+        once per neuron into ``p[NP + m]`` (``NK``; the functions read them there).
     store : indices (into the states) of the values a spike stores.
     replay : whether the backward needs the forward's states between events (an arrival
         term that depends on them).
@@ -54,16 +59,21 @@ class EventFunctions:
     whole : whether the forward moves from arrival to arrival in one piece of the flow,
         however many steps apart (ġ vanishes at most once along any stretch of it:
         :func:`~symneuron.derivation.events.turns_once`); else steps of dt bound each.
+    passes : whether an arrival leaves λ as it is ((∂m/∂x)ᵀ is the identity: a synapse
+        that adds to a state): λ at every arrival between two spikes then follows from
+        λ at the later one alone, not from the arrival after it.
     """
 
     source: str
     states: int
     params: int
+    constants: int
     store: tuple[int, ...]
     replay: bool
     integrands: bool
     rk4: bool = False
     whole: bool = False
+    passes: bool = False
 
 
 def _symbols(spec: EventSpec) -> dict[sp.Symbol, sp.Symbol]:
@@ -142,6 +152,57 @@ def _expressions(definition: Definition, spec: EventSpec, rk4: bool) -> dict[str
     }
 
 
+def _cheap(expr: sp.Expr) -> bool:
+    """A symbol, a number, or a number times a symbol (−ϑ: no cheaper as a constant)."""
+    if expr.is_Atom:
+        return True
+    return bool(expr.is_Mul and len(expr.args) == 2 and all(a.is_Atom for a in expr.args))
+
+
+class _Hoisted:
+    """Subexpressions of the params alone, lifted out of the functions: each is computed
+    once per neuron (``sn_constants``, into ``p[NP + m]``, read as the symbol
+    ``p{NP + m}``), so a function evaluated at every event multiplies by 1/τ where it
+    divided by τ, and evaluates no constant twice."""
+
+    def __init__(self, params: Sequence[sp.Symbol]) -> None:
+        self.params = set(params)
+        self.first = len(params)
+        self.found: dict[sp.Expr, sp.Symbol] = {}
+
+    def _constant(self, expr: sp.Expr) -> sp.Symbol:
+        if expr not in self.found:
+            self.found[expr] = sp.Symbol(f"p{self.first + len(self.found)}", real=True)
+        return self.found[expr]
+
+    def _only_params(self, expr: sp.Expr) -> bool:
+        return expr.free_symbols <= self.params
+
+    def __call__(self, expr: sp.Expr) -> sp.Expr:
+        """``expr`` with each largest subexpression of the params alone (not a bare
+        symbol or number; in a sum or product, the params' terms or factors together)
+        replaced by its constant."""
+        expr = sp.sympify(expr)
+        if expr.is_Atom or not expr.free_symbols:
+            return expr
+        if self._only_params(expr):
+            return expr if _cheap(expr) else self._constant(expr)
+        if isinstance(expr, sp.Add | sp.Mul):
+            fixed = [a for a in expr.args if self._only_params(a)]
+            rest = [self(a) for a in expr.args if not self._only_params(a)]
+            if fixed and any(a.free_symbols for a in fixed):
+                part = expr.func(*fixed)
+                rest.append(part if _cheap(part) else self._constant(part))
+            else:
+                rest += fixed
+            return expr.func(*rest)
+        return expr.func(*(self(a) for a in expr.args))
+
+    def constants(self) -> list[sp.Expr]:
+        """Each constant's expression, in the order of their indices."""
+        return list(self.found)
+
+
 def event_functions(
     definition: Definition, spec: EventSpec, compute: str, rk4: bool | None = None
 ) -> EventFunctions:
@@ -155,8 +216,8 @@ def event_functions(
     >>> fns = event_functions(lif, lif.events(), "double")
     >>> fns.store, fns.replay, fns.integrands
     ((1,), False, True)
-    >>> "exp(-s/p0)" in fns.source, fns.rk4
-    (True, False)
+    >>> "exp(p2*s)" in fns.source, fns.constants, fns.rk4  # p2 = −1/τ_m, once per neuron
+    (True, 8, False)
 
     A spec without a closed-form flow (its Jacobian depends on the state) prints f and
     −Jᵀλ for the kernels' RK4 path instead of the flow (so may a linear one, ``rk4=True``).
@@ -171,7 +232,10 @@ def event_functions(
     printer = KernelPrinter(compute)
     names = _symbols(spec)
     exprs = _expressions(definition, spec, rk4)
-    source = "\n\n".join(_function(n, e, names, printer) for n, e in exprs.items())
+    hoisted = _Hoisted([names[p] for p in spec.params.values()])
+    lifted = {n: [hoisted(sp.sympify(e).xreplace(names)) for e in es] for n, es in exprs.items()}
+    lifted["constants"] = hoisted.constants()
+    source = "\n\n".join(_function(n, e, names, printer) for n, e in lifted.items())
     states = set(spec.states)
     replay = any(sp.sympify(e).free_symbols & states for n in STATE_FREE for e in exprs[n])
     integrands = any(not sp.sympify(e).is_zero for e in exprs["integrands"])
@@ -179,9 +243,11 @@ def event_functions(
         source=source,
         states=len(spec.states),
         params=len(spec.params),
+        constants=len(lifted["constants"]),
         store=tuple(spec.states.index(z) for z in spec.store),
         replay=replay,
         integrands=integrands,
         rk4="rhs" in exprs,
         whole="rhs" not in exprs and turns_once(spec),
+        passes=spec.synapse_jacobian == sp.eye(len(spec.states)),
     )

@@ -1,6 +1,6 @@
 /* The EventProp kernels' skeleton: the same for every neuron and for both languages.
    Everything that depends on the model is one of the sn_<name> functions printed before
-   it from SymPy's derivation (symneuron/codegen/event_functions.py); NS, NP, NSTORE,
+   it from SymPy's derivation (symneuron/codegen/event_functions.py); NS, NP, NK, NSTORE,
    PARTS, SN_REPLAY, SN_INTEGRALS, SN_RK4, real, the store's indices and the language's
    words (SN_CUDA, SN_FN, SN_INLINE, SN_CONST, SN_INF, SN_ADD, SN_LOAD) are defined above
    it (symneuron/codegen/events.py). Only the two entry points at the end differ between
@@ -461,14 +461,21 @@ SN_FN int sn_neuron_forward(const sn_arrivals* arr, real t_end, real dt, long lo
     return 0;
 }
 
+/* Neuron j's params (column j of `params`, [NP, N]) into p, then the constants of them
+   that the functions read after them (p[NP + m], printed as sn_constants). */
+SN_INLINE void sn_params_of(const real* params, long long N, long long j, real* p) {
+    for (int q = 0; q < NP; ++q) p[q] = params[q * N + j];
+    sn_constants(p, p, 0, 0, 0, p, p + NP);
+}
+
 /* Row r's forward (sample r / N, neuron r % N); `slab`: its scratch (a list to sort its
    arrivals into when no `order` is given). */
 SN_FN void sn_forward_row(long long r, unsigned char* slab, SN_FORWARD_PARAMS) {
-    const real t_end = scalars[0], dt = scalars[1];
+    const real t_end = (real)until, dt = (real)step;
     const long long m = n_in * k_in, b = r / N, j = r % N;
     const long long at = transposed ? j : j * n_in, stride = transposed ? N : 1;
-    real p[NP + 1];
-    for (int q = 0; q < NP; ++q) p[q] = params[q * N + j];
+    real p[NP + NK + 1];
+    sn_params_of(params, N, j, p);
     sn_arrivals arr = sn_arrivals_of(pre + b * m, order ? order + b * m : order,
                                      order ? ordered + b * m : ordered, weight + at, delay + at,
                                      stride, n_in, k_in, t_end, (sn_arrival*)slab);
@@ -702,6 +709,40 @@ SN_INLINE int sn_vanishes(const real* lam) {
 /* The state of event e in a replay's buffer (the one slot without a replay). */
 #define SN_AT(buffer, e) (SN_REPLAY ? (buffer) + (e) * NS : (buffer))
 
+#if SN_DIRECT
+/* One neuron's adjoint from t_end back to 0, spike to spike. An arrival leaves λ as it
+   is (SN_DIRECT: a synapse that adds to a state, and no term needs the states), so λ at
+   each arrival between two spikes is the flow's transpose from the later spike alone,
+   λ(t_a) = Φ(upper − t_a)ᵀ λ(upper): the arrivals are independent of each other (a
+   thread overlaps their loads and exponentials) and skipped where λ(upper) = 0. At one
+   time an arrival comes before a spike, as in the forward. */
+SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real* before,
+                              real* after, real* cuts) {
+    real lam[NS], upper = a->t_end;
+    long long last = arr->n; /* the arrivals not yet taken are [0, last) */
+    (void)after;
+    (void)cuts;
+    for (int q = 0; q < NS; ++q) lam[q] = 0;
+    for (long long ks = a->count - 1; ks >= -1; --ks) {
+        real low = ks >= 0 ? a->times[ks] : -SN_INF;
+        long long first = ks >= 0 ? sn_arrivals_upto(arr, low, last) : 0;
+        if (!sn_vanishes(lam)) {
+            SN_UNROLL
+            for (long long e = last - 1; e >= first; --e) {
+                sn_arrival next = sn_arrival_at(arr, e);
+                real at[NS];
+                sn_adjoint_flow(lam, lam, 0, 0, upper - next.t, a->p, at);
+                sn_arrival_back(a, &next, before, at);
+            }
+        }
+        last = first;
+        if (ks < 0) break;
+        sn_adjoint_flow(lam, lam, 0, 0, upper - low, a->p, lam);
+        sn_spike_back(a, ks, lam);
+        upper = low;
+    }
+}
+#else
 /* One neuron's adjoint from t_end back to 0 through its events. */
 SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real* before,
                               real* after, real* cuts) {
@@ -743,18 +784,19 @@ SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real*
     sn_integrate(a, 0, upper, after, lam, cuts);
 }
 #endif
+#endif
 
 /* Row r's backward (sample b = r / N, neuron j = r % N), adding into its group's gradient
    rows (group b mod `groups`); `slab`: its scratch, laid out as
    codegen/events.py's scratch_bytes counts it: the list to sort its arrivals into (when no
    `order` is given), the states before and after each event, the integral's pieces. */
 SN_FN void sn_backward_row(long long r, unsigned char* slab, SN_BACKWARD_PARAMS) {
-    const real t_end = scalars[0], dt = scalars[1];
+    const real t_end = (real)until, dt = (real)step;
     const long long m = n_in * k_in, b = r / N, j = r % N, g = b % groups;
     const long long at = transposed ? j : j * n_in, stride = transposed ? N : 1;
     const long long listed = order ? 0 : 2 * (m + 1) * (long long)sizeof(sn_arrival);
-    real p[NP + 1];
-    for (int q = 0; q < NP; ++q) p[q] = params[q * N + j];
+    real p[NP + NK + 1];
+    sn_params_of(params, N, j, p);
     sn_arrivals arr = sn_arrivals_of(pre + b * m, order ? order + b * m : order,
                                      order ? ordered + b * m : ordered, weight + at, delay + at,
                                      stride, n_in, k_in, t_end, (sn_arrival*)slab);

@@ -88,15 +88,16 @@ def _args(text: str) -> tuple[KernelArg, ...]:
 
 _SHARED = (
     "const real* pre, const real* weight, const real* delay, const real* params, "
-    "const real* scalars, long long B, long long N, long long n_in, long long k_in, "
+    "double until, double step, long long B, long long N, long long n_in, long long k_in, "
     "long long k_out, long long n_steps, const int* order, const real* ordered, "
     "long long transposed, "
     "unsigned char* scratch, long long slab_bytes, long long row0, long long rows"
 )
 #: ``pre`` [B, n_in, k_in] (+inf padded), ``weight``/``delay`` [N, n_in], ``params``
-#: [NP, N] (the spec's order), ``scalars`` (t_end, dt); ``order`` [B, n_in·k_in] (int32)
-#: each sample's spikes in time order (a stable sort of ``pre``) and ``ordered`` their
-#: times in that order, given only where every neuron's delays are equal along its row
+#: [NP, N] (the spec's order), ``until`` and ``step`` t_end and dt (values, not a
+#: tensor: a host-to-device copy would wait for the stream); ``order`` [B, n_in·k_in]
+#: (int32) each sample's spikes in time order (a stable sort of ``pre``) and ``ordered``
+#: their times in that order, given only where every neuron's delays are equal along its row
 #: (null: each row sorts its own arrivals), n_in·k_in < 2³¹; ``transposed`` 1:
 #: ``weight``, ``delay`` (and the backward's ``grad_w``, ``grad_d``) laid out
 #: [..., n_in, N] instead (CUDA: a warp's neurons then read and add into one line per
@@ -125,8 +126,10 @@ class Language(NamedTuple):
     """The words of one language in the skeleton: its headers, function qualifiers
     (``SN_FN``, ``SN_INLINE``, ``SN_CONST``), +inf, how a row adds into a gradient
     shared with other rows (``SN_ADD``: C's rows of one group run on one thread, CUDA's
-    on many) and how it reads an input no kernel writes (``SN_LOAD``: CUDA's read-only
-    cache, which also frees the compiler to move the load past the atomic adds)."""
+    on many), how it reads an input no kernel writes (``SN_LOAD``: CUDA's read-only
+    cache, which also frees the compiler to move the load past the atomic adds) and how
+    it asks for a loop of independent iterations to be unrolled (``SN_UNROLL``: in CUDA,
+    so that a thread overlaps their loads and exponentials)."""
 
     includes: tuple[str, ...]
     fn: str
@@ -135,6 +138,7 @@ class Language(NamedTuple):
     inf: str
     add: str
     load: str
+    unroll: str
 
 
 #: backend -> the skeleton's words in its language
@@ -147,6 +151,7 @@ LANGUAGES = {
         "((real)INFINITY)",
         "((ref) += (value))",
         "(*(ptr))",
+        "",
     ),
     "cuda": Language(
         (),
@@ -156,6 +161,7 @@ LANGUAGES = {
         "((real)__int_as_float(0x7f800000))",
         "atomicAdd(&(ref), (value))",
         "__ldg(ptr)",
+        '_Pragma("unroll 4")',
     ),
 }
 
@@ -202,8 +208,10 @@ def _header(fns: EventFunctions, compute: str, integrals: bool, language: Langua
         f"#define SN_INF {language.inf}",
         f"#define SN_ADD(ref, value) {language.add}",
         f"#define SN_LOAD(ptr) {language.load}",
+        f"#define SN_UNROLL {language.unroll}",
         f"#define NS {fns.states}",
         f"#define NP {fns.params}",
+        f"#define NK {fns.constants}",
         f"#define NSTORE {len(fns.store)}",
         f"#define PARTS {1 if fns.states == 2 else PARTS}",
         f"#define SN_ITERATIONS {ITERATIONS}",
@@ -214,6 +222,7 @@ def _header(fns: EventFunctions, compute: str, integrals: bool, language: Langua
         f"#define SN_REPLAY {int(integrals or fns.replay)}",
         f"#define SN_RK4 {int(fns.rk4)}",
         f"#define SN_WHOLE {int(fns.whole)}",
+        f"#define SN_DIRECT {int(fns.passes and not (fns.rk4 or integrals or fns.replay))}",
         f"#define SN_GAUSS_NODES {_floats(nodes)}",
         f"#define SN_GAUSS_WEIGHTS {_floats(weights)}",
         f"#define SN_FORWARD_PARAMS {_params(FORWARD_ARGS)}",

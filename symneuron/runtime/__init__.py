@@ -21,8 +21,8 @@ from .tuning import Settings
 __all__ = ["Kinds", "settings"]
 
 #: A launch's argument kinds, one ``struct`` format character per value: "P" a device
-#: pointer, "q" a ``long long``, "i" an ``int`` (fixed per program and pass, so a
-#: launch passes only the values).
+#: pointer, "q" a ``long long``, "i" an ``int``, "d" a ``double`` (fixed per program and
+#: pass, so a launch passes only the values).
 Kinds = str
 
 #: The process's launch settings (see :class:`~symneuron.runtime.tuning.Settings`).

@@ -17,7 +17,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -43,7 +43,7 @@ _BASE_FLAGS = (
     "-fno-trapping-math",
     "-fno-math-errno",
 )
-_CTYPES = {"P": ctypes.c_void_p, "q": ctypes.c_longlong, "i": ctypes.c_int}
+_CTYPES = {"P": ctypes.c_void_p, "q": ctypes.c_longlong, "i": ctypes.c_int, "d": ctypes.c_double}
 #: source hash -> loaded library (loaded libraries stay mapped; the table is bounded)
 _LIBRARIES: BoundedTable[str, ctypes.CDLL] = BoundedTable(256, "runtime.cpu.libraries")
 _LOADS = itertools.count()
@@ -191,7 +191,7 @@ def load(source: str, device: int = -1) -> ctypes.CDLL:
     return library
 
 
-Launch = Callable[[str, list[int], Geometry | None], None]
+Launch = Callable[[str, Sequence[float], Geometry | None], None]
 
 
 def launcher(library: ctypes.CDLL, name: str, device: int = -1) -> Launch:
@@ -201,7 +201,7 @@ def launcher(library: ctypes.CDLL, name: str, device: int = -1) -> Launch:
     fn = getattr(library, name)
     fn.restype = None
 
-    def launch(kinds: str, values: list[int], geometry: Geometry | None) -> None:
+    def launch(kinds: str, values: Sequence[float], geometry: Geometry | None) -> None:
         if fn.argtypes is None:  # a kernel's argument kinds never change: set them once
             fn.argtypes = tuple(_CTYPES[kind] for kind in kinds)
         fn(*values)

@@ -15,7 +15,7 @@ import ctypes
 import functools
 import hashlib
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -130,7 +130,9 @@ _PARAM_END, _PARAM_BUFFER, _PARAM_SIZE = 0, 1, 2
 _EXTRA = ctypes.c_void_p * 5
 
 
-def launcher(module: Any, name: str, device: int) -> Callable[[str, list[int], Geometry], None]:
+def launcher(
+    module: Any, name: str, device: int
+) -> Callable[[str, Sequence[float], Geometry], None]:
     """``launch(kinds, values, geometry)`` for kernel ``name`` of ``module`` on ``device``.
 
     Each launch packs the arguments into one buffer (native C alignment, as the
@@ -151,7 +153,9 @@ def launcher(module: Any, name: str, device: int) -> Callable[[str, list[int], G
     pack = struct.pack
     address = ctypes.addressof
 
-    def launch(kinds: str, values: list[int], geometry: Geometry, _module: Any = module) -> None:
+    def launch(
+        kinds: str, values: Sequence[float], geometry: Geometry, _module: Any = module
+    ) -> None:
         if geometry.cooperative and not capturing():
             cooperative(kinds, values, geometry)
             return
@@ -169,7 +173,7 @@ def launcher(module: Any, name: str, device: int) -> Callable[[str, list[int], G
 
     capturing = torch.cuda.is_current_stream_capturing
 
-    def cooperative(kinds: str, values: list[int], geometry: Geometry) -> None:
+    def cooperative(kinds: str, values: Sequence[float], geometry: Geometry) -> None:
         """``cuLaunchCooperativeKernel``: the driver starts the grid only with every block
         resident (a grid barrier's blocks wait for each other), and it takes the
         arguments as an array of pointers to each value, not one buffer. A stream being

@@ -55,6 +55,7 @@ __all__ = [
     "Spikes",
     "Gradients",
     "arrival_order",
+    "uniform_rows",
     "event_kernels",
     "GROUPS",
     "SCRATCH",
@@ -73,16 +74,23 @@ _RUNTIMES = {"cpu": cpu, "cuda": cuda}
 
 
 #: a launch's values by argument name
-Values = dict[str, torch.Tensor | int | None]
+Values = dict[str, torch.Tensor | float | None]
+
+
+def uniform_rows(delay: torch.Tensor) -> torch.Tensor:
+    """Whether every row of ``delay`` [N, n_in] holds one value (a 0-dim bool tensor on
+    its device: read back by the caller, with its other checks)."""
+    return (delay == delay[:, :1]).all()
 
 
 def arrival_order(
-    pre: torch.Tensor, delay: torch.Tensor
+    pre: torch.Tensor, uniform: bool
 ) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
     """Each sample's spike slots in time order, [B, n_in·K_in] int32 (a stable sort: ties
-    keep the source, then slot, order), and their times in that order, where every row of
-    ``delay`` holds one value; else (None, None) (each row then sorts its own arrivals)."""
-    if delay.numel() and not bool((delay == delay[:, :1]).all()):
+    keep the source, then slot, order), and their times in that order, where the layer's
+    delays are ``uniform`` along every row (:func:`uniform_rows`); else (None, None) (each
+    row then sorts its own arrivals)."""
+    if not uniform:
         return None, None
     flat = pre.reshape(pre.shape[0], -1)
     order = torch.argsort(flat, dim=1, stable=True)
@@ -113,7 +121,8 @@ class LayerInputs(NamedTuple):
             )
         return {
             **self._asdict(),
-            "scalars": self.pre.new_tensor(times),
+            "until": times[0],
+            "step": times[1],
             "B": batch,
             "N": self.weight.shape[0],
             "n_in": n_in,
@@ -144,16 +153,19 @@ class Gradients(NamedTuple):
 
 
 def _packed(
-    args: tuple[KernelArg, ...], values: Mapping[str, torch.Tensor | int | None]
-) -> list[int]:
+    args: tuple[KernelArg, ...], values: Mapping[str, torch.Tensor | float | None]
+) -> list[int | float]:
     """The launch's values in the kernel's argument order: tensors as addresses (None as
-    a null pointer)."""
-    out = []
+    a null pointer), doubles as floats, the rest as ints."""
+    out: list[int | float] = []
     for arg in args:
         value = values[arg.name]
         if arg.pointer:
             assert value is None or (isinstance(value, torch.Tensor) and value.is_contiguous())
             out.append(0 if value is None else value.data_ptr())
+        elif arg.ctype == "double":
+            assert isinstance(value, float), arg.name
+            out.append(value)
         else:
             assert isinstance(value, int), arg.name
             out.append(value)
@@ -161,7 +173,7 @@ def _packed(
 
 
 def _kinds(args: tuple[KernelArg, ...]) -> str:
-    return "".join("P" if arg.pointer else "q" for arg in args)
+    return "".join("P" if a.pointer else "d" if a.ctype == "double" else "q" for a in args)
 
 
 def _tensor(values: Values, name: str) -> torch.Tensor:
@@ -352,7 +364,7 @@ def _outcome(counts: torch.Tensor, status: torch.Tensor) -> tuple[int, bool]:
     return int(most), bool(failed)
 
 
-def _int(value: torch.Tensor | int | None) -> int:
+def _int(value: torch.Tensor | float | None) -> int:
     assert isinstance(value, int)
     return value
 
