@@ -77,6 +77,7 @@ class EventLayerFunction(torch.autograd.Function):
         params = call.kernels.params(dict(zip(call.names, given, strict=True)), n, tensors[1])
         order, ordered = arrival_order(tensors[0], call.uniform)
         inputs = LayerInputs(tensors[0], tensors[1], tensors[2], params, order, ordered)
+        inputs = call.kernels.laid_out(inputs)  # once, for both passes
         spikes = call.kernels.forward(inputs, call.times, call.capacity)
         report_grazing(spikes, call.grazing, call.layer)
         ctx.call, ctx.inputs, ctx.spikes = call, inputs, spikes
@@ -100,12 +101,13 @@ class EventLayerFunction(torch.autograd.Function):
         )
         if kernels.rk4 and integrals:
             _check_replay(grads.params)
-        grad_pre = torch.where(torch.isfinite(pre), -grads.source_b, 0.0) if need_pre else None
+        source_b = grads.source_b
+        grad_pre = None if source_b is None else torch.where(torch.isfinite(pre), -source_b, 0.0)
         given = [
             grads.params[kernels.names.index(name)].sum_to_size(shape) if need else None
             for name, need, shape in zip(call.names, wanted, ctx.shapes, strict=True)
         ]
-        return (None, grad_pre, grads.weight, grads.delay if need_delay else None, *given)
+        return (None, grad_pre, grads.weight, grads.delay, *given)
 
 
 def _check_replay(grad_params: torch.Tensor) -> None:

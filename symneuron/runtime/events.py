@@ -102,7 +102,8 @@ class LayerInputs(NamedTuple):
     times ``pre`` [B, n_in, K_in] (+inf padded), ``weight`` and ``delay`` [N, n_in],
     ``params`` [NP, N] (every param, the spec's order: :meth:`EventKernels.params`) and
     the samples' arrival ``order`` with the times ``ordered`` by it
-    (:func:`arrival_order`)."""
+    (:func:`arrival_order`); ``transposed``: ``weight`` and ``delay`` are [n_in, N]
+    copies instead (:meth:`EventKernels.laid_out`)."""
 
     pre: torch.Tensor
     weight: torch.Tensor
@@ -110,6 +111,12 @@ class LayerInputs(NamedTuple):
     params: torch.Tensor
     order: torch.Tensor | None = None
     ordered: torch.Tensor | None = None
+    transposed: bool = False
+
+    @property
+    def n_out(self) -> int:
+        """The layer's neurons N."""
+        return self.weight.shape[1 if self.transposed else 0]
 
     def values(self, times: tuple[float, float]) -> Values:
         """The launch values both passes share, by argument name."""
@@ -124,11 +131,11 @@ class LayerInputs(NamedTuple):
             "until": times[0],
             "step": times[1],
             "B": batch,
-            "N": self.weight.shape[0],
+            "N": self.n_out,
             "n_in": n_in,
             "k_in": k_in,
             "n_steps": math.ceil(times[0] / times[1]),
-            "transposed": 0,
+            "transposed": int(self.transposed),
         }
 
 
@@ -144,12 +151,13 @@ class Spikes(NamedTuple):
 
 class Gradients(NamedTuple):
     """A layer's backward: dL/dW, dL/dD [N, n_in], dL/dθ [NP, N] (every param, the
-    spec's order) and Σ Q per presynaptic spike [B, n_in, K_in]."""
+    spec's order) and Σ Q per presynaptic spike [B, n_in, K_in] (the last two None
+    where not wanted)."""
 
     weight: torch.Tensor
-    delay: torch.Tensor
+    delay: torch.Tensor | None
     params: torch.Tensor
-    source_b: torch.Tensor
+    source_b: torch.Tensor | None
 
 
 def _packed(
@@ -204,6 +212,7 @@ class EventKernels:
         #: whether the kernels read ``weight``, ``delay`` as [n_in, N] copies (CUDA: a
         #: warp's neurons then read one line per input; C rows read their own row)
         self.transpose = backend == "cuda"
+        self._defaults: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
 
     def source(self, integrals: bool) -> EventSource:
         """The rendered source (``integrals`` selects the backward's flavour; the forward
@@ -237,7 +246,8 @@ class EventKernels:
             return
         launch = self.launcher(name, integrals, like.device.index or 0)
         wave = max(1, min(total, SCRATCH // slab)) if slab else max(1, total)
-        values["scratch"] = torch.zeros(wave * slab, dtype=torch.uint8, device=like.device)
+        scratch = torch.zeros(wave * slab, dtype=torch.uint8, device=like.device) if slab else None
+        values["scratch"] = scratch
         for row0 in range(0, total, wave):
             rows = min(wave, total - row0)
             values.update({"row0": row0, "rows": rows})
@@ -245,25 +255,33 @@ class EventKernels:
             geometry = Geometry(-(-rows // block), block)
             launch(_kinds(args), _packed(args, values), geometry)
 
-    def _layout(self, values: Values) -> bool:
-        """On CUDA, ``weight`` and ``delay`` as [n_in, N] copies (``transposed``): a warp's
-        threads are neighbouring neurons of one sample reading one input at a time, so
-        they then read one line, not 32 (:attr:`transpose`). Whether it did so."""
-        if not self.transpose:
-            return False
-        for name in ("weight", "delay"):
-            values[name] = _tensor(values, name).t().contiguous()
-        values["transposed"] = 1
-        return True
+    def laid_out(self, inputs: LayerInputs) -> LayerInputs:
+        """``inputs`` as the kernels read them: on CUDA with ``weight`` and ``delay`` as
+        [n_in, N] copies (``transposed``: a warp's threads are neighbouring neurons of one
+        sample reading one input at a time, so they then read one line, not 32;
+        :attr:`transpose`). A layer lays its inputs out once, for both passes."""
+        if not self.transpose or inputs.transposed:
+            return inputs
+        weight, delay = (t.t().contiguous() for t in (inputs.weight, inputs.delay))
+        return inputs._replace(weight=weight, delay=delay, transposed=True)
 
     def params(self, given: Mapping[str, torch.Tensor], n: int, like: torch.Tensor) -> torch.Tensor:
-        """[NP, n] in the spec's order: the given params, the rest at their defaults."""
-        defaults = self.definition.params
+        """[NP, n] in the spec's order: the given params, the rest at their defaults (the
+        defaults' rows are built once per (n, dtype, device); the kernels only read
+        them)."""
+        key = (n, like.dtype, like.device)
+        if key not in self._defaults:
+            values = [float(self.definition.params[name]) for name in self.names]
+            column = torch.tensor(values, dtype=like.dtype).reshape(-1, 1)
+            self._defaults[key] = column.expand(len(values), n).contiguous().to(like.device)
+        defaults = self._defaults[key]
+        if not given:
+            return defaults
         rows = [
-            given[name].to(like).expand(n) if name in given else like.new_full((n,), defaults[name])
-            for name in self.names
+            given[name].to(like).expand(n) if name in given else defaults[q]
+            for q, name in enumerate(self.names)
         ]
-        return torch.stack(rows).contiguous() if rows else like.new_zeros((0, n))
+        return torch.stack(rows).contiguous()
 
     def _scratch(
         self, inputs: LayerInputs, k_out: int, n_steps: int, integrals: bool
@@ -276,22 +294,23 @@ class EventKernels:
     def forward(self, inputs: LayerInputs, times: tuple[float, float], capacity: int = 4) -> Spikes:
         """The layer's spikes up to ``times[0]`` in steps of ``times[1]``; ``capacity``:
         the slots the first run gives each neuron."""
+        inputs = self.laid_out(inputs)
         pre = inputs.pre
-        batch, n = pre.shape[0], inputs.weight.shape[0]
+        batch, n = pre.shape[0], inputs.n_out
         values = inputs.values(times)
-        self._layout(values)
-        values["counts"] = torch.zeros((batch, n), dtype=torch.int64, device=pre.device)
-        values["status"] = torch.zeros((batch, n), dtype=torch.int64, device=pre.device)
+        outcome = torch.zeros((2, batch, n), dtype=torch.int64, device=pre.device)
+        values["counts"], values["status"] = outcome[0], outcome[1]
         shape = (batch, n, pre.shape[1] * pre.shape[2])
         slots = max(1, capacity, self.slots.get(shape, 0))
         slab = self._scratch(inputs, slots, _int(values["n_steps"]), False)["forward"]
         while True:
             values["k_out"] = slots
             values["times"] = pre.new_empty((batch, n, slots))
-            values["store"] = pre.new_zeros((batch, n, slots, self.store))
-            values["rate"] = pre.new_zeros((batch, n, slots))
+            # past each row's count, store and rate are never read (times are +inf there)
+            values["store"] = pre.new_empty((batch, n, slots, self.store))
+            values["rate"] = pre.new_empty((batch, n, slots))
             self._run("forward", False, values, slab, pre)
-            most, failed = _outcome(_tensor(values, "counts"), _tensor(values, "status"))
+            most, failed = _outcome(outcome)
             if most <= slots:
                 break
             slots = most
@@ -316,13 +335,14 @@ class EventKernels:
     ) -> Gradients:
         """The layer's gradients given each of its spikes' B = −dL/dt_k (``own_b``
         [B, N, K]); ``integrals``: add ∫λ·∂f/∂θ dt to dL/dθ (time constants);
-        ``wanted``: whether the delays' gradient and Σ Q per input spike are (each left
-        zero where not: the kernels skip their sums)."""
+        ``wanted``: whether the delays' gradient and Σ Q per input spike are (each None
+        where not: the kernels skip their sums)."""
+        inputs = self.laid_out(inputs)
         pre = inputs.pre
-        (batch, n_in, k_in), n = pre.shape, inputs.weight.shape[0]
+        (batch, n_in, k_in), n = pre.shape, inputs.n_out
         groups = max(1, min(batch, GROUPS))
         values = inputs.values(times)
-        transposed = self._layout(values)
+        transposed = inputs.transposed
         rows = (n_in, n) if transposed else (n, n_in)
         k_out = spikes.times.shape[2]
         values.update(
@@ -334,21 +354,20 @@ class EventKernels:
                 "counts": spikes.counts,
                 "own_b": own_b.contiguous(),
                 "grad_w": pre.new_zeros((groups, *rows)),
-                "grad_d": pre.new_zeros((groups, *rows)),
+                "grad_d": pre.new_zeros((groups, *rows)) if wanted[0] else None,
                 "grad_p": pre.new_zeros((groups, len(self.names), n)),
-                "source_b": pre.new_zeros((batch, n_in, k_in)),
+                "source_b": pre.new_zeros((batch, n_in, k_in)) if wanted[1] else None,
             }
         )
-        sums = {"grad_d": values["grad_d"], "source_b": values["source_b"]}
-        for (name, value), want in zip(sums.items(), wanted, strict=True):
-            values[name] = value if want else None
         slab = self._scratch(inputs, k_out, _int(values["n_steps"]), integrals)["backward"]
         self._run("backward", integrals, values, slab, pre)
-        values.update(sums)
-        grad_w, grad_d, grad_p = (_tensor(values, k).sum(0) for k in ("grad_w", "grad_d", "grad_p"))
+        grad_w, grad_p = (_tensor(values, k).sum(0) for k in ("grad_w", "grad_p"))
+        grad_d = _tensor(values, "grad_d").sum(0) if wanted[0] else None
         if transposed:
-            grad_w, grad_d = grad_w.t().contiguous(), grad_d.t().contiguous()
-        return Gradients(grad_w, grad_d, grad_p, _tensor(values, "source_b"))
+            grad_w = grad_w.t().contiguous()
+            grad_d = grad_d.t().contiguous() if grad_d is not None else None
+        source_b = _tensor(values, "source_b") if wanted[1] else None
+        return Gradients(grad_w, grad_d, grad_p, source_b)
 
 
 @functools.cache
@@ -356,11 +375,12 @@ def _multiprocessors(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _outcome(counts: torch.Tensor, status: torch.Tensor) -> tuple[int, bool]:
-    """The most spikes of any row and whether any row failed, read back in one copy."""
-    if not counts.numel():
+def _outcome(outcome: torch.Tensor) -> tuple[int, bool]:
+    """The most spikes of any row and whether any row failed (``outcome``: the rows'
+    counts and statuses, [2, B, N]), read back in one copy."""
+    if not outcome[0].numel():
         return 0, False
-    most, failed = torch.stack([counts.max(), status.max()]).tolist()
+    most, failed = outcome.flatten(1).amax(1).tolist()
     return int(most), bool(failed)
 
 
