@@ -101,8 +101,8 @@ class EventLayerFunction(torch.autograd.Function):
         )
         if kernels.rk4 and integrals:
             _check_replay(grads.params)
-        source_b = grads.source_b
-        grad_pre = None if source_b is None else torch.where(torch.isfinite(pre), -source_b, 0.0)
+        # −Σ Q per input spike (0 for an empty slot or one past t_end: no arrival adds to it)
+        grad_pre = None if grads.source_b is None else grads.source_b.neg_()
         given = [
             grads.params[kernels.names.index(name)].sum_to_size(shape) if need else None
             for name, need, shape in zip(call.names, wanted, ctx.shapes, strict=True)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from .binding_events import EventLayerFunction, LayerCall
@@ -32,33 +33,38 @@ from .derivation.events import derive_events, system_text
 from .ode import ODESystem
 from .reference.events import EventLayer, GrazingSpikeWarning, uses_rk4
 from .reference.readouts import first_spike_cross_entropy
-from .runtime.events import event_kernels, uniform_rows
+from .runtime.events import event_kernels
 
 __all__ = ["EventLayer", "GrazingSpikeWarning", "event_network", "first_spike_cross_entropy"]
 
 
 def _checked(layers: Sequence[EventLayer], input_times: torch.Tensor, t_end: float) -> list[bool]:
     """Feedforward layers, shapes that chain, finite non-negative delays, input times ≥ 0
-    or +inf; the values' checks are read back together, in one host sync, with whether
-    each layer's delays hold one value along every row (its arrivals then come in its
-    samples' spike order, :func:`~symneuron.runtime.events.arrival_order`), returned."""
+    or +inf; the values' checks read back together, in one host sync (the least input
+    time, each row's least and greatest delay), which also tell whether each layer's
+    delays hold one value along every row (its arrivals then come in its samples' spike
+    order, :func:`~symneuron.runtime.events.arrival_order`): returned."""
     if not (math.isfinite(t_end) and t_end > 0):
         raise ValueError(f"t_end must be a positive finite time, got {t_end}.")
     n_in = input_times.shape[-2]
     for index, layer in enumerate(layers):
         _check_shapes(index, layer, n_in, input_times.device)
         n_in = layer.weight.shape[0]
-    flags = [(input_times >= 0).all()]  # NaN fails too
-    for layer in layers:
-        flags += [(torch.isfinite(layer.delay) & (layer.delay >= 0)).all()]
-        flags += [uniform_rows(layer.delay)]
-    values = torch.stack(flags).tolist()
-    if not values[0]:
+    ranges = [input_times.amin().reshape(1)] if input_times.numel() else []
+    for layer in layers:  # each row's least and greatest delay
+        ranges += list(torch.aminmax(layer.delay, dim=1)) if layer.delay.numel() else []
+    values = torch.cat(ranges).detach().cpu().numpy() if ranges else np.zeros(0)
+    if input_times.numel() and not values[0] >= 0:  # NaN fails too
         raise ValueError("Input spike times must be ≥ 0 (+inf for an empty slot), not NaN.")
-    for index in range(len(layers)):
-        if not values[1 + 2 * index]:
+    start, uniform = int(input_times.numel() > 0), []
+    for index, layer in enumerate(layers):
+        rows = layer.delay.shape[0] if layer.delay.numel() else 0
+        low, high = values[start : start + rows], values[start + rows : start + 2 * rows]
+        start += 2 * rows
+        if not (np.all(low >= 0) and np.all(high < np.inf)):  # NaN fails too
             raise ValueError(f"layer {index}: delays must be finite and ≥ 0.")
-    return [bool(v) for v in values[2::2]]
+        uniform.append(bool(np.array_equal(low, high)))
+    return uniform
 
 
 def _check_shapes(index: int, layer: EventLayer, n_in: int, device: torch.device) -> None:

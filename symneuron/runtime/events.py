@@ -55,7 +55,6 @@ __all__ = [
     "Spikes",
     "Gradients",
     "arrival_order",
-    "uniform_rows",
     "event_kernels",
     "GROUPS",
     "SCRATCH",
@@ -77,18 +76,12 @@ _RUNTIMES = {"cpu": cpu, "cuda": cuda}
 Values = dict[str, torch.Tensor | float | None]
 
 
-def uniform_rows(delay: torch.Tensor) -> torch.Tensor:
-    """Whether every row of ``delay`` [N, n_in] holds one value (a 0-dim bool tensor on
-    its device: read back by the caller, with its other checks)."""
-    return (delay == delay[:, :1]).all()
-
-
 def arrival_order(
     pre: torch.Tensor, uniform: bool
 ) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
     """Each sample's spike slots in time order, [B, n_in·K_in] int32 (a stable sort: ties
     keep the source, then slot, order), and their times in that order, where the layer's
-    delays are ``uniform`` along every row (:func:`uniform_rows`); else (None, None) (each
+    delays are ``uniform`` (one value along every row); else (None, None) (each
     row then sorts its own arrivals)."""
     if not uniform:
         return None, None
@@ -353,10 +346,15 @@ class EventKernels:
                 "store": spikes.store,
                 "counts": spikes.counts,
                 "own_b": own_b.contiguous(),
-                "grad_w": pre.new_zeros((groups, *rows)),
-                "grad_d": pre.new_zeros((groups, *rows)) if wanted[0] else None,
-                "grad_p": pre.new_zeros((groups, len(self.names), n)),
-                "source_b": pre.new_zeros((batch, n_in, k_in)) if wanted[1] else None,
+                **_zeroed(
+                    pre,
+                    {
+                        "grad_w": (groups, *rows),
+                        "grad_d": (groups, *rows) if wanted[0] else None,
+                        "grad_p": (groups, len(self.names), n),
+                        "source_b": (batch, n_in, k_in) if wanted[1] else None,
+                    },
+                ),
             }
         )
         slab = self._scratch(inputs, k_out, _int(values["n_steps"]), integrals)["backward"]
@@ -368,6 +366,24 @@ class EventKernels:
             grad_d = grad_d.t().contiguous() if grad_d is not None else None
         source_b = _tensor(values, "source_b") if wanted[1] else None
         return Gradients(grad_w, grad_d, grad_p, source_b)
+
+
+def _zeroed(
+    like: torch.Tensor, shapes: Mapping[str, tuple[int, ...] | None]
+) -> dict[str, torch.Tensor | None]:
+    """Zeroed tensors of ``shapes`` (None: none), contiguous parts of one buffer zeroed
+    at once (one launch where each would take its own)."""
+    sizes = {name: math.prod(shape) for name, shape in shapes.items() if shape is not None}
+    buffer = like.new_zeros(sum(sizes.values()))
+    out: dict[str, torch.Tensor | None] = {}
+    start = 0
+    for name, shape in shapes.items():
+        if shape is None:
+            out[name] = None
+            continue
+        out[name] = buffer[start : start + sizes[name]].view(shape)
+        start += sizes[name]
+    return out
 
 
 @functools.cache
