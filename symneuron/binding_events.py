@@ -61,7 +61,10 @@ def report_grazing(spikes: Spikes, tolerance: float, index: int) -> None:
 
 
 class EventLayerFunction(torch.autograd.Function):
-    """One feedforward layer's spike times, differentiable by EventProp."""
+    """One feedforward layer's spike times, differentiable by EventProp, untrimmed, with
+    its rows' outcome (counts and statuses) unread: the network reads every layer's at
+    once (:func:`~symneuron.runtime.events.settle`) and runs again where a neuron had
+    too few slots."""
 
     @staticmethod
     def forward(
@@ -71,21 +74,22 @@ class EventLayerFunction(torch.autograd.Function):
         weight: torch.Tensor,
         delay: torch.Tensor,
         *given: torch.Tensor,
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         n = weight.shape[0]
         tensors = [t.detach().contiguous() for t in (pre, weight, delay)]
         params = call.kernels.params(dict(zip(call.names, given, strict=True)), n, tensors[1])
         order, ordered = arrival_order(tensors[0], call.uniform)
         inputs = LayerInputs(tensors[0], tensors[1], tensors[2], params, order, ordered)
         inputs = call.kernels.laid_out(inputs)  # once, for both passes
-        spikes = call.kernels.forward(inputs, call.times, call.capacity)
+        spikes = call.kernels.forward(inputs, call.times, call.capacity, check=False)
         report_grazing(spikes, call.grazing, call.layer)
         ctx.call, ctx.inputs, ctx.spikes = call, inputs, spikes
         ctx.shapes = [p.shape for p in given]
-        return spikes.times
+        ctx.mark_non_differentiable(spikes.outcome)
+        return spikes.times, spikes.outcome
 
     @staticmethod
-    def backward(ctx: Any, grad_times: torch.Tensor) -> tuple[Any, ...]:
+    def backward(ctx: Any, grad_times: torch.Tensor, _outcome: Any) -> tuple[Any, ...]:
         call: LayerCall = ctx.call
         kernels = call.kernels
         wanted = ctx.needs_input_grad[4:]

@@ -33,7 +33,7 @@ from .derivation.events import derive_events, system_text
 from .ode import ODESystem
 from .reference.events import EventLayer, GrazingSpikeWarning, uses_rk4
 from .reference.readouts import first_spike_cross_entropy
-from .runtime.events import event_kernels
+from .runtime.events import Run, event_kernels, settle
 
 __all__ = ["EventLayer", "GrazingSpikeWarning", "event_network", "first_spike_cross_entropy"]
 
@@ -152,17 +152,35 @@ def event_network(
     rk4 = uses_rk4(spec, neuron.name, integrator)
     text = system_text(system)
     kernels = event_kernels(neuron, spec, text, target, times.dtype, times.device, rk4)
-    outputs = []
-    for index, layer in enumerate(layers):
-        names = tuple(sorted(layer.params))
-        unknown = set(names) - set(spec.params)
+    names = [tuple(sorted(layer.params)) for layer in layers]
+    for index, named in enumerate(names):
+        unknown = set(named) - set(spec.params)
         if unknown:
             raise ValueError(f"layer {index}: unknown params {sorted(unknown)}.")
-        call = LayerCall(
-            kernels, (float(t_end), system.dt), names, capacity, grazing, index, uniform[index]
-        )
-        cast = [t.to(times.dtype) for t in (layer.weight, layer.delay)]
-        given = [layer.params[n].to(times.dtype) for n in names]
-        times = EventLayerFunction.apply(call, times, *cast, *given)
-        outputs.append(times[0] if single else times)
-    return tuple(outputs)
+    steps = (float(t_end), system.dt)
+    calls = [
+        LayerCall(kernels, steps, named, capacity, grazing, index, uniform[index])
+        for index, named in enumerate(names)
+    ]
+    while True:  # again only where a layer's neurons had too few slots (its first run)
+        outputs: list[torch.Tensor] = []
+        runs: list[Run] = []
+        for call, layer in zip(calls, layers, strict=True):
+            cast = [t.to(times.dtype) for t in (layer.weight, layer.delay)]
+            given = [layer.params[n].to(times.dtype) for n in call.names]
+            previous = outputs[-1] if outputs else times
+            out, outcome = EventLayerFunction.apply(call, previous, *cast, *given)
+            shape = (previous.shape[0], out.shape[1], previous.shape[1] * previous.shape[2])
+            runs.append((shape, out.shape[2], outcome))
+            outputs.append(out)
+        mosts = settle(kernels, runs)
+        if all(most is not None for most in mosts):
+            break
+    trimmed = [_trim(out, most) for out, most in zip(outputs, mosts, strict=True)]
+    return tuple(out[0] if single else out for out in trimmed)
+
+
+def _trim(times: torch.Tensor, most: int | None) -> torch.Tensor:
+    """A layer's spike times with max(1, ``most``) slots (the most of any neuron)."""
+    keep = max(1, most or 0)
+    return times[:, :, :keep].contiguous() if keep < times.shape[2] else times

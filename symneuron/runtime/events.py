@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import torch
@@ -55,6 +55,7 @@ __all__ = [
     "Spikes",
     "Gradients",
     "arrival_order",
+    "settle",
     "event_kernels",
     "GROUPS",
     "SCRATCH",
@@ -134,12 +135,15 @@ class LayerInputs(NamedTuple):
 
 class Spikes(NamedTuple):
     """A layer's forward: spike ``times`` [B, N, K] (+inf padded), the stored states
-    ``store`` [B, N, K, NSTORE], ġ⁻ ``rate`` [B, N, K] and ``counts`` [B, N]."""
+    ``store`` [B, N, K, NSTORE], ġ⁻ ``rate`` [B, N, K], ``counts`` [B, N] and the rows'
+    ``outcome`` [2, B, N] (their counts, then 1 where a reset did not leave the threshold;
+    read back by :meth:`EventKernels.forward`, or later by the caller, :func:`settle`)."""
 
     times: torch.Tensor
     store: torch.Tensor
     rate: torch.Tensor
     counts: torch.Tensor
+    outcome: torch.Tensor
 
 
 class Gradients(NamedTuple):
@@ -284,16 +288,25 @@ class EventKernels:
         sorting = inputs.order is None
         return scratch_bytes(source, self.dtype, n_in * k_in, k_out, n_steps, sorting)
 
-    def forward(self, inputs: LayerInputs, times: tuple[float, float], capacity: int = 4) -> Spikes:
+    def forward(
+        self,
+        inputs: LayerInputs,
+        times: tuple[float, float],
+        capacity: int = 4,
+        check: bool = True,
+    ) -> Spikes:
         """The layer's spikes up to ``times[0]`` in steps of ``times[1]``; ``capacity``:
-        the slots the first run gives each neuron."""
+        the slots the first run gives each neuron. With ``check`` False it runs once, with
+        the slots it would start with, and returns them untrimmed with their outcome
+        unread (no host sync): the caller reads it later, several layers' at once
+        (:func:`settle`), and runs again where a neuron had no room."""
         inputs = self.laid_out(inputs)
         pre = inputs.pre
         batch, n = pre.shape[0], inputs.n_out
         values = inputs.values(times)
         outcome = torch.zeros((2, batch, n), dtype=torch.int64, device=pre.device)
         values["counts"], values["status"] = outcome[0], outcome[1]
-        shape = (batch, n, pre.shape[1] * pre.shape[2])
+        shape = self.shape_of(inputs)
         slots = max(1, capacity, self.slots.get(shape, 0))
         slab = self._scratch(inputs, slots, _int(values["n_steps"]), False)["forward"]
         while True:
@@ -303,19 +316,31 @@ class EventKernels:
             values["store"] = pre.new_empty((batch, n, slots, self.store))
             values["rate"] = pre.new_empty((batch, n, slots))
             self._run("forward", False, values, slab, pre)
-            most, failed = _outcome(outcome)
-            if most <= slots:
+            spikes = Spikes(
+                _tensor(values, "times"),
+                _tensor(values, "store"),
+                _tensor(values, "rate"),
+                outcome[0],
+                outcome,
+            )
+            if not check:
+                return spikes
+            (most,) = settle(self, [(shape, slots, outcome)])
+            if most is not None:
                 break
-            slots = most
-        # the next call of this shape starts with room for a few more spikes than this one
+            slots = self.slots[shape]
+        return trimmed(spikes, most)
+
+    @staticmethod
+    def shape_of(inputs: LayerInputs) -> tuple[int, int, int]:
+        """The key of a layer's remembered slots: (B, N, n_in·K_in)."""
+        batch, n_in, k_in = inputs.pre.shape
+        return batch, inputs.n_out, n_in * k_in
+
+    def remember(self, shape: tuple[int, int, int], most: int) -> None:
+        """The next forward of ``shape`` starts with room for a few more spikes than
+        ``most``."""
         self.slots[shape] = max(self.slots.get(shape, 0), most + most // 4)
-        if failed:
-            raise RuntimeError("A reset did not leave the threshold (g(h(x)) ≥ 0) at a spike.")
-        keep = max(1, most)
-        times_, store, rate = (
-            _tensor(values, k)[:, :, :keep].contiguous() for k in ("times", "store", "rate")
-        )
-        return Spikes(times_, store, rate, _tensor(values, "counts"))
 
     def backward(
         self,
@@ -391,13 +416,38 @@ def _multiprocessors(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _outcome(outcome: torch.Tensor) -> tuple[int, bool]:
-    """The most spikes of any row and whether any row failed (``outcome``: the rows'
-    counts and statuses, [2, B, N]), read back in one copy."""
-    if not outcome[0].numel():
-        return 0, False
-    most, failed = outcome.flatten(1).amax(1).tolist()
-    return int(most), bool(failed)
+def trimmed(spikes: Spikes, most: int) -> Spikes:
+    """``spikes`` with max(1, ``most``) slots (the most spikes of any neuron)."""
+    keep = max(1, most)
+    times, store, rate = (t[:, :, :keep].contiguous() for t in spikes[:3])
+    return spikes._replace(times=times, store=store, rate=rate)
+
+
+#: one layer's run to settle: its shape (:meth:`EventKernels.shape_of`), the slots it had
+#: and its rows' outcome [2, B, N] (:class:`Spikes`)
+Run = tuple[tuple[int, int, int], int, torch.Tensor]
+
+
+def settle(kernels: EventKernels, runs: Sequence[Run]) -> list[int | None]:
+    """The most spikes of any neuron of each layer of a network that ran in order (each
+    layer's input the one before's output), read back in one copy: an error where a reset
+    did not leave the threshold; each layer's count remembered (:meth:`EventKernels.
+    remember`); None for the first layer whose neurons had too few slots (its slots for
+    the next run raised to fit) and for every layer after it (their inputs lacked spikes:
+    they run again)."""
+    reduced = [o.flatten(1).amax(1) if o[0].numel() else o.new_zeros(2) for _, _, o in runs]
+    values = torch.cat(reduced).tolist() if reduced else []
+    out: list[int | None] = []
+    for index, (shape, slots, _) in enumerate(runs):
+        most, failed = int(values[2 * index]), bool(values[2 * index + 1])
+        if failed:
+            raise RuntimeError("A reset did not leave the threshold (g(h(x)) ≥ 0) at a spike.")
+        kernels.remember(shape, most)
+        if most > slots:
+            kernels.slots[shape] = max(kernels.slots[shape], most)
+            return out + [None] * (len(runs) - index)
+        out.append(most)
+    return out
 
 
 def _int(value: torch.Tensor | float | None) -> int:
