@@ -98,10 +98,14 @@ class EventLayerFunction(torch.autograd.Function):
             for name, need in zip(call.names, wanted, strict=True)
         )
         pre = ctx.inputs.pre
-        own_b = -grad_times.to(pre.dtype)
         need_pre, need_delay = ctx.needs_input_grad[1], ctx.needs_input_grad[3]
         grads = kernels.backward(
-            ctx.inputs, call.times, ctx.spikes, own_b, integrals, (need_delay, need_pre)
+            ctx.inputs,
+            call.times,
+            ctx.spikes,
+            grad_times.to(pre.dtype),
+            integrals,
+            (need_delay, need_pre),
         )
         if kernels.rk4 and integrals:
             _check_replay(grads.params)

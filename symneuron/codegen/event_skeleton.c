@@ -55,7 +55,7 @@ typedef struct {
    line). */
 typedef struct {
     const sn_arrival* list;
-    const int* order;
+    const long long* order;
     const real* ordered;
     real lag;
     const real* w_row;
@@ -123,7 +123,7 @@ SN_FN void sn_sort(sn_arrival* a, sn_arrival* tmp, long long n) {
 /* The arrivals of one neuron before t_end (source times + its delays), in time order:
    through `order` where it is given (their times then rise along it: a binary search
    finds how many come before t_end), else sorted into `list` (2 (n_in k_in + 1) slots). */
-SN_FN sn_arrivals sn_arrivals_of(const real* pre, const int* order, const real* ordered,
+SN_FN sn_arrivals sn_arrivals_of(const real* pre, const long long* order, const real* ordered,
                                  const real* w_row, const real* d_row, long long stride,
                                  long long n_in, long long k_in, real t_end,
                                  sn_arrival* list) {
@@ -509,7 +509,7 @@ typedef struct {
     const real* p;
     const real* times;  /* its spikes' times, [count] */
     const real* store;  /* their stored states, [count, NSTORE] */
-    const real* own_b;  /* their B = -dL/dt_k (the loss's and every later layer's) */
+    const real* grad_t; /* their dL/dt_k (the loss's and every later layer's): B = -dL/dt_k */
     long long count;
     real t_end, dt;
     long long n_steps;
@@ -580,7 +580,7 @@ SN_FN void sn_segment_back(const real* entry, const real* p, real* lam, real* ac
    added to `acc`. */
 SN_FN void sn_spike_jump(const sn_adjoint* a, long long k, const real* x, real* lam,
                          real* acc) {
-    real terms[NP + 1], b = a->own_b[k];
+    real terms[NP + 1], b = -a->grad_t[k];
     sn_spike_partials(x, lam, 0, b, 0, a->p, terms);
     for (int q = 0; q < NP; ++q) acc[q] += terms[q];
     sn_jump(x, lam, 0, b, 0, a->p, lam);
@@ -668,7 +668,7 @@ SN_FN void sn_spike_back(const sn_adjoint* a, long long k, real* lam) {
     real x[NS + 1], terms[NP + 1];
     for (int q = 0; q < NS; ++q) x[q] = 0;
     for (int q = 0; q < NSTORE; ++q) x[sn_store[q]] = a->store[k * NSTORE + q];
-    real b = a->own_b[k];
+    real b = -a->grad_t[k];
     sn_spike_partials(x, lam, 0, b, 0, a->p, terms);
     for (int q = 0; q < NP; ++q) SN_ADD(a->grad_p[q * a->p_stride], terms[q]);
     sn_jump(x, lam, 0, b, 0, a->p, lam);
@@ -800,7 +800,7 @@ SN_FN void sn_backward_row(long long r, unsigned char* slab, SN_BACKWARD_PARAMS)
     sn_arrivals arr = sn_arrivals_of(pre + b * m, order ? order + b * m : order,
                                      order ? ordered + b * m : ordered, weight + at, delay + at,
                                      stride, n_in, k_in, t_end, (sn_arrival*)slab);
-    sn_adjoint a = {p, times + r * k_out, store + r * k_out * NSTORE, own_b + r * k_out,
+    sn_adjoint a = {p, times + r * k_out, store + r * k_out * NSTORE, grad_t + r * k_out,
                     counts[r], t_end, dt, n_steps, grad_w + g * N * n_in + at,
                     grad_d ? grad_d + g * N * n_in + at : grad_d, stride,
                     grad_p + g * NP * N + j, N, source_b ? source_b + b * m : source_b, k_in};

@@ -89,14 +89,14 @@ def _args(text: str) -> tuple[KernelArg, ...]:
 _SHARED = (
     "const real* pre, const real* weight, const real* delay, const real* params, "
     "double until, double step, long long B, long long N, long long n_in, long long k_in, "
-    "long long k_out, long long n_steps, const int* order, const real* ordered, "
+    "long long k_out, long long n_steps, const long long* order, const real* ordered, "
     "long long transposed, "
     "unsigned char* scratch, long long slab_bytes, long long row0, long long rows"
 )
 #: ``pre`` [B, n_in, k_in] (+inf padded), ``weight``/``delay`` [N, n_in], ``params``
 #: [NP, N] (the spec's order), ``until`` and ``step`` t_end and dt (values, not a
 #: tensor: a host-to-device copy would wait for the stream); ``order`` [B, n_in·k_in]
-#: (int32) each sample's spikes in time order (a stable sort of ``pre``) and ``ordered``
+#: each sample's spikes in time order (a stable sort of ``pre``) and ``ordered``
 #: their times in that order, given only where every neuron's delays are equal along its row
 #: (null: each row sorts its own arrivals), n_in·k_in < 2³¹; ``transposed`` 1:
 #: ``weight``, ``delay`` (and the backward's ``grad_w``, ``grad_d``) laid out
@@ -111,13 +111,13 @@ _SHARED = (
 FORWARD_ARGS = _args(
     _SHARED + ", real* times, real* store, real* rate, long long* counts, long long* status"
 )
-#: the forward's inputs and what it returned, ``own_b`` [B, N, k_out] (B = −dL/dt_k);
+#: the forward's inputs and what it returned, ``grad_t`` [B, N, k_out] (dL/dt_k: B = −dL/dt_k);
 #: out (zeroed by the caller): ``grad_w``/``grad_d`` [groups, N, n_in], ``grad_p``
 #: [groups, NP, N] (sample b adds into group b mod groups), ``source_b`` [B, n_in, k_in]
 #: (Σ Q per presynaptic spike); ``grad_d`` and ``source_b`` may be null (not wanted)
 BACKWARD_ARGS = _args(
     _SHARED + ", long long groups, const real* times, const real* store, "
-    "const long long* counts, const real* own_b, real* grad_w, real* grad_d, real* grad_p, "
+    "const long long* counts, const real* grad_t, real* grad_w, real* grad_d, real* grad_p, "
     "real* source_b"
 )
 

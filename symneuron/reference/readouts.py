@@ -39,13 +39,12 @@ def first_spike_cross_entropy(
     output counts as ``t_end``, with no gradient): ∂L/∂t_j = (δ_j,label − p_j)/τ₀
     (Göltz et al. 2021; docs/eventprop.md). A batch, ``times`` [batch, n, K] and
     ``label`` [batch], gives the mean over the batch, as ``F.cross_entropy`` does."""
-    first = times[..., 0]
-    silent = ~torch.isfinite(first)
-    first = torch.where(silent, torch.full_like(first, t_end), first)
-    log_p = torch.log_softmax(-first / tau0, dim=-1)
+    # a silent output (+inf) at t_end; nan_to_num's gradient is 0 where it replaced
+    first = torch.nan_to_num(times[..., 0], posinf=t_end)
+    logits = first * (-1.0 / tau0)
     if times.dim() == 3:
-        return torch.nn.functional.nll_loss(log_p, torch.as_tensor(label))
-    return -log_p[label]
+        return torch.nn.functional.cross_entropy(logits, torch.as_tensor(label))
+    return -torch.log_softmax(logits, dim=-1)[label]
 
 
 class MaxVoltage(NamedTuple):

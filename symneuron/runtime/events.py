@@ -80,15 +80,14 @@ Values = dict[str, torch.Tensor | float | None]
 def arrival_order(
     pre: torch.Tensor, uniform: bool
 ) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
-    """Each sample's spike slots in time order, [B, n_in·K_in] int32 (a stable sort: ties
+    """Each sample's spike slots in time order, [B, n_in·K_in] (a stable sort: ties
     keep the source, then slot, order), and their times in that order, where the layer's
     delays are ``uniform`` (one value along every row); else (None, None) (each
     row then sorts its own arrivals)."""
     if not uniform:
         return None, None
-    flat = pre.reshape(pre.shape[0], -1)
-    order = torch.argsort(flat, dim=1, stable=True)
-    return order.to(torch.int32), flat.gather(1, order)
+    ordered, order = torch.sort(pre.reshape(pre.shape[0], -1), dim=1, stable=True)
+    return order, ordered
 
 
 class LayerInputs(NamedTuple):
@@ -347,12 +346,13 @@ class EventKernels:
         inputs: LayerInputs,
         times: tuple[float, float],
         spikes: Spikes,
-        own_b: torch.Tensor,
+        grad_times: torch.Tensor,
         integrals: bool = False,
         wanted: tuple[bool, bool] = (True, True),
     ) -> Gradients:
-        """The layer's gradients given each of its spikes' B = −dL/dt_k (``own_b``
-        [B, N, K]); ``integrals``: add ∫λ·∂f/∂θ dt to dL/dθ (time constants);
+        """The layer's gradients given dL/dt_k of each of its spikes (``grad_times``
+        [B, N, K]; the kernels take B = −dL/dt_k); ``integrals``: add ∫λ·∂f/∂θ dt to
+        dL/dθ (time constants);
         ``wanted``: whether the delays' gradient and Σ Q per input spike are (each None
         where not: the kernels skip their sums)."""
         inputs = self.laid_out(inputs)
@@ -370,7 +370,7 @@ class EventKernels:
                 "times": spikes.times,
                 "store": spikes.store,
                 "counts": spikes.counts,
-                "own_b": own_b.contiguous(),
+                "grad_t": grad_times.contiguous(),
                 **_zeroed(
                     pre,
                     {
