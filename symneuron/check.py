@@ -316,7 +316,10 @@ def check(
     (:mod:`symneuron.check_events`, docs/eventprop.md): a seeded network of the neuron
     run for ``T`` steps of its ``dt`` (default 40; 8 for the surrogate check), its
     gradient against central differences and, for a nonlinear model, its convergence in
-    dt; a refused neuron raises the derivation's ``EventPropError``.
+    dt; a refused neuron raises the derivation's ``EventPropError``. With
+    ``recurrent=True`` its hidden layer is recurrent (its neurons receive each other's
+    spikes after delays of at least one step), and the recurrent weights' and delays'
+    gradients are checked too.
 
     With ``recurrent=True`` it also runs a :class:`~symneuron.RecurrentNeuronLayer` of
     ``shape[-1]`` neurons (and a bias) on ``backend`` against the same layer on the
@@ -346,7 +349,8 @@ def check(
         raise ValueError(f"gradient is one of {GRADIENTS}, got {gradient!r}")
     if gradient == "eventprop":
         given = dict(backend=backend, dtype=dtype, device=device, shape=shape, points=points)
-        return _eventprop_check(neuron, T, tolerance, seed, _surrogate_only(given, recurrent))
+        extra = _surrogate_only(given)
+        return _eventprop_check(neuron, T, tolerance, seed, extra, recurrent)
     T = 8 if T is None else T
     shape = _arguments(T, shape, points, tolerance)
     device = torch.device(device)
@@ -380,13 +384,11 @@ _SURROGATE_DEFAULTS = {
     "device": "cpu",
     "shape": (4, 16),
     "points": 64,
-    "recurrent": False,
 }
 
 
-def _surrogate_only(arguments: dict[str, object], recurrent: bool) -> list[str]:
+def _surrogate_only(arguments: dict[str, object]) -> list[str]:
     """The surrogate check's arguments given other than their defaults."""
-    arguments = {**arguments, "recurrent": recurrent}
     return [
         name
         for name, default in _SURROGATE_DEFAULTS.items()
@@ -395,9 +397,15 @@ def _surrogate_only(arguments: dict[str, object], recurrent: bool) -> list[str]:
 
 
 def _eventprop_check(
-    neuron: Neuron, T: int | None, tolerance: float | None, seed: int | None, given: list[str]
+    neuron: Neuron,
+    T: int | None,
+    tolerance: float | None,
+    seed: int | None,
+    given: list[str],
+    recurrent: bool,
 ) -> CheckReport:
-    """``check(gradient="eventprop")``: :func:`~symneuron.check_events.eventprop_errors`."""
+    """``check(gradient="eventprop")``: :func:`~symneuron.check_events.eventprop_errors`
+    (``recurrent``: its hidden layer recurrent)."""
     if given:
         raise ValueError(
             f"check(gradient='eventprop') checks the float64 EventProp reference of a small "
@@ -405,7 +413,7 @@ def _eventprop_check(
         )
     steps = 40 if T is None else T
     _arguments(steps, (1,), 1, tolerance)
-    rows = eventprop_errors(neuron, steps, _generator(seed), tolerance)
+    rows = eventprop_errors(neuron, steps, _generator(seed), tolerance, recurrent)
     report = CheckReport(neuron.name, "eventprop reference", "float64")
     report.results += [CheckResult(name, error, tol) for name, error, tol in rows]
     return report

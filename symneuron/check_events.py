@@ -2,7 +2,9 @@
 network of the neuron against oracles not written with it.
 
 The network is 3 inputs (two spikes each) → 4 → 2 neurons of ``neuron`` with current
-inputs, run by the float64 EventProp reference
+inputs (with ``recurrent``, the 4 hidden neurons also receive each other's and their own
+spikes, through recurrent weights and delays of at least one step), run by the float64
+EventProp reference
 (:func:`~symneuron.reference.events.event_network`) for ``T`` steps of the neuron's
 ``dt``; the loss is a seeded random weighting of every spike time. Oracles:
 
@@ -57,18 +59,40 @@ Run = tuple[tuple[torch.Tensor, ...], list[torch.Tensor]]
 
 
 class _Net(NamedTuple):
-    """The checked network: input times, per layer W, D and each param, their labels."""
+    """The checked network: input times, per layer W, D (a recurrent layer then its
+    recurrent W and D) and each param, their labels; ``recurrent``: whether the hidden
+    layer is."""
 
     leaves: list[torch.Tensor]
     labels: list[str]
     names: list[str]
     t_end: float
     coefficients: list[torch.Tensor]
+    recurrent: bool = False
+
+    def layers(self, leaves: list[torch.Tensor]) -> list[EventLayer]:
+        """The network's layers made of ``leaves`` (laid out as :attr:`leaves`)."""
+        out, at = [], 1
+        for index in range(len(SIZES) - 1):
+            loop = self.recurrent and index == 0
+            tensors = leaves[at : at + (4 if loop else 2)]
+            at += len(tensors)
+            params = dict(zip(self.names, leaves[at : at + len(self.names)], strict=True))
+            at += len(self.names)
+            out.append(EventLayer(tensors[0], tensors[1], params, *tensors[2:]))
+        return out
+
+    def weights(self) -> list[int]:
+        """The indices in :attr:`leaves` of every weight (feedforward and recurrent)."""
+        return [i for i, label in enumerate(self.labels) if label.startswith("W")]
 
 
-def _network(neuron: Neuron, steps: int, dt: float, gen: torch.Generator) -> _Net:
-    """Seeded input times, weights (in threshold units; scaled later), delays and each
-    param at its default ±5 %, and the loss's coefficients."""
+def _network(
+    neuron: Neuron, steps: int, dt: float, gen: torch.Generator, recurrent: bool = False
+) -> _Net:
+    """Seeded input times, weights (in threshold units; scaled later), delays (recurrent
+    ones at least one step) and each param at its default ±5 %, and the loss's
+    coefficients."""
     t_end = steps * dt
 
     def rand(*size: int) -> torch.Tensor:
@@ -79,27 +103,22 @@ def _network(neuron: Neuron, steps: int, dt: float, gen: torch.Generator) -> _Ne
     for layer, (n_in, n_out) in enumerate(zip(SIZES[:-1], SIZES[1:], strict=True)):
         leaves += [2.0 * rand(n_out, n_in) - 0.3, 0.1 * t_end * rand(n_out, n_in)]
         labels += [f"W[{layer}]", f"D[{layer}]"]
+        if recurrent and layer == 0:
+            leaves += [rand(n_out, n_out) - 0.5, dt + 0.1 * t_end * rand(n_out, n_out)]
+            labels += [f"Wrec[{layer}]", f"Drec[{layer}]"]
         for name in names:
             default = neuron.params[name]
             jitter = 0.05 * (2 * rand(n_out) - 1)
             leaves.append(default * (1 + jitter) if default != 0 else jitter)
             labels.append(f"{name}[{layer}]")
     coefficients = [torch.randn(n, 64, generator=gen, dtype=F64) for n in SIZES[1:]]
-    return _Net(leaves, labels, names, t_end, coefficients)
+    return _Net(leaves, labels, names, t_end, coefficients, recurrent)
 
 
 def _run(
     neuron: Neuron, system: ODESystem, net: _Net, leaves: list[torch.Tensor]
 ) -> tuple[torch.Tensor, ...]:
-    per_layer = 2 + len(net.names)
-    layers = [
-        EventLayer(
-            leaves[i],
-            leaves[i + 1],
-            dict(zip(net.names, leaves[i + 2 : i + per_layer], strict=True)),
-        )
-        for i in range(1, len(leaves), per_layer)
-    ]
+    layers = net.layers(leaves)
     return event_network(neuron, layers, leaves[0], t_end=net.t_end, system=system)
 
 
@@ -121,8 +140,7 @@ def _same_counts(a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...]) -> bo
 
 def _scaled(net: _Net, scale: float) -> _Net:
     leaves = list(net.leaves)
-    per_layer = 2 + len(net.names)
-    for i in range(1, len(leaves), per_layer):
+    for i in net.weights():
         leaves[i] = leaves[i] * scale
     return net._replace(leaves=leaves)
 
@@ -258,13 +276,19 @@ def _fitted_order(dts: list[float], errors: list[float]) -> float:
 
 
 def eventprop_errors(
-    neuron: Neuron, steps: int, gen: torch.Generator, tolerance: float | None
+    neuron: Neuron,
+    steps: int,
+    gen: torch.Generator,
+    tolerance: float | None,
+    recurrent: bool = False,
 ) -> list[Row]:
-    """The EventProp check's rows: (comparison, error, tolerance)."""
+    """The EventProp check's rows: (comparison, error, tolerance); ``recurrent``: the
+    hidden layer also receives its own spikes (recurrent weights and delays checked
+    too)."""
     spec = neuron.events()  # refuses what EventProp cannot differentiate, with the reason
     system = neuron.ode
     assert system is not None  # events() refuses a neuron without one
-    net = _network(neuron, steps, system.dt, gen)
+    net = _network(neuron, steps, system.dt, gen, recurrent)
     unit = abs(float(neuron.v_threshold) - neuron.v_start) if _numeric(neuron) else 1.0
     net, fired = _firing(neuron, system, net, unit)
     if fired[1] > fired[2]:

@@ -76,9 +76,34 @@ def test_refused_models_raise_the_derivations_reason() -> None:
         sn.check(direct, gradient="eventprop")
 
 
+def test_a_recurrent_hidden_layer_passes_with_its_recurrent_gradients() -> None:
+    """recurrent=True: the hidden neurons receive each other's spikes (delays of at least
+    one step); the recurrent weights' and delays' gradients are checked too."""
+    report = sn.check(_lif(), gradient="eventprop", seed=0, recurrent=True)
+    assert report.passed, str(report)
+    for label in ("Wrec[0]", "Drec[0]", "W[0]", "D[1]"):
+        row = next(r for r in report.results if r.name.startswith(f"dL/d{label} vs central"))
+        assert row.tolerance == 1e-6 and row.error < 1e-7, str(report)
+
+
+def test_a_broken_target_term_is_caught_in_the_recurrent_delays(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Q without its λ_I part: the recurrent delays' gradient (their arrivals' Q) fails."""
+
+    def without_lambda_i(spec: EventSpec) -> sp.Expr:
+        return spec.target_term.xreplace({spec.adjoints[1]: 0})
+
+    _broken(monkeypatch, {"target_term": without_lambda_i})
+    neuron = _lif().replace(name="LIFbrokenQrec")
+    report = sn.check(neuron, gradient="eventprop", seed=0, recurrent=True)
+    failed = {r.name.split(" vs ")[0] for r in report.failures()}
+    assert "dL/dDrec[0]" in failed, str(report)
+
+
 def test_eventprop_refuses_the_surrogate_checks_arguments() -> None:
-    with pytest.raises(ValueError, match="backend, recurrent belong to the surrogate check"):
-        sn.check(_lif(), gradient="eventprop", backend="cpu", recurrent=True)
+    with pytest.raises(ValueError, match="backend, points belong to the surrogate check"):
+        sn.check(_lif(), gradient="eventprop", backend="cpu", points=3, recurrent=True)
     with pytest.raises(ValueError, match="gradient is one of"):
         sn.check(_lif(), gradient="adjoint")
     with pytest.raises(ValueError, match="T"):
