@@ -21,7 +21,9 @@ CPU, where a neuron's events are a list anyway.
 
 from __future__ import annotations
 
+import functools
 import math
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -39,32 +41,74 @@ __all__ = ["EventLayer", "GrazingSpikeWarning", "event_network", "first_spike_cr
 
 
 def _checked(layers: Sequence[EventLayer], input_times: torch.Tensor, t_end: float) -> list[bool]:
-    """Feedforward layers, shapes that chain, finite non-negative delays, input times ≥ 0
-    or +inf; the values' checks read back together, in one host sync (the least input
-    time, each row's least and greatest delay), which also tell whether each layer's
-    delays hold one value along every row (its arrivals then come in its samples' spike
-    order, :func:`~symneuron.runtime.events.arrival_order`): returned."""
+    """Feedforward layers, shapes that chain, finite non-negative delays (the input times
+    ≥ 0 or +inf are checked after the forward, with the layers' outcomes); returns
+    whether each layer's delays hold one value along every row (its arrivals then come in
+    its samples' spike order, :func:`~symneuron.runtime.events.arrival_order`)."""
     if not (math.isfinite(t_end) and t_end > 0):
         raise ValueError(f"t_end must be a positive finite time, got {t_end}.")
     n_in = input_times.shape[-2]
     for index, layer in enumerate(layers):
         _check_shapes(index, layer, n_in, input_times.device)
         n_in = layer.weight.shape[0]
-    ranges = [input_times.amin().reshape(1)] if input_times.numel() else []
-    for layer in layers:  # each row's least and greatest delay
-        ranges += list(torch.aminmax(layer.delay, dim=1)) if layer.delay.numel() else []
+    uniform = []
+    for index, (valid, same) in enumerate(_delay_facts(layers)):
+        if not valid:
+            raise ValueError(f"layer {index}: delays must be finite and ≥ 0.")
+        uniform.append(same)
+    return uniform
+
+
+#: what is known of each delay tensor at one version of it (by id, while it lives: a
+#: weak reference to it, its version, finite and ≥ 0, one value along every row), so a
+#: training loop's unchanged delays are read back once, not at every step
+_DELAYS: dict[int, tuple[weakref.ref[torch.Tensor], int, bool, bool]] = {}
+
+
+def _version(tensor: torch.Tensor) -> int | None:
+    """``tensor``'s version counter (bumped by every in-place change), None where it
+    keeps none (an inference tensor)."""
+    try:
+        return int(tensor._version)
+    except RuntimeError:
+        return None
+
+
+def _delay_facts(layers: Sequence[EventLayer]) -> list[tuple[bool, bool]]:
+    """Each layer's delays: (finite and ≥ 0, one value along every row), remembered for
+    a tensor seen before at its current version, else read back from each row's least
+    and greatest delay, every such layer's in one host sync."""
+    facts: list[tuple[bool, bool] | None] = []
+    for layer in layers:
+        entry, version = _DELAYS.get(id(layer.delay)), _version(layer.delay)
+        known = entry is not None and entry[0]() is layer.delay and entry[1] == version
+        facts.append((entry[2], entry[3]) if known and entry is not None else None)
+    missing = [i for i, fact in enumerate(facts) if fact is None]
+    ranges = []
+    for i in missing:
+        delay = layers[i].delay
+        ranges += list(torch.aminmax(delay, dim=1)) if delay.numel() else []
     values = torch.cat(ranges).detach().cpu().numpy() if ranges else np.zeros(0)
-    if input_times.numel() and not values[0] >= 0:  # NaN fails too
-        raise ValueError("Input spike times must be ≥ 0 (+inf for an empty slot), not NaN.")
-    start, uniform = int(input_times.numel() > 0), []
-    for index, layer in enumerate(layers):
-        rows = layer.delay.shape[0] if layer.delay.numel() else 0
+    start = 0
+    for i in missing:
+        delay = layers[i].delay
+        rows = delay.shape[0] if delay.numel() else 0
         low, high = values[start : start + rows], values[start + rows : start + 2 * rows]
         start += 2 * rows
-        if not (np.all(low >= 0) and np.all(high < np.inf)):  # NaN fails too
-            raise ValueError(f"layer {index}: delays must be finite and ≥ 0.")
-        uniform.append(bool(np.array_equal(low, high)))
-    return uniform
+        valid = bool(np.all(low >= 0) and np.all(high < np.inf))  # NaN fails too
+        same = bool(np.array_equal(low, high))
+        facts[i] = (valid, same)
+        version = _version(delay)
+        if version is not None:
+            key = id(delay)
+            gone = functools.partial(_forget, key)
+            _DELAYS[key] = (weakref.ref(delay, gone), version, valid, same)
+    return [fact for fact in facts if fact is not None]
+
+
+def _forget(key: int, _ref: object) -> None:
+    """A delay tensor is gone: what was known of it goes too."""
+    _DELAYS.pop(key, None)
 
 
 def _check_shapes(index: int, layer: EventLayer, n_in: int, device: torch.device) -> None:
@@ -173,7 +217,10 @@ def event_network(
             shape = (previous.shape[0], out.shape[1], previous.shape[1] * previous.shape[2])
             runs.append((shape, out.shape[2], outcome))
             outputs.append(out)
-        mosts = settle(kernels, runs)
+        # the input times are checked here, read back with the outcomes: no sync before
+        mosts, earliest = settle(kernels, runs, [times.amin()] if times.numel() else [])
+        if earliest and not earliest[0] >= 0:  # NaN fails too
+            raise ValueError("Input spike times must be ≥ 0 (+inf for an empty slot), not NaN.")
         if all(most is not None for most in mosts):
             break
     trimmed = [_trim(out, most) for out, most in zip(outputs, mosts, strict=True)]

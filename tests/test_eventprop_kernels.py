@@ -296,6 +296,32 @@ def test_bad_inputs_are_refused_with_the_reason() -> None:
         event_network(_lif(), [EventLayer(*layers[0][:2], {"tau": flat[3]})], flat[0], t_end=T_END)
 
 
+def test_delays_changed_in_place_are_read_again() -> None:
+    """What is known of a delay tensor (finite, ≥ 0, one value a row: the shared arrival
+    order) is remembered at its version only: uniform delays changed in place to differ
+    along a row run as the reference does with the new delays (not through the stale
+    shared order), and changed to NaN are refused; NaN input times are refused too
+    (checked after the forward, with its outcomes)."""
+    flat = _batch(size=1)
+    inputs, weight, delay = flat[0], flat[1], torch.full_like(flat[2], 0.5)
+    layer = [EventLayer(weight, delay, dict(zip(LIF_PARAMS, flat[3:6], strict=True)))]
+    first = event_network(_lif(), layer, inputs, t_end=T_END)
+    assert torch.equal(first[0], event_network(_lif(), layer, inputs, t_end=T_END)[0])
+    delay[:, 1] += 2.0  # in place: the same tensor, a new version
+    (ours,) = event_network(_lif(), layer, inputs, t_end=T_END)
+    (theirs,) = reference_network(_lif(), layer, inputs[0], t_end=T_END)
+    assert not torch.equal(ours, first[0])
+    finite = torch.isfinite(theirs)
+    assert torch.equal(finite, torch.isfinite(ours[0, :, : theirs.shape[1]]))
+    assert float((ours[0][finite] - theirs[finite]).abs().max()) < 1e-12
+    delay[0, 0] = math.nan
+    with pytest.raises(ValueError, match="delays must be finite and ≥ 0"):
+        event_network(_lif(), layer, inputs, t_end=T_END)
+    delay[0, 0] = 0.5
+    with pytest.raises(ValueError, match="not NaN"):
+        event_network(_lif(), layer, inputs.clone().fill_(math.nan), t_end=T_END)
+
+
 def test_a_reset_that_does_not_leave_the_threshold_is_an_error_at_run_time() -> None:
     """With the adaptive threshold the reset's margin g(h(x)) = −ϑ0 − A − β depends on
     A, so it is checked per spike: β = −2 makes it ≥ 0 at the first spike (A = 0)."""

@@ -324,7 +324,7 @@ class EventKernels:
             )
             if not check:
                 return spikes
-            (most,) = settle(self, [(shape, slots, outcome)])
+            (most,), _ = settle(self, [(shape, slots, outcome)])
             if most is not None:
                 break
             slots = self.slots[shape]
@@ -428,15 +428,19 @@ def trimmed(spikes: Spikes, most: int) -> Spikes:
 Run = tuple[tuple[int, int, int], int, torch.Tensor]
 
 
-def settle(kernels: EventKernels, runs: Sequence[Run]) -> list[int | None]:
+def settle(
+    kernels: EventKernels, runs: Sequence[Run], also: Sequence[torch.Tensor] = ()
+) -> tuple[list[int | None], list[float]]:
     """The most spikes of any neuron of each layer of a network that ran in order (each
-    layer's input the one before's output), read back in one copy: an error where a reset
-    did not leave the threshold; each layer's count remembered (:meth:`EventKernels.
-    remember`); None for the first layer whose neurons had too few slots (its slots for
-    the next run raised to fit) and for every layer after it (their inputs lacked spikes:
-    they run again)."""
+    layer's input the one before's output), read back in one copy with the values of
+    ``also`` (one-element tensors, returned as floats): an error where a reset did not
+    leave the threshold; each layer's count remembered (:meth:`EventKernels.remember`);
+    None for the first layer whose neurons had too few slots (its slots for the next run
+    raised to fit) and for every layer after it (their inputs lacked spikes: they run
+    again)."""
     reduced = [o.flatten(1).amax(1) if o[0].numel() else o.new_zeros(2) for _, _, o in runs]
-    values = torch.cat(reduced).tolist() if reduced else []
+    wanted = [*reduced, *(v.to(torch.float64).reshape(1) for v in also)]
+    values = torch.cat(wanted).tolist() if wanted else []
     out: list[int | None] = []
     for index, (shape, slots, _) in enumerate(runs):
         most, failed = int(values[2 * index]), bool(values[2 * index + 1])
@@ -445,9 +449,10 @@ def settle(kernels: EventKernels, runs: Sequence[Run]) -> list[int | None]:
         kernels.remember(shape, most)
         if most > slots:
             kernels.slots[shape] = max(kernels.slots[shape], most)
-            return out + [None] * (len(runs) - index)
+            out += [None] * (len(runs) - index)
+            break
         out.append(most)
-    return out
+    return out, [float(v) for v in values[2 * len(runs) :]]
 
 
 def _int(value: torch.Tensor | float | None) -> int:
