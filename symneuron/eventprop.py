@@ -40,29 +40,74 @@ from .runtime.events import Run, event_kernels, settle
 __all__ = ["EventLayer", "GrazingSpikeWarning", "event_network", "first_spike_cross_entropy"]
 
 
-def _checked(layers: Sequence[EventLayer], input_times: torch.Tensor, t_end: float) -> list[bool]:
+def _checked(layers: Sequence[EventLayer], input_times: torch.Tensor, t_end: float) -> _Delays:
     """Feedforward layers, shapes that chain, finite non-negative delays (the input times
-    ≥ 0 or +inf are checked after the forward, with the layers' outcomes); returns
-    whether each layer's delays hold one value along every row (its arrivals then come in
-    its samples' spike order, :func:`~symneuron.runtime.events.arrival_order`)."""
+    ≥ 0 or +inf are checked after the forward, with the layers' outcomes); returns what
+    is known of the layers' delays (:class:`_Delays`)."""
     if not (math.isfinite(t_end) and t_end > 0):
         raise ValueError(f"t_end must be a positive finite time, got {t_end}.")
     n_in = input_times.shape[-2]
     for index, layer in enumerate(layers):
         _check_shapes(index, layer, n_in, input_times.device)
         n_in = layer.weight.shape[0]
-    uniform = []
-    for index, (valid, same) in enumerate(_delay_facts(layers)):
-        if not valid:
-            raise ValueError(f"layer {index}: delays must be finite and ≥ 0.")
-        uniform.append(same)
-    return uniform
+    return _Delays(layers)
 
 
 #: what is known of each delay tensor at one version of it (by id, while it lives: a
-#: weak reference to it, its version, finite and ≥ 0, one value along every row), so a
-#: training loop's unchanged delays are read back once, not at every step
-_DELAYS: dict[int, tuple[weakref.ref[torch.Tensor], int, bool, bool]] = {}
+#: weak reference to it, its version, one value along every row), so a training loop's
+#: unchanged delays need no read-back before the forward
+_DELAYS: dict[int, tuple[weakref.ref[torch.Tensor], int, bool]] = {}
+
+
+class _Delays:
+    """Each layer's delays: finite and ≥ 0 (else an error), and whether they hold one
+    value along every row (``uniform``: the layer's arrivals then come in its samples'
+    spike order, :func:`~symneuron.runtime.events.arrival_order`). A delay tensor seen
+    before at its current version is taken as it was then, and checked again after the
+    forward, its rows' least and greatest delay read back with the layers' outcomes (a
+    change that kept its version, through ``.data``, then runs the network again); the
+    others are read back now, in one host sync."""
+
+    def __init__(self, layers: Sequence[EventLayer]) -> None:
+        self.delays = [layer.delay for layer in layers]
+        #: each row's least and greatest delay, on the device (None: no delays)
+        self.ranges = [torch.aminmax(d, dim=1) if d.numel() else None for d in self.delays]
+        self.uniform = [_remembered(d) for d in self.delays]
+        #: the layers taken as they were: checked after the forward
+        self.later = [i for i, known in enumerate(self.uniform) if known is not None]
+        missing = [i for i, known in enumerate(self.uniform) if known is None]
+        self._learn(missing, self._flat(missing).cpu().numpy())
+
+    def _flat(self, layers: list[int]) -> torch.Tensor:
+        parts = [t.double() for i in layers for t in self.ranges[i] or ()]
+        return torch.cat(parts).detach() if parts else torch.zeros(0, dtype=torch.float64)
+
+    def to_check(self) -> torch.Tensor:
+        """The rows' least and greatest delay of the layers taken as they were."""
+        return self._flat(self.later)
+
+    def _learn(self, layers: list[int], values: np.ndarray) -> bool:
+        """Each of ``layers``' facts from its rows' least and greatest delay in ``values``
+        (an error where one is negative or not finite), remembered; whether every
+        uniform flag stayed as it was."""
+        start, same = 0, True
+        for i in layers:
+            rows = self.delays[i].shape[0] if self.ranges[i] is not None else 0
+            low, high = values[start : start + rows], values[start + rows : start + 2 * rows]
+            start += 2 * rows
+            if not (np.all(low >= 0) and np.all(high < np.inf)):  # NaN fails too
+                raise ValueError(f"layer {i}: delays must be finite and ≥ 0.")
+            uniform = bool(np.array_equal(low, high))
+            same = same and self.uniform[i] in (None, uniform)
+            self.uniform[i] = uniform
+            _remember(self.delays[i], uniform)
+        return same
+
+    def held(self, values: np.ndarray) -> bool:
+        """Whether the layers taken as they were still are (their checks' ``values``,
+        :meth:`to_check`); where not, their facts are learned anew (an error where a
+        delay is negative or not finite)."""
+        return self._learn(self.later, values)
 
 
 def _version(tensor: torch.Tensor) -> int | None:
@@ -74,36 +119,20 @@ def _version(tensor: torch.Tensor) -> int | None:
         return None
 
 
-def _delay_facts(layers: Sequence[EventLayer]) -> list[tuple[bool, bool]]:
-    """Each layer's delays: (finite and ≥ 0, one value along every row), remembered for
-    a tensor seen before at its current version, else read back from each row's least
-    and greatest delay, every such layer's in one host sync."""
-    facts: list[tuple[bool, bool] | None] = []
-    for layer in layers:
-        entry, version = _DELAYS.get(id(layer.delay)), _version(layer.delay)
-        known = entry is not None and entry[0]() is layer.delay and entry[1] == version
-        facts.append((entry[2], entry[3]) if known and entry is not None else None)
-    missing = [i for i, fact in enumerate(facts) if fact is None]
-    ranges = []
-    for i in missing:
-        delay = layers[i].delay
-        ranges += list(torch.aminmax(delay, dim=1)) if delay.numel() else []
-    values = torch.cat(ranges).detach().cpu().numpy() if ranges else np.zeros(0)
-    start = 0
-    for i in missing:
-        delay = layers[i].delay
-        rows = delay.shape[0] if delay.numel() else 0
-        low, high = values[start : start + rows], values[start + rows : start + 2 * rows]
-        start += 2 * rows
-        valid = bool(np.all(low >= 0) and np.all(high < np.inf))  # NaN fails too
-        same = bool(np.array_equal(low, high))
-        facts[i] = (valid, same)
-        version = _version(delay)
-        if version is not None:
-            key = id(delay)
-            gone = functools.partial(_forget, key)
-            _DELAYS[key] = (weakref.ref(delay, gone), version, valid, same)
-    return [fact for fact in facts if fact is not None]
+def _remembered(delay: torch.Tensor) -> bool | None:
+    """Whether ``delay`` holds one value along every row, as remembered at its current
+    version; None where it was not seen at it."""
+    entry = _DELAYS.get(id(delay))
+    if entry is None or entry[0]() is not delay or entry[1] != _version(delay):
+        return None
+    return entry[2]
+
+
+def _remember(delay: torch.Tensor, uniform: bool) -> None:
+    version = _version(delay)
+    if version is not None:
+        key = id(delay)
+        _DELAYS[key] = (weakref.ref(delay, functools.partial(_forget, key)), version, uniform)
 
 
 def _forget(key: int, _ref: object) -> None:
@@ -189,7 +218,7 @@ def event_network(
     times = input_times[None] if single else input_times
     if times.dim() != 3:
         raise ValueError(f"input_times must be [batch, n_in, K] or [n_in, K], got {times.shape}.")
-    uniform = _checked(layers, times, t_end)
+    delays = _checked(layers, times, t_end)
     system = system if system is not None else getattr(neuron, "ode", None)
     spec = derive_events(neuron, system, target=target)
     assert system is not None  # derive_events refuses a neuron without one
@@ -202,14 +231,12 @@ def event_network(
         if unknown:
             raise ValueError(f"layer {index}: unknown params {sorted(unknown)}.")
     steps = (float(t_end), system.dt)
-    calls = [
-        LayerCall(kernels, steps, named, capacity, grazing, index, uniform[index])
-        for index, named in enumerate(names)
-    ]
-    while True:  # again only where a layer's neurons had too few slots (its first run)
+    while True:  # again only where a layer had too few slots, or its delays changed
         outputs: list[torch.Tensor] = []
         runs: list[Run] = []
-        for call, layer in zip(calls, layers, strict=True):
+        for index, (named, layer) in enumerate(zip(names, layers, strict=True)):
+            uniform = bool(delays.uniform[index])
+            call = LayerCall(kernels, steps, named, capacity, grazing, index, uniform)
             cast = [t.to(times.dtype) for t in (layer.weight, layer.delay)]
             given = [layer.params[n].to(times.dtype) for n in call.names]
             previous = outputs[-1] if outputs else times
@@ -217,11 +244,12 @@ def event_network(
             shape = (previous.shape[0], out.shape[1], previous.shape[1] * previous.shape[2])
             runs.append((shape, out.shape[2], outcome))
             outputs.append(out)
-        # the input times are checked here, read back with the outcomes: no sync before
-        mosts, earliest = settle(kernels, runs, [times.amin()] if times.numel() else [])
-        if earliest and not earliest[0] >= 0:  # NaN fails too
+        # the input times and remembered delays are checked here, with the outcomes
+        earliest = times.amin().reshape(1) if times.numel() else times.new_zeros(1)
+        mosts, (low, checks) = settle(kernels, runs, [earliest, delays.to_check()])
+        if not low[0] >= 0:  # NaN fails too
             raise ValueError("Input spike times must be ≥ 0 (+inf for an empty slot), not NaN.")
-        if all(most is not None for most in mosts):
+        if delays.held(checks) and all(most is not None for most in mosts):
             break
     trimmed = [_trim(out, most) for out, most in zip(outputs, mosts, strict=True)]
     return tuple(out[0] if single else out for out in trimmed)

@@ -297,11 +297,13 @@ def test_bad_inputs_are_refused_with_the_reason() -> None:
 
 
 def test_delays_changed_in_place_are_read_again() -> None:
-    """What is known of a delay tensor (finite, ≥ 0, one value a row: the shared arrival
-    order) is remembered at its version only: uniform delays changed in place to differ
-    along a row run as the reference does with the new delays (not through the stale
-    shared order), and changed to NaN are refused; NaN input times are refused too
-    (checked after the forward, with its outcomes)."""
+    """What is known of a delay tensor (one value a row: the shared arrival order) is
+    remembered at its version, and checked again after the forward: uniform delays
+    changed in place to differ along a row run as the reference does with the new
+    delays (not through the stale shared order), whether the change bumped the version
+    or went through ``.data`` (which keeps it); delays changed to NaN are refused either
+    way; NaN input times are refused too (checked after the forward, with its
+    outcomes)."""
     flat = _batch(size=1)
     inputs, weight, delay = flat[0], flat[1], torch.full_like(flat[2], 0.5)
     layer = [EventLayer(weight, delay, dict(zip(LIF_PARAMS, flat[3:6], strict=True)))]
@@ -314,7 +316,17 @@ def test_delays_changed_in_place_are_read_again() -> None:
     finite = torch.isfinite(theirs)
     assert torch.equal(finite, torch.isfinite(ours[0, :, : theirs.shape[1]]))
     assert float((ours[0][finite] - theirs[finite]).abs().max()) < 1e-12
+    uniform = torch.full_like(delay, 0.5)
+    layer = [layer[0]._replace(delay=uniform)]
+    assert torch.equal(event_network(_lif(), layer, inputs, t_end=T_END)[0], first[0])
+    uniform.data[:, 1] += 2.0  # the version stays: found after the forward, run again
+    (again,) = event_network(_lif(), layer, inputs, t_end=T_END)
+    assert torch.equal(again, ours)
+    uniform.data[0, 0] = math.nan
+    with pytest.raises(ValueError, match="delays must be finite and ≥ 0"):
+        event_network(_lif(), layer, inputs, t_end=T_END)
     delay[0, 0] = math.nan
+    layer = [layer[0]._replace(delay=delay)]
     with pytest.raises(ValueError, match="delays must be finite and ≥ 0"):
         event_network(_lif(), layer, inputs, t_end=T_END)
     delay[0, 0] = 0.5

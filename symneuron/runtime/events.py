@@ -33,6 +33,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from ..codegen.events import (
@@ -430,17 +431,19 @@ Run = tuple[tuple[int, int, int], int, torch.Tensor]
 
 def settle(
     kernels: EventKernels, runs: Sequence[Run], also: Sequence[torch.Tensor] = ()
-) -> tuple[list[int | None], list[float]]:
+) -> tuple[list[int | None], list[np.ndarray]]:
     """The most spikes of any neuron of each layer of a network that ran in order (each
-    layer's input the one before's output), read back in one copy with the values of
-    ``also`` (one-element tensors, returned as floats): an error where a reset did not
-    leave the threshold; each layer's count remembered (:meth:`EventKernels.remember`);
-    None for the first layer whose neurons had too few slots (its slots for the next run
-    raised to fit) and for every layer after it (their inputs lacked spikes: they run
-    again)."""
+    layer's input the one before's output), read back with the values of ``also``
+    (tensors, returned flat in float64) after one host sync: an error where a reset did
+    not leave the threshold; each layer's count remembered (:meth:`EventKernels.
+    remember`); None for the first layer whose neurons had too few slots (its slots for
+    the next run raised to fit) and for every layer after it (their inputs lacked spikes:
+    they run again)."""
     reduced = [o.flatten(1).amax(1) if o[0].numel() else o.new_zeros(2) for _, _, o in runs]
-    wanted = [*reduced, *(v.to(torch.float64).reshape(1) for v in also)]
-    values = torch.cat(wanted).tolist() if wanted else []
+    extra = [v.detach().reshape(-1).to(torch.float64) for v in also]
+    values = torch.cat(reduced).tolist() if reduced else []
+    flat = torch.cat(extra).cpu().numpy() if extra else np.zeros(0)
+    sizes = [int(s) for s in np.cumsum([v.numel() for v in extra])[:-1]]
     out: list[int | None] = []
     for index, (shape, slots, _) in enumerate(runs):
         most, failed = int(values[2 * index]), bool(values[2 * index + 1])
@@ -452,7 +455,7 @@ def settle(
             out += [None] * (len(runs) - index)
             break
         out.append(most)
-    return out, [float(v) for v in values[2 * len(runs) :]]
+    return out, list(np.split(flat, sizes)) if extra else []
 
 
 def _int(value: torch.Tensor | float | None) -> int:
