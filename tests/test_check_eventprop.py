@@ -86,6 +86,7 @@ def test_a_recurrent_hidden_layer_passes_with_its_recurrent_gradients() -> None:
         assert row.tolerance == 1e-6 and row.error < 1e-7, str(report)
 
 
+@pytest.mark.slow
 def test_a_broken_target_term_is_caught_in_the_recurrent_delays(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
