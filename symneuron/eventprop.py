@@ -35,7 +35,7 @@ from .derivation.events import derive_events, system_text
 from .ode import ODESystem
 from .reference.events import EventLayer, GrazingSpikeWarning, uses_rk4
 from .reference.readouts import first_spike_cross_entropy
-from .runtime.events import Run, event_kernels, settle
+from .runtime.events import EventKernels, Run, event_kernels, settle, slots_key
 
 __all__ = ["EventLayer", "GrazingSpikeWarning", "event_network", "first_spike_cross_entropy"]
 
@@ -219,6 +219,35 @@ def event_network(
     if times.dim() != 3:
         raise ValueError(f"input_times must be [batch, n_in, K] or [n_in, K], got {times.shape}.")
     delays = _checked(layers, times, t_end)
+    kernels, names, dt = _kernels_for(neuron, layers, times, system, target, integrator)
+    steps = (float(t_end), dt)
+    while True:  # again only where a layer had too few slots, or its delays changed
+        calls = [
+            LayerCall(kernels, steps, named, capacity, grazing, index, bool(uniform))
+            for index, (named, uniform) in enumerate(zip(names, delays.uniform, strict=True))
+        ]
+        outputs, runs = _layers_once(calls, layers, times)
+        # the input times and remembered delays are checked here, with the outcomes
+        earliest = times.amin().reshape(1) if times.numel() else times.new_zeros(1)
+        mosts, (low, checks) = settle(kernels, runs, [earliest, delays.to_check()])
+        if not low[0] >= 0:  # NaN fails too
+            raise ValueError("Input spike times must be ≥ 0 (+inf for an empty slot), not NaN.")
+        if delays.held(checks) and all(most is not None for most in mosts):
+            break
+    trimmed = [_trim(out, most) for out, most in zip(outputs, mosts, strict=True)]
+    return tuple(out[0] if single else out for out in trimmed)
+
+
+def _kernels_for(
+    neuron: Definition,
+    layers: Sequence[EventLayer],
+    times: torch.Tensor,
+    system: ODESystem | None,
+    target: str | None,
+    integrator: str | None,
+) -> tuple[EventKernels, list[tuple[str, ...]], float]:
+    """The kernels of ``neuron``'s derived spec for ``times``' dtype and device, each
+    layer's given params' names (sorted; an error naming any the spec lacks) and dt."""
     system = system if system is not None else getattr(neuron, "ode", None)
     spec = derive_events(neuron, system, target=target)
     assert system is not None  # derive_events refuses a neuron without one
@@ -230,29 +259,24 @@ def event_network(
         unknown = set(named) - set(spec.params)
         if unknown:
             raise ValueError(f"layer {index}: unknown params {sorted(unknown)}.")
-    steps = (float(t_end), system.dt)
-    while True:  # again only where a layer had too few slots, or its delays changed
-        outputs: list[torch.Tensor] = []
-        runs: list[Run] = []
-        for index, (named, layer) in enumerate(zip(names, layers, strict=True)):
-            uniform = bool(delays.uniform[index])
-            call = LayerCall(kernels, steps, named, capacity, grazing, index, uniform)
-            cast = [t.to(times.dtype) for t in (layer.weight, layer.delay)]
-            given = [layer.params[n].to(times.dtype) for n in call.names]
-            previous = outputs[-1] if outputs else times
-            out, outcome = EventLayerFunction.apply(call, previous, *cast, *given)
-            shape = (previous.shape[0], out.shape[1], previous.shape[1] * previous.shape[2])
-            runs.append((shape, out.shape[2], outcome))
-            outputs.append(out)
-        # the input times and remembered delays are checked here, with the outcomes
-        earliest = times.amin().reshape(1) if times.numel() else times.new_zeros(1)
-        mosts, (low, checks) = settle(kernels, runs, [earliest, delays.to_check()])
-        if not low[0] >= 0:  # NaN fails too
-            raise ValueError("Input spike times must be ≥ 0 (+inf for an empty slot), not NaN.")
-        if delays.held(checks) and all(most is not None for most in mosts):
-            break
-    trimmed = [_trim(out, most) for out, most in zip(outputs, mosts, strict=True)]
-    return tuple(out[0] if single else out for out in trimmed)
+    return kernels, names, system.dt
+
+
+def _layers_once(
+    calls: list[LayerCall], layers: Sequence[EventLayer], times: torch.Tensor
+) -> tuple[list[torch.Tensor], list[Run]]:
+    """Each layer's untrimmed spike times, one after another with no host sync, and what
+    :func:`~symneuron.runtime.events.settle` reads of each run."""
+    outputs: list[torch.Tensor] = []
+    runs: list[Run] = []
+    for call, layer in zip(calls, layers, strict=True):
+        cast = [t.to(times.dtype) for t in (layer.weight, layer.delay)]
+        given = [layer.params[n].to(times.dtype) for n in call.names]
+        previous = outputs[-1] if outputs else times
+        out, outcome = EventLayerFunction.apply(call, previous, *cast, *given)
+        runs.append((slots_key(previous.shape, out.shape[1]), out.shape[2], outcome))
+        outputs.append(out)
+    return outputs, runs
 
 
 def _trim(times: torch.Tensor, most: int | None) -> torch.Tensor:

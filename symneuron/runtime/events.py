@@ -57,6 +57,7 @@ __all__ = [
     "Gradients",
     "arrival_order",
     "settle",
+    "slots_key",
     "event_kernels",
     "GROUPS",
     "SCRATCH",
@@ -333,9 +334,8 @@ class EventKernels:
 
     @staticmethod
     def shape_of(inputs: LayerInputs) -> tuple[int, int, int]:
-        """The key of a layer's remembered slots: (B, N, n_in·K_in)."""
-        batch, n_in, k_in = inputs.pre.shape
-        return batch, inputs.n_out, n_in * k_in
+        """The key of a layer's remembered slots (:func:`slots_key`)."""
+        return slots_key(inputs.pre.shape, inputs.n_out)
 
     def remember(self, shape: tuple[int, int, int], most: int) -> None:
         """The next forward of ``shape`` starts with room for a few more spikes than
@@ -415,6 +415,13 @@ def _zeroed(
 @functools.cache
 def _multiprocessors(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def slots_key(pre: torch.Size, n_out: int) -> tuple[int, int, int]:
+    """The key of a layer's remembered slots, from its input times' shape [B, n_in, K_in]
+    and its neurons: (B, N, n_in·K_in)."""
+    batch, n_in, k_in = pre
+    return batch, n_out, n_in * k_in
 
 
 def trimmed(spikes: Spikes, most: int) -> Spikes:
