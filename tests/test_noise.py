@@ -495,7 +495,7 @@ def test_c_steps_draw_their_lanes_at_once_with_nothing_left_a_call(dtype) -> Non
 
 def test_cuda_lanes_of_a_group_share_one_philox_block() -> None:
     """K = 4: the four lanes of a group compute one Philox call per step (the PTX holds a
-    round constant of Philox 10 times per call): fewer than the K = 1 kernel, whose time
+    round constant of Philox 7 times per call): fewer than the K = 1 kernel, whose time
     loop is unrolled twice as far, where four calls per step would be 4.4 times more."""
     nvrtc = pytest.importorskip("symneuron.runtime.nvrtc")
     if not nvrtc.nvrtc_available():

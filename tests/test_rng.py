@@ -17,8 +17,19 @@ from conftest import nvrtc_or_skip
 from symneuron import rng
 from symneuron.runtime import cpu
 
-# Random123 tests/kat_vectors, the three "philox4x32 10" lines: counter, key, words
+# Random123 tests/kat_vectors, the three "philox4x32 7" lines (the draws' rounds):
+# counter, key, words
 KAT = [
+    ((0, 0, 0, 0), (0, 0), (0x5F6FB709, 0x0D893F64, 0x4F121F81, 0x4F730A48)),
+    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x5207DDC2, 0x45165E59, 0x4D8EE751, 0x8C52F662)),
+    (
+        (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+        (0xA4093822, 0x299F31D0),
+        (0x4DFCCABA, 0x190A87F0, 0xC47362BA, 0xB6B5242A),
+    ),
+]
+# and its three "philox4x32 10" lines (Random123's default rounds)
+KAT10 = [
     ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
     ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
     (
@@ -39,7 +50,7 @@ SN_KERNEL test_philox(long long n, const unsigned int* ctr, const unsigned int* 
                       unsigned int* out) {
     SN_EACH(i) {
         sn_u32x4 c = {{ctr[4 * i], ctr[4 * i + 1], ctr[4 * i + 2], ctr[4 * i + 3]}};
-        c = sn_philox4x32_10(c, key[2 * i], key[2 * i + 1]);
+        c = sn_philox4x32(c, key[2 * i], key[2 * i + 1]);
         for (int k = 0; k < 4; ++k) out[4 * i + k] = c.v[k];
     }
 }
@@ -138,7 +149,7 @@ def _layout(keys: dict[str, torch.Tensor]) -> tuple[tuple, tuple]:
 
 def _words(keys: dict[str, torch.Tensor]) -> torch.Tensor:
     """[n, 4] words of Philox at the documented counter and key."""
-    return torch.stack(rng.philox4x32_10(*_layout(keys)), -1)
+    return torch.stack(rng.philox4x32(*_layout(keys)), -1)
 
 
 @pytest.fixture(scope="module")
@@ -166,13 +177,23 @@ def _c_form(
 # -- the generator --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("counter", "key", "expected"), KAT)
-def test_known_answers_of_random123_in_torch(counter, key, expected) -> None:
-    assert rng.philox4x32_10(counter, key) == expected
-    as_tensors = rng.philox4x32_10(
-        tuple(torch.tensor([c]) for c in counter), tuple(torch.tensor([k]) for k in key)
+@pytest.mark.parametrize(
+    ("counter", "key", "expected", "rounds"),
+    [(*kat, 7) for kat in KAT] + [(*kat, 10) for kat in KAT10],
+)
+def test_known_answers_of_random123_in_torch(counter, key, expected, rounds) -> None:
+    assert rng.philox4x32(counter, key, rounds=rounds) == expected
+    as_tensors = rng.philox4x32(
+        tuple(torch.tensor([c]) for c in counter),
+        tuple(torch.tensor([k]) for k in key),
+        rounds=rounds,
     )
     assert tuple(int(w) for w in as_tensors) == expected
+
+
+def test_the_draws_take_seven_rounds() -> None:
+    assert rng.ROUNDS == 7 and "Philox4x32-7" in rng.source("c")
+    assert rng.philox4x32((0, 0, 0, 0), (0, 0)) == KAT[0][2]
 
 
 def test_known_answers_of_random123_in_c(c_library: ctypes.CDLL) -> None:
@@ -442,14 +463,15 @@ def test_the_cuda_text_compiles_with_nvrtc_and_nothing_is_fused() -> None:
 
 
 def test_the_cuda_lane_templates_compile_and_share_one_block_per_four_lanes() -> None:
-    """K = 4: one Philox call (ten products of each multiplier's high half) and two
+    """K = 4: one Philox call (seven products of each multiplier's high half) and two
     Box–Muller pairs (one division each; when fast, no division and one approximate
     logarithm, sine, cosine and square root each)."""
     ptx = nvrtc_or_skip().compile_to_ptx(rng.source("cuda") + CUDA_DRIVER + LANES, name="lanes.cu")
     entries = dict(re.findall(r"\.entry (\w+)\((.*?)\n\}\n", ptx, re.S))
     four, fast = entries["test_lanes4_float"], entries["test_lanes4_fast"]
-    assert four.count("mul.hi.u32") == 20 and four.count("div.rn.f32") == 2, four.count("div")
-    assert fast.count("mul.hi.u32") == 20 and "div.rn" not in fast
+    products = 2 * rng.ROUNDS
+    assert four.count("mul.hi.u32") == products and four.count("div.rn.f32") == 2
+    assert fast.count("mul.hi.u32") == products and "div.rn" not in fast
     for op in ("lg2", "sin", "cos", "sqrt"):
         assert fast.count(f"{op}.approx.ftz.f32") == 2, op
         assert entries["test_lanes1_fast"].count(f"{op}.approx.ftz.f32") == 1, op

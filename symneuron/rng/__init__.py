@@ -1,10 +1,13 @@
-"""Counter-based random draws for noisy neurons: Philox4x32-10 in C, CUDA and torch.
+"""Counter-based random draws for noisy neurons: Philox4x32-7 in C, CUDA and torch.
 
 A draw is a pure function of its key, so the backward regenerates the forward's noise
 without storing it, and no value depends on the block, lane or thread layout that
-computes it. The generator is Philox4x32-10 (Salmon et al. 2011, "Parallel random
-numbers: as easy as 1, 2, 3"; Random123, as in cuRAND and torch's dropout): 10 rounds
-map a 128-bit counter and a 64-bit key to four 32-bit words.
+computes it. The generator is Philox4x32-7 (Salmon et al. 2011, "Parallel random
+numbers: as easy as 1, 2, 3"; Random123): 7 rounds map a 128-bit counter and a 64-bit
+key to four 32-bit words. Seven is the fewest rounds with which its authors report that
+Philox4x32 passes all of TestU01's BigCrush; cuRAND and torch's dropout take ten, for a
+margin. Seven take about a quarter off a draw's instructions, which bound a noisy
+neuron's backward on a GPU (:mod:`symneuron.rng.philox`).
 
 Key layout. The draw of ``stream`` for ``neuron`` n at ``step`` t of a call whose
 generator state is (``seed``, ``offset``) is part of one Philox block:
@@ -69,7 +72,7 @@ uniforms on every form and dtype, and the same normal bits in C, CUDA and eager 
 float32 rounding (a few ulps). No draw depends on which other draws are computed.
 
 Forms. :func:`source` is the C (``"c"``) or CUDA (``"cuda"``) text with the functions
-``sn_philox4x32_10``, ``sn_rng_block(seed, offset, stream, step, neuron)`` (the block of
+``sn_philox4x32``, ``sn_rng_block(seed, offset, stream, step, neuron)`` (the block of
 a key), ``sn_uniform_<T>(word)``, ``sn_normal_<T>(block, neuron)``, ``sn_word(block,
 neuron)``, and ``sn_rng_uniform_<T>`` / ``sn_rng_normal_<T>`` (the draw of one key), for
 ``T`` = ``float`` and ``double``. :func:`words`, :func:`uniform` and :func:`normal` are
@@ -87,7 +90,7 @@ True
 from __future__ import annotations
 
 from .convert import normal, normal_fast, uniform
-from .philox import ESCAPE_STREAM, GROUP, PHILOX_M, PHILOX_W, philox4x32_10, words
+from .philox import ESCAPE_STREAM, GROUP, PHILOX_M, PHILOX_W, ROUNDS, philox4x32, words
 from .text import TARGETS, source
 
 __all__ = [
@@ -95,10 +98,11 @@ __all__ = [
     "GROUP",
     "PHILOX_M",
     "PHILOX_W",
+    "ROUNDS",
     "TARGETS",
     "normal",
     "normal_fast",
-    "philox4x32_10",
+    "philox4x32",
     "source",
     "uniform",
     "words",
