@@ -7,7 +7,8 @@ and its backward runs the compiled adjoint. Layers compose through autograd: the
 gradient a layer receives for its spike times is dL/dt_k with every later layer's
 share in it (−Σ Q of their arrivals), so its spikes' couplings are B = −dL/dt_k, and
 the gradient it returns for its input times is −Σ Q of their arrivals (0 where a slot
-is empty).
+is empty). :class:`PeakFunction` is a readout layer's maximum of V, by the same kernels'
+readout pair.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from typing import Any, NamedTuple
 import torch
 
 from .reference.events import GrazingSpikeWarning
-from .runtime.events import EventKernels, LayerInputs, Spikes, arrival_order
+from .runtime.events import EventKernels, Gradients, LayerInputs, Spikes, arrival_order
 
-__all__ = ["LayerCall", "EventLayerFunction", "report_grazing"]
+__all__ = ["LayerCall", "EventLayerFunction", "PeakFunction", "report_grazing"]
 
 
 class LayerCall(NamedTuple):
@@ -60,6 +61,24 @@ def report_grazing(spikes: Spikes, tolerance: float, index: int) -> None:
         )
 
 
+def _inputs(
+    call: LayerCall,
+    pre: torch.Tensor,
+    weight: torch.Tensor,
+    delay: torch.Tensor,
+    given: tuple[torch.Tensor, ...],
+) -> LayerInputs:
+    """A layer's kernel inputs, laid out as its kernels read them (once, for both
+    passes): every param (the given ones, the rest at their defaults) and its samples'
+    arrival order where its delays are uniform."""
+    tensors = [t.detach().contiguous() for t in (pre, weight, delay)]
+    n = weight.shape[0]
+    params = call.kernels.params(dict(zip(call.names, given, strict=True)), n, tensors[1])
+    order, ordered = arrival_order(tensors[0], call.uniform)
+    inputs = LayerInputs(tensors[0], tensors[1], tensors[2], params, order, ordered)
+    return call.kernels.laid_out(inputs)
+
+
 class EventLayerFunction(torch.autograd.Function):
     """One feedforward layer's spike times, differentiable by EventProp, untrimmed, with
     its rows' outcome (counts and statuses) unread: the network reads every layer's at
@@ -75,12 +94,7 @@ class EventLayerFunction(torch.autograd.Function):
         delay: torch.Tensor,
         *given: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        n = weight.shape[0]
-        tensors = [t.detach().contiguous() for t in (pre, weight, delay)]
-        params = call.kernels.params(dict(zip(call.names, given, strict=True)), n, tensors[1])
-        order, ordered = arrival_order(tensors[0], call.uniform)
-        inputs = LayerInputs(tensors[0], tensors[1], tensors[2], params, order, ordered)
-        inputs = call.kernels.laid_out(inputs)  # once, for both passes
+        inputs = _inputs(call, pre, weight, delay, given)
         spikes = call.kernels.forward(inputs, call.times, call.capacity, check=False)
         report_grazing(spikes, call.grazing, call.layer)
         ctx.call, ctx.inputs, ctx.spikes = call, inputs, spikes
@@ -91,31 +105,78 @@ class EventLayerFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_times: torch.Tensor, _outcome: Any) -> tuple[Any, ...]:
         call: LayerCall = ctx.call
-        kernels = call.kernels
-        wanted = ctx.needs_input_grad[4:]
-        integrals = any(
-            need and not kernels.spec.rhs_partials[name].is_zero_matrix
-            for name, need in zip(call.names, wanted, strict=True)
+        integrals = _integrals(ctx)
+        grad_times = grad_times.to(ctx.inputs.pre.dtype)
+        grads = call.kernels.backward(
+            ctx.inputs, call.times, ctx.spikes, grad_times, integrals, _sums(ctx)
         )
-        pre = ctx.inputs.pre
-        need_pre, need_delay = ctx.needs_input_grad[1], ctx.needs_input_grad[3]
-        grads = kernels.backward(
-            ctx.inputs,
-            call.times,
-            ctx.spikes,
-            grad_times.to(pre.dtype),
-            integrals,
-            (need_delay, need_pre),
-        )
-        if kernels.rk4 and integrals:
+        if call.kernels.rk4 and integrals:
             _check_replay(grads.params)
-        # −Σ Q per input spike (0 for an empty slot or one past t_end: no arrival adds to it)
-        grad_pre = None if grads.source_b is None else grads.source_b.neg_()
-        given = [
-            grads.params[kernels.names.index(name)].sum_to_size(shape) if need else None
-            for name, need, shape in zip(call.names, wanted, ctx.shapes, strict=True)
-        ]
-        return (None, grad_pre, grads.weight, grads.delay, *given)
+        return _returned(ctx, grads)
+
+
+# A function's inputs are (call, pre, weight, delay, *given params): what its backward
+# is asked for, read off ``ctx.needs_input_grad``.
+
+
+def _integrals(ctx: Any) -> bool:
+    """Whether a given param whose gradient is wanted has ∂f/∂θ ≠ 0 (its gradient then
+    needs ∫λ·∂f/∂θ dt)."""
+    call: LayerCall = ctx.call
+    return any(
+        need and not call.kernels.spec.rhs_partials[name].is_zero_matrix
+        for name, need in zip(call.names, ctx.needs_input_grad[4:], strict=True)
+    )
+
+
+def _sums(ctx: Any) -> tuple[bool, bool]:
+    """Whether the delays' gradient and Σ Q per input spike are wanted."""
+    return ctx.needs_input_grad[3], ctx.needs_input_grad[1]
+
+
+def _returned(ctx: Any, grads: Gradients) -> tuple[Any, ...]:
+    """The backward's return: −Σ Q per input spike (0 for an empty slot or one past t_end:
+    no arrival adds to it), dL/dW, dL/dD, and each wanted given param's gradient summed to
+    its shape."""
+    call: LayerCall = ctx.call
+    grad_pre = None if grads.source_b is None else grads.source_b.neg_()
+    given = [
+        grads.params[call.kernels.names.index(name)].sum_to_size(shape) if need else None
+        for name, need, shape in zip(call.names, ctx.needs_input_grad[4:], ctx.shapes, strict=True)
+    ]
+    return (None, grad_pre, grads.weight, grads.delay, *given)
+
+
+class PeakFunction(torch.autograd.Function):
+    """A readout layer's maximum of V over [0, t_end] per (sample, neuron), and its time
+    (not differentiable), from input spike times, weights, delays and given params as
+    :class:`EventLayerFunction` takes them; its backward runs the adjoint from each
+    maximum back with λ_V = dL/dy there."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        call: LayerCall,
+        pre: torch.Tensor,
+        weight: torch.Tensor,
+        delay: torch.Tensor,
+        *given: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        inputs = _inputs(call, pre, weight, delay, given)
+        peak = call.kernels.peak(inputs, call.times)
+        ctx.call, ctx.inputs, ctx.peak = call, inputs, peak
+        ctx.shapes = [p.shape for p in given]
+        ctx.mark_non_differentiable(peak.when)
+        return peak.value, peak.when
+
+    @staticmethod
+    def backward(ctx: Any, grad_y: torch.Tensor, _when: Any) -> tuple[Any, ...]:
+        call: LayerCall = ctx.call
+        grad_y = grad_y.to(ctx.inputs.pre.dtype)
+        grads = call.kernels.peak_backward(
+            ctx.inputs, call.times, ctx.peak, grad_y, _integrals(ctx), _sums(ctx)
+        )
+        return _returned(ctx, grads)
 
 
 def _check_replay(grad_params: torch.Tensor) -> None:

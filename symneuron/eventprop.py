@@ -29,15 +29,22 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .binding_events import EventLayerFunction, LayerCall
+from .binding_events import EventLayerFunction, LayerCall, PeakFunction
 from .definition import Definition
 from .derivation.events import derive_events, system_text
 from .ode import ODESystem
 from .reference.events import EventLayer, GrazingSpikeWarning, uses_rk4
-from .reference.readouts import first_spike_cross_entropy
+from .reference.readouts import MaxVoltage, first_spike_cross_entropy
 from .runtime.events import EventKernels, Run, event_kernels, settle, slots_key
 
-__all__ = ["EventLayer", "GrazingSpikeWarning", "event_network", "first_spike_cross_entropy"]
+__all__ = [
+    "EventLayer",
+    "GrazingSpikeWarning",
+    "MaxVoltage",
+    "event_network",
+    "first_spike_cross_entropy",
+    "max_voltage",
+]
 
 
 def _checked(layers: Sequence[EventLayer], input_times: torch.Tensor, t_end: float) -> _Delays:
@@ -236,6 +243,79 @@ def event_network(
             break
     trimmed = [_trim(out, most) for out, most in zip(outputs, mosts, strict=True)]
     return tuple(out[0] if single else out for out in trimmed)
+
+
+def max_voltage(
+    neuron: Definition,
+    readout: EventLayer,
+    input_times: torch.Tensor,
+    *,
+    t_end: float,
+    system: ODESystem | None = None,
+    target: str | None = None,
+) -> MaxVoltage:
+    """y_j = max over [0, t_end] of V_j of a readout layer of ``neuron`` fed the spike
+    times ``input_times`` ([batch, n_in, K], +inf padded: an :func:`event_network`
+    layer's output; [n_in, K] for one sample), differentiable by EventProp in the
+    readout's weights, delays and given params and in ``input_times``: values and their
+    times, each [batch, n_out] ([n_out] for one sample).
+
+    The compiled kernels' form of :func:`symneuron.reference.readouts.max_voltage` (its
+    oracle; the same maximum and gradient): every (sample, readout neuron) pair in
+    parallel, in C on the CPU and in CUDA on a GPU, in the input times' dtype (float32 or
+    float64). The readout runs ``neuron``'s dynamics and synapse only, never its
+    threshold or reset. The gradient kicks λ_V by ∂L/∂y_j at the maximum's time; where
+    the maximum sits on an arrival (V rising into an inhibitory input), y moves with that
+    arrival's time, and ∂L/∂y_j·V̇⁻ joins its delay's gradient and its source's spike
+    time. For a linear neuron of two states (a LIF with a current synapse), whose V̇ has
+    at most one zero between arrivals.
+
+    Examples
+    --------
+    >>> import sympy as sp, torch, symneuron as sn
+    >>> from symneuron.eventprop import EventLayer, max_voltage
+    >>> tau_m, tau_s, I = sp.symbols("tau_m tau_s I", positive=True)
+    >>> lif = sn.Neuron.from_ode((-sn.V + I) / tau_m, dt=1.0, method="exact",
+    ...     params={tau_m: 10.0, tau_s: 5.0}, states={I: sn.ODEState(-I / tau_s + sn.X)})
+    >>> w = torch.tensor([[2.0], [1.0]], dtype=torch.float64, requires_grad=True)
+    >>> readout = EventLayer(w, torch.zeros(2, 1, dtype=torch.float64))
+    >>> inputs = torch.tensor([[[1.0]], [[3.0]]], dtype=torch.float64)  # two samples
+    >>> y = max_voltage(lif, readout, inputs, t_end=30.0).values
+    >>> y.shape
+    torch.Size([2, 2])
+    >>> torch.nn.functional.cross_entropy(y, torch.tensor([0, 0])).backward()
+    >>> bool(w.grad[0, 0] < 0 < w.grad[1, 0])  # label 0: readout 0 up, readout 1 down
+    True
+    """
+    single = input_times.dim() == 2
+    times = input_times[None] if single else input_times
+    if times.dim() != 3:
+        raise ValueError(f"input_times must be [batch, n_in, K] or [n_in, K], got {times.shape}.")
+    if readout.recurrent_weight is not None or readout.recurrent_delay is not None:
+        raise ValueError(
+            "A readout layer does not spike: it takes no recurrent_weight or recurrent_delay."
+        )
+    delays = _checked([readout], times, t_end)
+    kernels, (names,), dt = _kernels_for(neuron, [readout], times, system, target, None)
+    if kernels.rk4 or len(kernels.spec.states) != 2:
+        raise NotImplementedError(
+            f"The compiled readouts take a linear neuron of two states; {neuron.name} is "
+            f"{'nonlinear' if kernels.rk4 else f'of {len(kernels.spec.states)} states'}. "
+            "Use symneuron.reference.readouts.max_voltage (float64, one sample at a time)."
+        )
+    while True:  # again only where the delays changed through .data since last seen
+        uniform = bool(delays.uniform[0])
+        call = LayerCall(kernels, (float(t_end), dt), names, 1, -math.inf, 0, uniform)
+        cast = [t.to(times.dtype) for t in (readout.weight, readout.delay)]
+        given = [readout.params[n].to(times.dtype) for n in names]
+        values, when = PeakFunction.apply(call, times, *cast, *given)
+        earliest = times.amin().reshape(1) if times.numel() else times.new_zeros(1)
+        _, (low, checks) = settle(kernels, [], [earliest, delays.to_check()])
+        if not low[0] >= 0:  # NaN fails too
+            raise ValueError("Input spike times must be ≥ 0 (+inf for an empty slot), not NaN.")
+        if delays.held(checks):
+            break
+    return MaxVoltage(values[0], when[0]) if single else MaxVoltage(values, when)
 
 
 def _kernels_for(

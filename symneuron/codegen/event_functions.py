@@ -5,11 +5,12 @@ from the :class:`~symneuron.derivation.events.EventSpec` that SymPy derived: for
 linear neuron the closed-form flow x(s) = Φ(s)x + Γ(s) and its transpose
 λ(t − s) = Φ(s)ᵀλ(t), for a nonlinear one (no closed form: QIF, EIF, AdEx) the right-hand
 side f(x) and the adjoint's dλ/dt = −Jᵀλ that the kernels' RK4 path steps, the
-threshold function g and its first two rates along the flow, the reset h and its margin
-g(h(x)), the synapse m(x, w), the adjoint's jump at a spike, a spike's share of each
-param's gradient, the arrival terms (λ·∂m/∂w, Q, (∂m/∂x)ᵀλ), the integrands λ·∂f/∂θ and
-the initial state. Each becomes one ``SN_INLINE`` function (``static inline`` in C, a
-``__device__`` one in CUDA: :mod:`.events` defines the word) of the same signature,
+threshold function g and its first two rates along the flow (and V's, for readouts), the
+reset h and its margin g(h(x)), the synapse m(x, w), the adjoint's jump at a spike, a
+spike's share of each param's gradient, the arrival terms (λ·∂m/∂w, Q, (∂m/∂x)ᵀλ), the
+integrands λ·∂f/∂θ and the initial state. Each becomes one ``SN_INLINE`` function
+(``static inline`` in C, a ``__device__`` one in CUDA: :mod:`.events` defines the word)
+of the same signature,
 
     void sn_<name>(const real* x, const real* lam, real w, real B, real s,
                    const real* p, real* out)
@@ -125,6 +126,8 @@ def _expressions(definition: Definition, spec: EventSpec, rk4: bool) -> dict[str
     lam = sp.Matrix(spec.adjoints)
     x = sp.Matrix(spec.states)
     rate_slope = sp.Matrix([spec.threshold_rate]).jacobian(spec.states).dot(spec.rhs)
+    voltage_rate = spec.rhs[0]  # V is the first state
+    voltage_slope = sp.Matrix([voltage_rate]).jacobian(spec.states).dot(spec.rhs)
     names = list(spec.params)
     init = [definition.v_start, *(st.init for st in definition.states.values())]
     if not rk4 and spec.flow is not None and spec.flow_offset is not None:
@@ -139,6 +142,9 @@ def _expressions(definition: Definition, spec: EventSpec, rk4: bool) -> dict[str
         "g": [spec.threshold],
         "g_dot": [spec.threshold_rate],
         "g_ddot": [rate_slope],
+        "v": [spec.states[0]],
+        "v_dot": [voltage_rate],
+        "v_ddot": [voltage_slope],
         "reset": list(spec.reset),
         "margin": [spec.reset_margin],
         "synapse": list(spec.synapse),

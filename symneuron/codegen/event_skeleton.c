@@ -14,18 +14,25 @@
    step as the float64 reference does (symneuron/reference/event_rk4.py). Everything
    else (arrivals, the step loop, spikes, the arrival and jump terms) is shared. */
 
-/* What sn_eval evaluates along the flow: g, its rate, the rate's rate, g(h(x)). */
+/* What sn_eval evaluates along the flow: g, its rate, the rate's rate, g(h(x)); V, its
+   rate and the rate's rate (a readout's maximum). A rate follows its function. */
 #define SN_G 0
 #define SN_G_DOT 1
 #define SN_G_DDOT 2
 #define SN_MARGIN 3
+#define SN_V 4
+#define SN_V_DOT 5
+#define SN_V_DDOT 6
 
 SN_INLINE real sn_eval(int which, const real* x, const real* p) {
     real out;
     if (which == SN_G) sn_g(x, x, 0, 0, 0, p, &out);
     else if (which == SN_G_DOT) sn_g_dot(x, x, 0, 0, 0, p, &out);
     else if (which == SN_G_DDOT) sn_g_ddot(x, x, 0, 0, 0, p, &out);
-    else sn_margin(x, x, 0, 0, 0, p, &out);
+    else if (which == SN_MARGIN) sn_margin(x, x, 0, 0, 0, p, &out);
+    else if (which == SN_V) sn_v(x, x, 0, 0, 0, p, &out);
+    else if (which == SN_V_DOT) sn_v_dot(x, x, 0, 0, 0, p, &out);
+    else sn_v_ddot(x, x, 0, 0, 0, p, &out);
     return out;
 }
 
@@ -468,41 +475,75 @@ SN_INLINE void sn_params_of(const real* params, long long N, long long j, real* 
     sn_constants(p, p, 0, 0, 0, p, p + NP);
 }
 
+/* Row r's params into p and its arrivals before t_end (sample r / N, neuron r % N);
+   `slab`: its scratch, whose start holds the list to sort them into when no `order` is
+   given. Input i's weight and delay are at (weight, delay) + at + i * stride. */
+SN_FN sn_arrivals sn_row_inputs(long long r, unsigned char* slab, const real* pre,
+                                const real* weight, const real* delay, const real* params,
+                                real t_end, long long N, long long n_in, long long k_in,
+                                const long long* order, const real* ordered,
+                                long long transposed, real* p) {
+    const long long m = n_in * k_in, b = r / N, j = r % N;
+    const long long at = transposed ? j : j * n_in, stride = transposed ? N : 1;
+    sn_params_of(params, N, j, p);
+    return sn_arrivals_of(pre + b * m, order ? order + b * m : order,
+                          order ? ordered + b * m : ordered, weight + at, delay + at, stride,
+                          n_in, k_in, t_end, (sn_arrival*)slab);
+}
+
+#define SN_ROW_INPUTS(r, slab, t_end, p)                                                    \
+    sn_row_inputs(r, slab, pre, weight, delay, params, t_end, N, n_in, k_in, order, ordered, \
+                  transposed, p)
+
 /* Row r's forward (sample r / N, neuron r % N); `slab`: its scratch (a list to sort its
    arrivals into when no `order` is given). */
 SN_FN void sn_forward_row(long long r, unsigned char* slab, SN_FORWARD_PARAMS) {
     const real t_end = (real)until, dt = (real)step;
-    const long long m = n_in * k_in, b = r / N, j = r % N;
-    const long long at = transposed ? j : j * n_in, stride = transposed ? N : 1;
     real p[NP + NK + 1];
-    sn_params_of(params, N, j, p);
-    sn_arrivals arr = sn_arrivals_of(pre + b * m, order ? order + b * m : order,
-                                     order ? ordered + b * m : ordered, weight + at, delay + at,
-                                     stride, n_in, k_in, t_end, (sn_arrival*)slab);
+    sn_arrivals arr = SN_ROW_INPUTS(r, slab, t_end, p);
     sn_spikes out = {times + r * k_out, store + r * k_out * NSTORE, rate + r * k_out, k_out, 0};
     for (long long k = 0; k < k_out; ++k) out.times[k] = SN_INF;
     status[r] = sn_neuron_forward(&arr, t_end, dt, n_steps, p, &out, (sn_trace*)0);
     counts[r] = out.count;
 }
 
+/* The entry points: in CUDA one thread per row of the launch, with its slab of the
+   launch's scratch; in C an OpenMP loop, each thread with its own slab, over the rows
+   (SN_ROWS_ENTRY), or over groups of samples (SN_GROUPS_ENTRY), each group's rows in
+   order on one thread: its gradient rows are its own, so the sums do not depend on the
+   thread count. */
 #if SN_CUDA
-extern "C" __global__ void sn_events_forward(SN_FORWARD_PARAMS) {
-    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t < rows) sn_forward_row(row0 + t, scratch + t * slab_bytes, SN_FORWARD_NAMES);
-}
-#else
-void sn_events_forward(SN_FORWARD_PARAMS) {
-#pragma omp parallel if (rows >= SN_PARALLEL_FROM)
-    {
-        unsigned char* own = (unsigned char*)calloc((size_t)slab_bytes + 1, 1);
-#pragma omp for schedule(dynamic, 8)
-        for (long long r = row0; r < row0 + rows; ++r) {
-            sn_forward_row(r, own, SN_FORWARD_NAMES);
-        }
-        free(own);
+#define SN_ROWS_ENTRY(name, row, PARAMS, NAMES)                                       \
+    extern "C" __global__ void name(PARAMS) {                                         \
+        const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;         \
+        if (t < rows) row(row0 + t, scratch + t * slab_bytes, NAMES);                 \
     }
-}
+#define SN_GROUPS_ENTRY SN_ROWS_ENTRY
+#else
+#define SN_ROWS_ENTRY(name, row, PARAMS, NAMES)                                       \
+    void name(PARAMS) {                                                               \
+        SN_OMP_PARALLEL {                                                             \
+            unsigned char* own = (unsigned char*)calloc((size_t)slab_bytes + 1, 1);   \
+            _Pragma("omp for schedule(dynamic, 8)")                                   \
+            for (long long r = row0; r < row0 + rows; ++r) row(r, own, NAMES);        \
+            free(own);                                                                \
+        }                                                                             \
+    }
+#define SN_GROUPS_ENTRY(name, row, PARAMS, NAMES)                                     \
+    void name(PARAMS) {                                                               \
+        SN_OMP_PARALLEL {                                                             \
+            unsigned char* own = (unsigned char*)calloc((size_t)slab_bytes + 1, 1);   \
+            _Pragma("omp for schedule(static)")                                       \
+            for (long long g = 0; g < groups; ++g)                                    \
+                for (long long b = g; b < B; b += groups)                             \
+                    for (long long r = b * N; r < (b + 1) * N; ++r)                   \
+                        if (r >= row0 && r < row0 + rows) row(r, own, NAMES);        \
+            free(own);                                                                \
+        }                                                                             \
+    }
 #endif
+
+SN_ROWS_ENTRY(sn_events_forward, sn_forward_row, SN_FORWARD_PARAMS, SN_FORWARD_NAMES)
 
 /* What one neuron's backward reads and adds into. */
 typedef struct {
@@ -520,6 +561,8 @@ typedef struct {
     long long p_stride;
     real* source_b;     /* the row's ΣQ per presynaptic spike, [n_in * k_in]; or null */
     long long k_in;
+    real start;         /* where the adjoint starts back from: t_end, or a readout's peak */
+    real kick;          /* λ_V there (0 for a layer, dL/dy for a readout's maximum) */
 } sn_adjoint;
 
 #if SN_INTEGRALS && !SN_RK4
@@ -718,11 +761,11 @@ SN_INLINE int sn_vanishes(const real* lam) {
    time an arrival comes before a spike, as in the forward. */
 SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real* before,
                               real* after, real* cuts) {
-    real lam[NS], upper = a->t_end;
+    real lam[NS], upper = a->start;
     long long last = arr->n; /* the arrivals not yet taken are [0, last) */
     (void)after;
     (void)cuts;
-    for (int q = 0; q < NS; ++q) lam[q] = 0;
+    for (int q = 0; q < NS; ++q) lam[q] = q == 0 ? a->kick : 0;
     for (long long ks = a->count - 1; ks >= -1; --ks) {
         real low = ks >= 0 ? a->times[ks] : -SN_INF;
         long long first = ks >= 0 ? sn_arrivals_upto(arr, low, last) : 0;
@@ -746,9 +789,9 @@ SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real*
 /* One neuron's adjoint from t_end back to 0 through its events. */
 SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real* before,
                               real* after, real* cuts) {
-    real lam[NS], upper = a->t_end;
+    real lam[NS], upper = a->start;
     long long ia = arr->n - 1, ks = a->count - 1, e = arr->n + a->count;
-    for (int q = 0; q < NS; ++q) lam[q] = 0;
+    for (int q = 0; q < NS; ++q) lam[q] = q == 0 ? a->kick : 0;
     if (SN_REPLAY) sn_replay(a, arr, before, after);
     sn_arrival next = sn_arrival_or_none(arr, ia), ahead = sn_arrival_or_none(arr, ia - 1);
     while (ia >= 0 || ks >= 0) {
@@ -796,14 +839,12 @@ SN_FN void sn_backward_row(long long r, unsigned char* slab, SN_BACKWARD_PARAMS)
     const long long at = transposed ? j : j * n_in, stride = transposed ? N : 1;
     const long long listed = order ? 0 : 2 * (m + 1) * (long long)sizeof(sn_arrival);
     real p[NP + NK + 1];
-    sn_params_of(params, N, j, p);
-    sn_arrivals arr = sn_arrivals_of(pre + b * m, order ? order + b * m : order,
-                                     order ? ordered + b * m : ordered, weight + at, delay + at,
-                                     stride, n_in, k_in, t_end, (sn_arrival*)slab);
+    sn_arrivals arr = SN_ROW_INPUTS(r, slab, t_end, p);
     sn_adjoint a = {p, times + r * k_out, store + r * k_out * NSTORE, grad_t + r * k_out,
                     counts[r], t_end, dt, n_steps, grad_w + g * N * n_in + at,
                     grad_d ? grad_d + g * N * n_in + at : grad_d, stride,
-                    grad_p + g * NP * N + j, N, source_b ? source_b + b * m : source_b, k_in};
+                    grad_p + g * NP * N + j, N, source_b ? source_b + b * m : source_b, k_in,
+                    t_end, 0};
 #if SN_RK4
     /* the replay's entries, as many as codegen/events.py's trace_entries counts */
     sn_neuron_backward(&a, &arr, (real*)(slab + listed), n_steps + 2 * (m + k_out) + 1);
@@ -816,27 +857,101 @@ SN_FN void sn_backward_row(long long r, unsigned char* slab, SN_BACKWARD_PARAMS)
 #endif
 }
 
-#if SN_CUDA
-extern "C" __global__ void sn_events_backward(SN_BACKWARD_PARAMS) {
-    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t < rows) sn_backward_row(row0 + t, scratch + t * slab_bytes, SN_BACKWARD_NAMES);
-}
-#else
-/* Each group's rows on one thread, in order: its gradient rows are its own. */
-void sn_events_backward(SN_BACKWARD_PARAMS) {
-#pragma omp parallel if (rows >= SN_PARALLEL_FROM)
-    {
-        unsigned char* own = (unsigned char*)calloc((size_t)slab_bytes + 1, 1);
-#pragma omp for schedule(static)
-        for (long long g = 0; g < groups; ++g) {
-            for (long long b = g; b < B; b += groups) {
-                for (long long j = 0; j < N; ++j) {
-                    long long r = b * N + j;
-                    if (r >= row0 && r < row0 + rows) sn_backward_row(r, own, SN_BACKWARD_NAMES);
-                }
-            }
-        }
-        free(own);
+SN_GROUPS_ENTRY(sn_events_backward, sn_backward_row, SN_BACKWARD_PARAMS, SN_BACKWARD_NAMES)
+
+#if !SN_RK4
+/* A readout's maximum of V over [0, t_end]: a neuron run without its threshold or reset,
+   its value and time, and where it sits on an arrival (V after it the greatest: V rising
+   into an inhibitory input, or a jump of V), that arrival's source slot and V's rate
+   just before it (else src -1). The candidates, as the reference takes them: V at 0 and
+   just after each arrival, each piece's interior maximum (V's rate from + to -, at most
+   one zero for two states), V at t_end; the earliest of equal ones. */
+typedef struct {
+    real value, time, rate;
+    long long src;
+} sn_peak;
+
+SN_INLINE void sn_better(sn_peak* best, real value, real time, long long src, real rate) {
+    if (value > best->value) {
+        best->value = value;
+        best->time = time;
+        best->src = src;
+        best->rate = rate;
     }
 }
+
+SN_FN sn_peak sn_neuron_peak(const sn_arrivals* arr, real t_end, const real* p) {
+    real x[NS], end[NS], at[NS], t = 0;
+    sn_peak best;
+    sn_init(x, x, 0, 0, 0, p, x);
+    best.value = sn_eval(SN_V, x, p);
+    best.time = 0;
+    best.rate = 0;
+    best.src = -1;
+    for (long long e = 0; e <= arr->n; ++e) {
+        sn_arrival next = sn_arrival_or_none(arr, e);
+        real due = e < arr->n ? next.t : t_end, length = due - t;
+        sn_move(x, length, p, end);
+        real rate_0 = sn_eval(SN_V_DOT, x, p), rate_end = sn_eval(SN_V_DOT, end, p);
+        if (rate_0 > 0 && rate_end < 0 && length > 0) {
+            real s = sn_root(SN_V_DOT, x, 0, length, 0, p);
+            sn_move(x, s, p, at);
+            sn_better(&best, sn_eval(SN_V, at, p), t + s, -1, 0);
+        }
+        if (e == arr->n) {
+            sn_better(&best, sn_eval(SN_V, end, p), t_end, -1, 0);
+            break;
+        }
+        sn_synapse(end, end, next.w, 0, 0, p, x);
+        sn_better(&best, sn_eval(SN_V, x, p), due, next.src, rate_end);
+        t = due;
+    }
+    return best;
+}
+
+/* Row r's maximum of V (sample r / N, readout neuron r % N). */
+SN_FN void sn_peak_row(long long r, unsigned char* slab, SN_PEAK_PARAMS) {
+    real p[NP + NK + 1];
+    sn_arrivals arr = SN_ROW_INPUTS(r, slab, (real)until, p);
+    sn_peak best = sn_neuron_peak(&arr, (real)until, p);
+    value[r] = best.value;
+    when[r] = best.time;
+    rate[r] = best.rate;
+    src[r] = best.src;
+}
+
+/* Row r's adjoint from its maximum back to 0: λ_V = dL/dy there, the arrivals before it
+   as in a layer's backward (no spikes); where the maximum sits on an arrival, y moves with
+   its time: dL/dt_a = dL/dy·V̇⁻(t_a) joins its delay's gradient and its source's B, and
+   the arrival's own terms see λ = 0. */
+SN_FN void sn_peak_backward_row(long long r, unsigned char* slab, SN_PEAK_BACKWARD_PARAMS) {
+    const real t_end = (real)until, dt = (real)step, kick = grad_y[r];
+    const long long m = n_in * k_in, b = r / N, j = r % N, g = b % groups;
+    const long long at = transposed ? j : j * n_in, stride = transposed ? N : 1;
+    const long long listed = order ? 0 : 2 * (m + 1) * (long long)sizeof(sn_arrival);
+    real p[NP + NK + 1];
+    if (kick == 0) return;
+    sn_arrivals arr = SN_ROW_INPUTS(r, slab, t_end, p);
+    /* the arrivals before the maximum: one at its time takes λ = 0, the kick coming
+       after it back in time (as in the reference; y moves with it by the term below) */
+    arr.n = sn_arrivals_upto(&arr, when[r], arr.n);
+    while (arr.n > 0 && sn_arrival_time(&arr, arr.n - 1) >= when[r]) --arr.n;
+    sn_adjoint a = {p, 0, 0, 0, 0, t_end, dt, n_steps, grad_w + g * N * n_in + at,
+                    grad_d ? grad_d + g * N * n_in + at : grad_d, stride,
+                    grad_p + g * NP * N + j, N, source_b ? source_b + b * m : source_b, k_in,
+                    when[r], kick};
+    if (src[r] >= 0) {
+        real term = kick * rate[r];
+        if (a.grad_d) SN_ADD(a.grad_d[sn_input(src[r], k_in) * stride], term);
+        if (a.source_b) SN_ADD(a.source_b[src[r]], -term);
+    }
+    const long long n_events = SN_REPLAY ? m + 1 : 1;
+    real* before = (real*)(slab + listed);
+    real* after = before + n_events * NS;
+    sn_neuron_backward(&a, &arr, before, after, after + n_events * NS);
+}
+
+SN_ROWS_ENTRY(sn_events_peak, sn_peak_row, SN_PEAK_PARAMS, SN_PEAK_NAMES)
+SN_GROUPS_ENTRY(sn_events_peak_backward, sn_peak_backward_row, SN_PEAK_BACKWARD_PARAMS,
+                SN_PEAK_BACKWARD_NAMES)
 #endif

@@ -20,6 +20,10 @@ EventSpec` has a closed-form flow) runs as two exported functions, one source pe
   each with its own dL/dW, dL/dD and dL/dθ rows (summed by the caller): in C one thread
   runs a group's rows in order, so the result does not depend on the thread count; in
   CUDA each (row, neuron) pair is a thread and adds into its group's rows atomically.
+* ``sn_events_peak`` and ``sn_events_peak_backward`` (closed-form flow, two states): a
+  readout layer's maximum of V over [0, t_end] (the neuron without its threshold and
+  reset), and its adjoint from there back to 0 with λ_V = dL/dy at the maximum
+  (:func:`symneuron.eventprop.max_voltage`).
 
 A neuron's arrivals come in time order through its sample's ``order`` (the runtime's
 stable sort of the sample's spike times) where its delays are equal along its row, with
@@ -48,6 +52,9 @@ __all__ = [
     "KernelArg",
     "FORWARD_ARGS",
     "BACKWARD_ARGS",
+    "PEAK_ARGS",
+    "PEAK_BACKWARD_ARGS",
+    "ARGS",
     "EventSource",
     "LANGUAGES",
     "render_events",
@@ -120,6 +127,25 @@ BACKWARD_ARGS = _args(
     "const long long* counts, const real* grad_t, real* grad_w, real* grad_d, real* grad_p, "
     "real* source_b"
 )
+
+
+#: a readout's maximum of V (no threshold, no reset), per (sample, neuron) row of the
+#: B·N: its ``value``, time ``when``, and where it sits on an arrival that arrival's
+#: source slot ``src`` (i·k_in + slot; else −1) and V's ``rate`` just before it
+PEAK_ARGS = _args(_SHARED + ", real* value, real* when, real* rate, long long* src")
+#: the readout's backward from its maximum: the forward's ``when``, ``src``, ``rate`` and
+#: dL/dy ``grad_y`` [B, N]; out as :data:`BACKWARD_ARGS`'
+PEAK_BACKWARD_ARGS = _args(
+    _SHARED + ", long long groups, const real* when, const long long* src, const real* rate, "
+    "const real* grad_y, real* grad_w, real* grad_d, real* grad_p, real* source_b"
+)
+#: each kernel's arguments, by its name after ``sn_events_``
+ARGS = {
+    "forward": FORWARD_ARGS,
+    "backward": BACKWARD_ARGS,
+    "peak": PEAK_ARGS,
+    "peak_backward": PEAK_BACKWARD_ARGS,
+}
 
 
 class Language(NamedTuple):
@@ -215,7 +241,7 @@ def _header(fns: EventFunctions, compute: str, integrals: bool, language: Langua
         f"#define NSTORE {len(fns.store)}",
         f"#define PARTS {1 if fns.states == 2 else PARTS}",
         f"#define SN_ITERATIONS {ITERATIONS}",
-        f"#define SN_PARALLEL_FROM {PARALLEL_FROM}",
+        f'#define SN_OMP_PARALLEL _Pragma("omp parallel if (rows >= {PARALLEL_FROM})")',
         f"#define SN_EPS {_limit(limits.eps)}",
         f"#define SN_TINY {_limit(limits.tiny)}",
         f"#define SN_INTEGRALS {int(integrals)}",
@@ -229,6 +255,10 @@ def _header(fns: EventFunctions, compute: str, integrals: bool, language: Langua
         f"#define SN_FORWARD_NAMES {_names(FORWARD_ARGS)}",
         f"#define SN_BACKWARD_PARAMS {_params(BACKWARD_ARGS)}",
         f"#define SN_BACKWARD_NAMES {_names(BACKWARD_ARGS)}",
+        f"#define SN_PEAK_PARAMS {_params(PEAK_ARGS)}",
+        f"#define SN_PEAK_NAMES {_names(PEAK_ARGS)}",
+        f"#define SN_PEAK_BACKWARD_PARAMS {_params(PEAK_BACKWARD_ARGS)}",
+        f"#define SN_PEAK_BACKWARD_NAMES {_names(PEAK_BACKWARD_ARGS)}",
         f"SN_CONST int sn_store[NSTORE + 1] = {{{store}}};",
     ]
 

@@ -37,8 +37,7 @@ import numpy as np
 import torch
 
 from ..codegen.events import (
-    BACKWARD_ARGS,
-    FORWARD_ARGS,
+    ARGS,
     EventSource,
     KernelArg,
     render_events,
@@ -55,6 +54,7 @@ __all__ = [
     "LayerInputs",
     "Spikes",
     "Gradients",
+    "Peak",
     "arrival_order",
     "settle",
     "slots_key",
@@ -158,6 +158,17 @@ class Gradients(NamedTuple):
     source_b: torch.Tensor | None
 
 
+class Peak(NamedTuple):
+    """A readout's maximum of V per (sample, neuron), each [B, N]: its ``value``, its time
+    ``when``, and where it sits on an arrival, the arrival's source slot ``src`` (else −1)
+    and V's ``rate`` just before it."""
+
+    value: torch.Tensor
+    when: torch.Tensor
+    rate: torch.Tensor
+    src: torch.Tensor
+
+
 def _packed(
     args: tuple[KernelArg, ...], values: Mapping[str, torch.Tensor | float | None]
 ) -> list[int | float]:
@@ -235,7 +246,7 @@ class EventKernels:
         """Launch ``sn_events_<name>`` over every (sample, neuron) row: in C one call (each
         thread takes ``slab`` bytes of scratch itself), in CUDA one thread per row with
         its slab of one buffer, in waves of rows whose slabs fit :data:`SCRATCH`."""
-        args = FORWARD_ARGS if name == "forward" else BACKWARD_ARGS
+        args = ARGS[name]
         total = _int(values["B"]) * _int(values["N"])
         values["slab_bytes"] = slab
         if self.backend == "cpu":
@@ -357,37 +368,91 @@ class EventKernels:
         ``wanted``: whether the delays' gradient and Σ Q per input spike are (each None
         where not: the kernels skip their sums)."""
         inputs = self.laid_out(inputs)
-        pre = inputs.pre
-        (batch, n_in, k_in), n = pre.shape, inputs.n_out
-        groups = max(1, min(batch, GROUPS))
         values = inputs.values(times)
-        transposed = inputs.transposed
-        rows = (n_in, n) if transposed else (n, n_in)
-        k_out = spikes.times.shape[2]
         values.update(
             {
-                "k_out": k_out,
-                "groups": groups,
+                "k_out": spikes.times.shape[2],
                 "times": spikes.times,
                 "store": spikes.store,
                 "counts": spikes.counts,
                 "grad_t": grad_times.contiguous(),
-                **_zeroed(
-                    pre,
-                    {
-                        "grad_w": (groups, *rows),
-                        "grad_d": (groups, *rows) if wanted[0] else None,
-                        "grad_p": (groups, len(self.names), n),
-                        "source_b": (batch, n_in, k_in) if wanted[1] else None,
-                    },
-                ),
             }
         )
+        return self._gradients("backward", inputs, values, integrals, wanted)
+
+    def peak(self, inputs: LayerInputs, times: tuple[float, float]) -> Peak:
+        """A readout layer's maximum of V over [0, ``times[0]``] (its neurons run without
+        threshold and reset), per (sample, neuron)."""
+        inputs = self.laid_out(inputs)
+        pre = inputs.pre
+        values = inputs.values(times)
+        shape = (pre.shape[0], inputs.n_out)
+        peak = Peak(
+            pre.new_empty(shape),
+            pre.new_empty(shape),
+            pre.new_zeros(shape),
+            torch.empty(shape, dtype=torch.int64, device=pre.device),
+        )
+        values.update({"k_out": 1, **peak._asdict()})
+        slab = self._scratch(inputs, 0, _int(values["n_steps"]), False)["forward"]
+        self._run("peak", False, values, slab, pre)
+        return peak
+
+    def peak_backward(
+        self,
+        inputs: LayerInputs,
+        times: tuple[float, float],
+        peak: Peak,
+        grad_y: torch.Tensor,
+        integrals: bool = False,
+        wanted: tuple[bool, bool] = (True, True),
+    ) -> Gradients:
+        """A readout's gradients given dL/dy of each maximum (``grad_y`` [B, N]), as
+        :meth:`backward` returns a layer's."""
+        inputs = self.laid_out(inputs)
+        values = inputs.values(times)
+        values.update(
+            {
+                "k_out": 0,
+                "grad_y": grad_y.contiguous(),
+                "when": peak.when,
+                "src": peak.src,
+                "rate": peak.rate,
+            }
+        )
+        return self._gradients("peak_backward", inputs, values, integrals, wanted)
+
+    def _gradients(
+        self,
+        name: str,
+        inputs: LayerInputs,
+        values: Values,
+        integrals: bool,
+        wanted: tuple[bool, bool],
+    ) -> Gradients:
+        """Run backward kernel ``name`` into zeroed gradient rows per group, and sum them."""
+        pre = inputs.pre
+        (batch, n_in, k_in), n = pre.shape, inputs.n_out
+        groups = max(1, min(batch, GROUPS))
+        rows = (n_in, n) if inputs.transposed else (n, n_in)
+        values["groups"] = groups
+        values.update(
+            _zeroed(
+                pre,
+                {
+                    "grad_w": (groups, *rows),
+                    "grad_d": (groups, *rows) if wanted[0] else None,
+                    "grad_p": (groups, len(self.names), n),
+                    "source_b": (batch, n_in, k_in) if wanted[1] else None,
+                },
+            )
+        )
+        k_out = _int(values["k_out"])
         slab = self._scratch(inputs, k_out, _int(values["n_steps"]), integrals)["backward"]
-        self._run("backward", integrals, values, slab, pre)
+        self._run(name, integrals, values, slab, pre)
         grad_w, grad_p = (_tensor(values, k).sum(0) for k in ("grad_w", "grad_p"))
         grad_d = _tensor(values, "grad_d").sum(0) if wanted[0] else None
-        if transposed:
+        if inputs.transposed:
             grad_w = grad_w.t().contiguous()
             grad_d = grad_d.t().contiguous() if grad_d is not None else None
         source_b = _tensor(values, "source_b") if wanted[1] else None
