@@ -20,17 +20,19 @@ from typing import Any, NamedTuple
 import torch
 
 from .reference.events import GrazingSpikeWarning
+from .runtime import event_readouts
 from .runtime.events import EventKernels, Gradients, LayerInputs, Spikes, arrival_order
 
-__all__ = ["LayerCall", "EventLayerFunction", "PeakFunction", "report_grazing"]
+__all__ = ["LayerCall", "EventLayerFunction", "MeanFunction", "PeakFunction", "report_grazing"]
 
 
 class LayerCall(NamedTuple):
     """What a layer's function needs besides its tensors: the kernels, (t_end, dt), the
     names of the params given (in the order they follow the delays), the first run's
-    spike slots, the grazing tolerance, the layer's index ``layer`` (for reports) and
+    spike slots, the grazing tolerance, the layer's index ``layer`` (for reports),
     whether its delays hold one value along every row (``uniform``: its arrivals then
-    come in its samples' spike order)."""
+    come in its samples' spike order) and, for a mean readout, τ of its weighting
+    e^{−t/τ} (``tau_weight``; None: κ = 1)."""
 
     kernels: EventKernels
     times: tuple[float, float]
@@ -39,6 +41,7 @@ class LayerCall(NamedTuple):
     grazing: float
     layer: int
     uniform: bool
+    tau_weight: float | None = None
 
 
 def report_grazing(spikes: Spikes, tolerance: float, index: int) -> None:
@@ -163,7 +166,7 @@ class PeakFunction(torch.autograd.Function):
         *given: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         inputs = _inputs(call, pre, weight, delay, given)
-        peak = call.kernels.peak(inputs, call.times)
+        peak = event_readouts.peak(call.kernels, inputs, call.times)
         ctx.call, ctx.inputs, ctx.peak = call, inputs, peak
         ctx.shapes = [p.shape for p in given]
         ctx.mark_non_differentiable(peak.when)
@@ -173,8 +176,44 @@ class PeakFunction(torch.autograd.Function):
     def backward(ctx: Any, grad_y: torch.Tensor, _when: Any) -> tuple[Any, ...]:
         call: LayerCall = ctx.call
         grad_y = grad_y.to(ctx.inputs.pre.dtype)
-        grads = call.kernels.peak_backward(
-            ctx.inputs, call.times, ctx.peak, grad_y, _integrals(ctx), _sums(ctx)
+        grads = event_readouts.peak_backward(
+            call.kernels, ctx.inputs, call.times, ctx.peak, grad_y, _integrals(ctx), _sums(ctx)
+        )
+        return _returned(ctx, grads)
+
+
+class MeanFunction(torch.autograd.Function):
+    """A readout layer's mean of V, (1/t_end)∫κ(t)V dt with κ = 1 or e^{−t/τ} (``tau``,
+    the first input after the call), per (sample, neuron), from the inputs
+    :class:`EventLayerFunction` takes; its backward runs each row's adjoint with the loss
+    as a continuous source."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        call: LayerCall,
+        pre: torch.Tensor,
+        weight: torch.Tensor,
+        delay: torch.Tensor,
+        *given: torch.Tensor,
+    ) -> torch.Tensor:
+        inputs = _inputs(call, pre, weight, delay, given)
+        ctx.call, ctx.inputs = call, inputs
+        ctx.shapes = [p.shape for p in given]
+        return event_readouts.mean(call.kernels, inputs, call.times, call.tau_weight)
+
+    @staticmethod
+    def backward(ctx: Any, grad_y: torch.Tensor) -> tuple[Any, ...]:
+        call: LayerCall = ctx.call
+        grad_y = grad_y.to(ctx.inputs.pre.dtype)
+        grads = event_readouts.mean_backward(
+            call.kernels,
+            ctx.inputs,
+            call.times,
+            call.tau_weight,
+            grad_y,
+            _integrals(ctx),
+            _sums(ctx),
         )
         return _returned(ctx, grads)
 

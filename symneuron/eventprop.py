@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .binding_events import EventLayerFunction, LayerCall, PeakFunction
+from .binding_events import EventLayerFunction, LayerCall, MeanFunction, PeakFunction
 from .definition import Definition
 from .derivation.events import derive_events, system_text
 from .ode import ODESystem
@@ -44,6 +44,7 @@ __all__ = [
     "event_network",
     "first_spike_cross_entropy",
     "max_voltage",
+    "mean_voltage",
 ]
 
 
@@ -287,6 +288,60 @@ def max_voltage(
     >>> bool(w.grad[0, 0] < 0 < w.grad[1, 0])  # label 0: readout 0 up, readout 1 down
     True
     """
+    values, when = _readout(PeakFunction, neuron, readout, input_times, t_end, system, target)
+    return MaxVoltage(values, when)
+
+
+def mean_voltage(
+    neuron: Definition,
+    readout: EventLayer,
+    input_times: torch.Tensor,
+    *,
+    t_end: float,
+    tau_weight: float | None = None,
+    system: ODESystem | None = None,
+    target: str | None = None,
+) -> torch.Tensor:
+    """y_j = (1/T)∫₀ᵀ κ(t) V_j dt (T = ``t_end``; κ = 1, or e^{−t/τ} with ``tau_weight``)
+    of a readout layer of ``neuron``, as :func:`max_voltage` runs it (no threshold, no
+    reset), differentiable by EventProp: [batch, n_out] ([n_out] for one sample).
+
+    The compiled kernels' form of :func:`symneuron.reference.readouts.mean_voltage` (its
+    oracle): the loss is a continuous source −∂L/∂y_j·κ(t)/T in dλ_V/dt, no jump; the
+    forward's and the adjoint's integrals are 8-point Gauss–Legendre on pieces of at most
+    ``dt`` between arrivals, as the reference takes them. For a linear neuron of two
+    states, as :func:`max_voltage`.
+
+    >>> import sympy as sp, torch, symneuron as sn
+    >>> from symneuron.eventprop import EventLayer, mean_voltage
+    >>> tau_m, tau_s, I = sp.symbols("tau_m tau_s I", positive=True)
+    >>> lif = sn.Neuron.from_ode((-sn.V + I) / tau_m, dt=1.0, method="exact",
+    ...     params={tau_m: 10.0, tau_s: 5.0}, states={I: sn.ODEState(-I / tau_s + sn.X)})
+    >>> w = torch.ones(1, 1, dtype=torch.float64)
+    >>> y = mean_voltage(lif, EventLayer(w, torch.zeros(1, 1, dtype=torch.float64)),
+    ...     torch.tensor([[0.0]], dtype=torch.float64), t_end=1000.0)
+    >>> round(float(y) * 1000.0, 6)  # ∫V dt = ∫I dt = w·τ_s over all time
+    5.0
+    """
+    args = (neuron, readout, input_times, t_end, system, target, tau_weight)
+    (values,) = _readout(MeanFunction, *args)
+    return values
+
+
+def _readout(
+    function: type[torch.autograd.Function],
+    neuron: Definition,
+    readout: EventLayer,
+    input_times: torch.Tensor,
+    t_end: float,
+    system: ODESystem | None,
+    target: str | None,
+    tau_weight: float | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """A readout layer's outputs by ``function`` (an autograd function of the call, the
+    input times, weight, delay and given params; ``tau_weight`` goes in the call), each
+    [batch, n_out] or [n_out]: the layer and inputs checked, the delays' remembered facts
+    and the input times checked after the kernels ran (in one read-back)."""
     single = input_times.dim() == 2
     times = input_times[None] if single else input_times
     if times.dim() != 3:
@@ -298,24 +353,26 @@ def max_voltage(
     delays = _checked([readout], times, t_end)
     kernels, (names,), dt = _kernels_for(neuron, [readout], times, system, target, None)
     if kernels.rk4 or len(kernels.spec.states) != 2:
+        kind = "nonlinear" if kernels.rk4 else f"of {len(kernels.spec.states)} states"
         raise NotImplementedError(
             f"The compiled readouts take a linear neuron of two states; {neuron.name} is "
-            f"{'nonlinear' if kernels.rk4 else f'of {len(kernels.spec.states)} states'}. "
-            "Use symneuron.reference.readouts.max_voltage (float64, one sample at a time)."
+            f"{kind}. Use symneuron.reference.readouts (float64, one sample at a time)."
         )
     while True:  # again only where the delays changed through .data since last seen
         uniform = bool(delays.uniform[0])
-        call = LayerCall(kernels, (float(t_end), dt), names, 1, -math.inf, 0, uniform)
+        steps = (float(t_end), dt)
+        call = LayerCall(kernels, steps, names, 1, -math.inf, 0, uniform, tau_weight)
         cast = [t.to(times.dtype) for t in (readout.weight, readout.delay)]
         given = [readout.params[n].to(times.dtype) for n in names]
-        values, when = PeakFunction.apply(call, times, *cast, *given)
+        outputs = function.apply(call, times, *cast, *given)
+        outputs = (outputs,) if isinstance(outputs, torch.Tensor) else outputs
         earliest = times.amin().reshape(1) if times.numel() else times.new_zeros(1)
         _, (low, checks) = settle(kernels, [], [earliest, delays.to_check()])
         if not low[0] >= 0:  # NaN fails too
             raise ValueError("Input spike times must be ≥ 0 (+inf for an empty slot), not NaN.")
         if delays.held(checks):
             break
-    return MaxVoltage(values[0], when[0]) if single else MaxVoltage(values, when)
+    return tuple(out[0] for out in outputs) if single else tuple(outputs)
 
 
 def _kernels_for(

@@ -1,5 +1,6 @@
-"""The compiled readout (:func:`symneuron.eventprop.max_voltage`): a batch's maxima of V
-and their gradients in the C and CUDA kernels. Oracles: the float64 per-sample reference
+"""The compiled readouts (:func:`symneuron.eventprop.max_voltage`, :func:`~symneuron.
+eventprop.mean_voltage`): a batch's maxima and weighted means of V and their gradients in
+the C and CUDA kernels. Oracles: the float64 per-sample reference
 (symneuron/reference/readouts.py, written without the kernels; its own tests check it
 against finite differences), central finite differences of the kernels' forward where a
 maximum sits on an arrival (the term the two must get alike), and the float64 kernels for
@@ -12,7 +13,7 @@ import math
 import pytest
 import torch
 
-from symneuron.eventprop import EventLayer, event_network, max_voltage
+from symneuron.eventprop import EventLayer, event_network, max_voltage, mean_voltage
 from symneuron.reference import readouts as reference
 from tests.eventprop_models import qif
 from tests.test_eventprop_reference import F64, _adaptive, _lif
@@ -36,18 +37,20 @@ def _inputs(seed: int = 0, batch: int = 3) -> dict[str, torch.Tensor]:
     }
 
 
-def _run(fn, given: dict[str, torch.Tensor], dtype=F64, device="cpu"):  # noqa: ANN001, ANN202
-    """(values, times, {name: gradient}) of Σ_j (j + 1)·y_j over the batch, as float64."""
+def _run(fn, given: dict[str, torch.Tensor], dtype=F64, device="cpu", **kwargs):  # noqa: ANN001, ANN003, ANN202
+    """(values, times, {name: gradient}) of Σ_j (j + 1)·y_j over the batch, as float64
+    (times: the maxima's, or zeros for a mean)."""
     leaves = {
         k: v.to(device=device, dtype=dtype).clone().requires_grad_() for k, v in given.items()
     }
     params = {"tau_m": leaves["tau_m"], "tau_s": leaves["tau_s"]}
     readout = EventLayer(leaves["weight"], leaves["delay"], params=params)
-    out = fn(_lif(), readout, leaves["times"], t_end=T_END)
+    out = fn(_lif(), readout, leaves["times"], t_end=T_END, **kwargs)
+    values, times = (out, torch.zeros_like(out)) if isinstance(out, torch.Tensor) else out
     scale = torch.arange(1, N_OUT + 1, dtype=dtype, device=device)
-    (out.values * scale).sum().backward()
+    (values * scale).sum().backward()
     grads = {k: v.grad.detach().cpu().double() for k, v in leaves.items()}
-    return out.values.detach().cpu().double(), out.times.detach().cpu().double(), grads
+    return values.detach().cpu().double(), times.detach().cpu().double(), grads
 
 
 def _on_arrival(given: dict[str, torch.Tensor], times: torch.Tensor) -> torch.Tensor:
@@ -87,6 +90,31 @@ def test_float64_kernels_match_the_reference(uniform: bool) -> None:
 def test_float32_kernels_match_the_reference() -> None:
     given = _inputs(seed=1)
     _close(_run(max_voltage, given, torch.float32), _run(reference.max_voltage, given), 1e-4)
+
+
+@pytest.mark.parametrize("tau_weight", [None, 12.0])
+@pytest.mark.parametrize("uniform", [False, True], ids=["own-order", "shared-order"])
+def test_the_mean_matches_the_reference(tau_weight: float | None, uniform: bool) -> None:
+    """The mean of V (plain and weighted by e^{−t/12}) and every gradient (weights,
+    delays, input times, τ_m and τ_s through ∫λ·∂f/∂θ) within 1e-10 of the reference's in
+    float64, 1e-4 in float32."""
+    given = _inputs(seed=3)
+    if uniform:
+        given["delay"] = given["delay"][:, :1].expand(-1, N_IN).contiguous()
+    theirs = _run(reference.mean_voltage, given, tau_weight=tau_weight)
+    _close(_run(mean_voltage, given, tau_weight=tau_weight), theirs, 1e-10)
+    _close(_run(mean_voltage, given, torch.float32, tau_weight=tau_weight), theirs, 1e-4)
+
+
+def test_a_mean_over_all_time_is_the_synapses_integral() -> None:
+    """Closed form, no reference: one input spike at 0 with weight w gives ∫V dt = ∫I dt
+    = w·τ_s over all time (V and I decay to 0), and ∂y/∂w = τ_s / T."""
+    w = torch.full((1, 1), 2.0, dtype=F64, requires_grad=True)
+    readout = EventLayer(w, torch.zeros(1, 1, dtype=F64))
+    y = mean_voltage(_lif(), readout, torch.zeros(1, 1, dtype=F64), t_end=1000.0)
+    y.sum().backward()
+    assert abs(float(y.detach()) * 1000.0 - 2.0 * 5.0) <= 1e-9
+    assert abs(float(w.grad) - 5.0 / 1000.0) <= 1e-12
 
 
 def test_a_maximum_on_an_arrival_moves_with_its_delay() -> None:
@@ -141,7 +169,7 @@ def test_what_the_kernels_cannot_run_is_refused_with_the_way_out() -> None:
     given = _inputs()
     weight = torch.ones(2, N_IN, dtype=F64)
     flat = EventLayer(weight, torch.zeros(2, N_IN, dtype=F64))
-    with pytest.raises(NotImplementedError, match="reference.readouts.max_voltage"):
+    with pytest.raises(NotImplementedError, match="symneuron.reference.readouts"):
         max_voltage(qif(), flat, given["times"], t_end=T_END)  # nonlinear
     with pytest.raises(NotImplementedError, match="of 3 states"):
         max_voltage(_adaptive(), flat, given["times"], t_end=T_END)
@@ -157,15 +185,23 @@ def test_what_the_kernels_cannot_run_is_refused_with_the_way_out() -> None:
     late[0, 0, 0] = -1.0
     with pytest.raises(ValueError, match="≥ 0"):
         max_voltage(_lif(), flat, late, t_end=T_END)
+    with pytest.raises(ValueError, match="tau_weight must be a positive"):
+        mean_voltage(_lif(), flat, given["times"], t_end=T_END, tau_weight=-1.0)
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("uniform", [False, True], ids=["own-order", "shared-order"])
 def test_cuda_matches_the_c_kernels(uniform: bool) -> None:
-    """float64 CUDA within 1e-12 of float64 C; float32 CUDA within 1e-4 of the reference."""
+    """Both readouts: float64 CUDA within 1e-12 of float64 C; float32 CUDA within 1e-4 of
+    the reference."""
     given = _inputs(batch=40)
     if uniform:
         given["delay"] = given["delay"][:, :1].expand(-1, N_IN).contiguous()
     _close(_run(max_voltage, given, device="cuda"), _run(max_voltage, given), 1e-12)
     theirs = _run(reference.max_voltage, given)
     _close(_run(max_voltage, given, torch.float32, "cuda"), theirs, 1e-4)
+    for tau in (None, 12.0):
+        ours = _run(mean_voltage, given, device="cuda", tau_weight=tau)
+        _close(ours, _run(mean_voltage, given, tau_weight=tau), 1e-12)
+        theirs = _run(reference.mean_voltage, given, tau_weight=tau)
+        _close(_run(mean_voltage, given, torch.float32, "cuda", tau_weight=tau), theirs, 1e-4)

@@ -563,9 +563,11 @@ typedef struct {
     long long k_in;
     real start;         /* where the adjoint starts back from: t_end, or a readout's peak */
     real kick;          /* λ_V there (0 for a layer, dL/dy for a readout's maximum) */
+    real source;        /* a continuous source source·κ(t) in dλ_V/dt (a mean readout's */
+    real tau_w;         /* dL/dy / t_end; κ = 1, or e^(-t/tau_w) where tau_w > 0); 0: none */
 } sn_adjoint;
 
-#if SN_INTEGRALS && !SN_RK4
+#if !SN_RK4
 SN_CONST double sn_gauss_nodes[8] = SN_GAUSS_NODES;
 SN_CONST double sn_gauss_weights[8] = SN_GAUSS_WEIGHTS;
 #endif
@@ -665,45 +667,62 @@ SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real*
     for (int q = 0; q < NP; ++q) SN_ADD(a->grad_p[q * a->p_stride], acc[q]);
 }
 #else
-/* λ at `start` from λ at `upper` (no event between); with SN_INTEGRALS also adds
-   ∫λ·∂f/∂θ dt over [start, upper] by 8-point Gauss-Legendre on pieces of at most dt, the
-   state along it flowed from x_start (its value at `start`); `cuts` holds each piece's
-   start time and state (NS + 1 values a piece). */
+/* The source's share of λ at t from [t, upper] (no event between):
+   ∫_t^upper Φ(u − t)ᵀ e_V source·κ(u) du by 8-point Gauss-Legendre, added to lam. */
+SN_FN void sn_pushed(const sn_adjoint* a, real t, real upper, real* lam) {
+    real length = upper - t;
+    for (int node = 0; node < 8; ++node) {
+        real s = (real)(0.5 * (double)length * (sn_gauss_nodes[node] + 1.0)), e[NS], out[NS];
+        real kappa = a->tau_w > 0 ? exp(-(t + s) / a->tau_w) : 1;
+        real weight = (real)(0.5 * (double)length * sn_gauss_weights[node]);
+        for (int q = 0; q < NS; ++q) e[q] = q == 0 ? a->source * kappa : 0;
+        sn_adjoint_flow(e, e, 0, 0, s, a->p, out);
+        for (int q = 0; q < NS; ++q) lam[q] += weight * out[q];
+    }
+}
+
+/* λ at `start` from λ at `upper` (no event between), on pieces of at most dt where
+   SN_INTEGRALS adds ∫λ·∂f/∂θ dt over [start, upper] (8-point Gauss-Legendre on each, the
+   state along it flowed from x_start, its value at `start`) or a source adds its share
+   (sn_pushed); `cuts` holds each piece's start time and state (NS + 1 values a piece). */
 SN_FN void sn_integrate(const sn_adjoint* a, real start, real upper, const real* x_start,
                          real* lam, real* cuts) {
-#if SN_INTEGRALS
+    if (!SN_INTEGRALS && a->source == 0) {
+        sn_adjoint_flow(lam, lam, 0, 0, upper - start, a->p, lam);
+        return;
+    }
     long long last = 0;
     cuts[0] = start;
-    sn_copy(cuts + 1, x_start);
+    if (SN_INTEGRALS) sn_copy(cuts + 1, x_start);
     while (cuts[last * (NS + 1)] + a->dt < upper) {
         real* here = cuts + last * (NS + 1);
         real* next = here + NS + 1;
         next[0] = here[0] + a->dt;
-        sn_move(here + 1, next[0] - here[0], a->p, next + 1);
+        if (SN_INTEGRALS) sn_move(here + 1, next[0] - here[0], a->p, next + 1);
         ++last;
     }
     for (long long k = last; k >= 0; --k) {
         const real* piece = cuts + k * (NS + 1);
         real lo = piece[0], length = upper - lo;
         if (length > 0) {
-            for (int node = 0; node < 8; ++node) {
+            for (int node = 0; SN_INTEGRALS && node < 8; ++node) {
                 real s = (real)(0.5 * (double)length * (sn_gauss_nodes[node] + 1.0));
                 real xs[NS], ls[NS], terms[NP + 1];
                 sn_move(piece + 1, s, a->p, xs);
                 sn_adjoint_flow(xs, lam, 0, 0, upper - (lo + s), a->p, ls);
+                if (a->source != 0) sn_pushed(a, lo + s, upper, ls);
                 sn_integrands(xs, ls, 0, 0, 0, a->p, terms);
                 real weight = (real)(0.5 * (double)length * sn_gauss_weights[node]);
                 for (int q = 0; q < NP; ++q) SN_ADD(a->grad_p[q * a->p_stride], weight * terms[q]);
             }
+            real pushed[NS];
+            for (int q = 0; q < NS; ++q) pushed[q] = 0;
+            if (a->source != 0) sn_pushed(a, lo, upper, pushed);
             sn_adjoint_flow(lam, lam, 0, 0, length, a->p, lam);
+            for (int q = 0; q < NS; ++q) lam[q] += pushed[q];
         }
         upper = lo;
     }
-#else
-    (void)x_start;
-    (void)cuts;
-    sn_adjoint_flow(lam, lam, 0, 0, upper - start, a->p, lam);
-#endif
 }
 
 /* λ before a spike (derived jump) from λ after it; the spike's share of dL/dθ. */
@@ -844,7 +863,7 @@ SN_FN void sn_backward_row(long long r, unsigned char* slab, SN_BACKWARD_PARAMS)
                     counts[r], t_end, dt, n_steps, grad_w + g * N * n_in + at,
                     grad_d ? grad_d + g * N * n_in + at : grad_d, stride,
                     grad_p + g * NP * N + j, N, source_b ? source_b + b * m : source_b, k_in,
-                    t_end, 0};
+                    t_end, 0, 0, 0};
 #if SN_RK4
     /* the replay's entries, as many as codegen/events.py's trace_entries counts */
     sn_neuron_backward(&a, &arr, (real*)(slab + listed), n_steps + 2 * (m + k_out) + 1);
@@ -860,6 +879,30 @@ SN_FN void sn_backward_row(long long r, unsigned char* slab, SN_BACKWARD_PARAMS)
 SN_GROUPS_ENTRY(sn_events_backward, sn_backward_row, SN_BACKWARD_PARAMS, SN_BACKWARD_NAMES)
 
 #if !SN_RK4
+/* A readout row's adjoint (sample r / N, neuron r % N, no spikes) adding into its group's
+   gradient rows, from t_end with λ = 0 and no source (the caller sets its start, kick or
+   source); *before: its scratch's states before each event, after the arrivals' list. */
+SN_FN sn_adjoint sn_readout_adjoint(long long r, unsigned char* slab, const real* p,
+                                    double until, double step, long long n_steps, long long N,
+                                    long long n_in, long long k_in, const long long* order,
+                                    long long transposed, long long groups, real* grad_w,
+                                    real* grad_d, real* grad_p, real* source_b,
+                                    real** before) {
+    const long long m = n_in * k_in, b = r / N, j = r % N, g = b % groups;
+    const long long at = transposed ? j : j * n_in, stride = transposed ? N : 1;
+    const long long listed = order ? 0 : 2 * (m + 1) * (long long)sizeof(sn_arrival);
+    sn_adjoint a = {p, 0, 0, 0, 0, (real)until, (real)step, n_steps,
+                    grad_w + g * N * n_in + at, grad_d ? grad_d + g * N * n_in + at : grad_d,
+                    stride, grad_p + g * NP * N + j, N,
+                    source_b ? source_b + b * m : source_b, k_in, (real)until, 0, 0, 0};
+    *before = (real*)(slab + listed);
+    return a;
+}
+
+#define SN_READOUT_ADJOINT(r, slab, p, before)                                            \
+    sn_readout_adjoint(r, slab, p, until, step, n_steps, N, n_in, k_in, order, transposed, \
+                       groups, grad_w, grad_d, grad_p, source_b, before)
+
 /* A readout's maximum of V over [0, t_end]: a neuron run without its threshold or reset,
    its value and time, and where it sits on an arrival (V after it the greatest: V rising
    into an inhibitory input, or a jump of V), that arrival's source slot and V's rate
@@ -925,28 +968,22 @@ SN_FN void sn_peak_row(long long r, unsigned char* slab, SN_PEAK_PARAMS) {
    its time: dL/dt_a = dL/dy·V̇⁻(t_a) joins its delay's gradient and its source's B, and
    the arrival's own terms see λ = 0. */
 SN_FN void sn_peak_backward_row(long long r, unsigned char* slab, SN_PEAK_BACKWARD_PARAMS) {
-    const real t_end = (real)until, dt = (real)step, kick = grad_y[r];
-    const long long m = n_in * k_in, b = r / N, j = r % N, g = b % groups;
-    const long long at = transposed ? j : j * n_in, stride = transposed ? N : 1;
-    const long long listed = order ? 0 : 2 * (m + 1) * (long long)sizeof(sn_arrival);
-    real p[NP + NK + 1];
-    if (kick == 0) return;
-    sn_arrivals arr = SN_ROW_INPUTS(r, slab, t_end, p);
+    real p[NP + NK + 1], *before;
+    if (grad_y[r] == 0) return;
+    sn_arrivals arr = SN_ROW_INPUTS(r, slab, (real)until, p);
     /* the arrivals before the maximum: one at its time takes λ = 0, the kick coming
        after it back in time (as in the reference; y moves with it by the term below) */
     arr.n = sn_arrivals_upto(&arr, when[r], arr.n);
     while (arr.n > 0 && sn_arrival_time(&arr, arr.n - 1) >= when[r]) --arr.n;
-    sn_adjoint a = {p, 0, 0, 0, 0, t_end, dt, n_steps, grad_w + g * N * n_in + at,
-                    grad_d ? grad_d + g * N * n_in + at : grad_d, stride,
-                    grad_p + g * NP * N + j, N, source_b ? source_b + b * m : source_b, k_in,
-                    when[r], kick};
+    sn_adjoint a = SN_READOUT_ADJOINT(r, slab, p, &before);
+    a.start = when[r];
+    a.kick = grad_y[r];
     if (src[r] >= 0) {
-        real term = kick * rate[r];
-        if (a.grad_d) SN_ADD(a.grad_d[sn_input(src[r], k_in) * stride], term);
+        real term = a.kick * rate[r];
+        if (a.grad_d) SN_ADD(a.grad_d[sn_input(src[r], k_in) * a.g_stride], term);
         if (a.source_b) SN_ADD(a.source_b[src[r]], -term);
     }
-    const long long n_events = SN_REPLAY ? m + 1 : 1;
-    real* before = (real*)(slab + listed);
+    const long long n_events = SN_REPLAY ? n_in * k_in + 1 : 1;
     real* after = before + n_events * NS;
     sn_neuron_backward(&a, &arr, before, after, after + n_events * NS);
 }
@@ -954,4 +991,73 @@ SN_FN void sn_peak_backward_row(long long r, unsigned char* slab, SN_PEAK_BACKWA
 SN_ROWS_ENTRY(sn_events_peak, sn_peak_row, SN_PEAK_PARAMS, SN_PEAK_NAMES)
 SN_GROUPS_ENTRY(sn_events_peak_backward, sn_peak_backward_row, SN_PEAK_BACKWARD_PARAMS,
                 SN_PEAK_BACKWARD_NAMES)
+
+/* A readout's mean of V: (1/t_end)∫ κ(t) V dt over [0, t_end] (κ = 1, or e^(-t/tau_w)
+   where tau_w > 0), by 8-point Gauss-Legendre on the pieces between arrivals cut to at
+   most dt, as the reference takes it. */
+SN_FN real sn_neuron_mean(const sn_arrivals* arr, real t_end, real dt, real tau_w,
+                          const real* p) {
+    real x[NS], xs[NS], t = 0, total = 0;
+    sn_init(x, x, 0, 0, 0, p, x);
+    for (long long e = 0; e <= arr->n; ++e) {
+        sn_arrival next = sn_arrival_or_none(arr, e);
+        real due = e < arr->n ? next.t : t_end;
+        while (t < due) {
+            real end = t + dt < due ? t + dt : due, length = end - t;
+            for (int node = 0; node < 8; ++node) {
+                real s = (real)(0.5 * (double)length * (sn_gauss_nodes[node] + 1.0));
+                real kappa = tau_w > 0 ? exp(-(t + s) / tau_w) : 1;
+                sn_move(x, s, p, xs);
+                total += (real)(0.5 * (double)length * sn_gauss_weights[node]) * kappa *
+                         sn_eval(SN_V, xs, p);
+            }
+            sn_move(x, length, p, x);
+            t = end;
+        }
+        if (e == arr->n) break;
+        sn_synapse(x, x, next.w, 0, 0, p, x);
+    }
+    return total / t_end;
+}
+
+/* Row r's mean of V (sample r / N, readout neuron r % N). */
+SN_FN void sn_mean_row(long long r, unsigned char* slab, SN_MEAN_PARAMS) {
+    real p[NP + NK + 1];
+    sn_arrivals arr = SN_ROW_INPUTS(r, slab, (real)until, p);
+    value[r] = sn_neuron_mean(&arr, (real)until, (real)step, (real)tau_weight, p);
+}
+
+/* A mean readout's adjoint from t_end back to 0 through its arrivals, the loss a
+   continuous source in dλ_V/dt (no jump). */
+SN_FN void sn_mean_backward(const sn_adjoint* a, const sn_arrivals* arr, real* before,
+                            real* after, real* cuts) {
+    real lam[NS], upper = a->t_end;
+    for (int q = 0; q < NS; ++q) lam[q] = 0;
+    if (SN_REPLAY) sn_replay(a, arr, before, after);
+    for (long long e = arr->n - 1; e >= -1; --e) {
+        sn_arrival next = sn_arrival_or_none(arr, e);
+        real time = e >= 0 ? next.t : 0;
+        sn_integrate(a, time, upper, SN_AT(after, e + 1), lam, cuts);
+        if (e < 0) break;
+        sn_arrival_back(a, &next, SN_AT(before, e), lam);
+        upper = time;
+    }
+}
+
+/* Row r's backward of its mean, with dL/dy / t_end as the source's size. */
+SN_FN void sn_mean_backward_row(long long r, unsigned char* slab, SN_MEAN_BACKWARD_PARAMS) {
+    real p[NP + NK + 1], *before;
+    if (grad_y[r] == 0) return;
+    sn_arrivals arr = SN_ROW_INPUTS(r, slab, (real)until, p);
+    sn_adjoint a = SN_READOUT_ADJOINT(r, slab, p, &before);
+    a.source = grad_y[r] / a.t_end;
+    a.tau_w = (real)tau_weight;
+    const long long n_events = SN_REPLAY ? n_in * k_in + 1 : 1;
+    real* after = before + n_events * NS;
+    sn_mean_backward(&a, &arr, before, after, after + n_events * NS);
+}
+
+SN_ROWS_ENTRY(sn_events_mean, sn_mean_row, SN_MEAN_PARAMS, SN_MEAN_NAMES)
+SN_GROUPS_ENTRY(sn_events_mean_backward, sn_mean_backward_row, SN_MEAN_BACKWARD_PARAMS,
+                SN_MEAN_BACKWARD_NAMES)
 #endif

@@ -23,7 +23,10 @@ EventSpec` has a closed-form flow) runs as two exported functions, one source pe
 * ``sn_events_peak`` and ``sn_events_peak_backward`` (closed-form flow, two states): a
   readout layer's maximum of V over [0, t_end] (the neuron without its threshold and
   reset), and its adjoint from there back to 0 with λ_V = dL/dy at the maximum
-  (:func:`symneuron.eventprop.max_voltage`).
+  (:func:`symneuron.eventprop.max_voltage`); ``sn_events_mean`` and
+  ``sn_events_mean_backward``: its mean of V weighted by κ(t) = 1 or e^{−t/τ}, and the
+  adjoint with the loss as a continuous source in dλ_V/dt
+  (:func:`symneuron.eventprop.mean_voltage`).
 
 A neuron's arrivals come in time order through its sample's ``order`` (the runtime's
 stable sort of the sample's spike times) where its delays are equal along its row, with
@@ -54,6 +57,8 @@ __all__ = [
     "BACKWARD_ARGS",
     "PEAK_ARGS",
     "PEAK_BACKWARD_ARGS",
+    "MEAN_ARGS",
+    "MEAN_BACKWARD_ARGS",
     "ARGS",
     "EventSource",
     "LANGUAGES",
@@ -139,12 +144,23 @@ PEAK_BACKWARD_ARGS = _args(
     _SHARED + ", long long groups, const real* when, const long long* src, const real* rate, "
     "const real* grad_y, real* grad_w, real* grad_d, real* grad_p, real* source_b"
 )
+#: a readout's mean of V, (1/t_end)∫κ(t)V dt with κ = 1 or e^{−t/τ} (``tau_weight`` τ > 0;
+#: 0 for κ = 1), per (sample, neuron) row: its ``value``
+MEAN_ARGS = _args(_SHARED + ", double tau_weight, real* value")
+#: the mean readout's backward, dL/dy ``grad_y`` [B, N] a continuous source (dL/dy·κ/t_end
+#: in dλ_V/dt); out as :data:`BACKWARD_ARGS`'
+MEAN_BACKWARD_ARGS = _args(
+    _SHARED + ", double tau_weight, long long groups, const real* grad_y, real* grad_w, "
+    "real* grad_d, real* grad_p, real* source_b"
+)
 #: each kernel's arguments, by its name after ``sn_events_``
 ARGS = {
     "forward": FORWARD_ARGS,
     "backward": BACKWARD_ARGS,
     "peak": PEAK_ARGS,
     "peak_backward": PEAK_BACKWARD_ARGS,
+    "mean": MEAN_ARGS,
+    "mean_backward": MEAN_BACKWARD_ARGS,
 }
 
 
@@ -259,6 +275,10 @@ def _header(fns: EventFunctions, compute: str, integrals: bool, language: Langua
         f"#define SN_PEAK_NAMES {_names(PEAK_ARGS)}",
         f"#define SN_PEAK_BACKWARD_PARAMS {_params(PEAK_BACKWARD_ARGS)}",
         f"#define SN_PEAK_BACKWARD_NAMES {_names(PEAK_BACKWARD_ARGS)}",
+        f"#define SN_MEAN_PARAMS {_params(MEAN_ARGS)}",
+        f"#define SN_MEAN_NAMES {_names(MEAN_ARGS)}",
+        f"#define SN_MEAN_BACKWARD_PARAMS {_params(MEAN_BACKWARD_ARGS)}",
+        f"#define SN_MEAN_BACKWARD_NAMES {_names(MEAN_BACKWARD_ARGS)}",
         f"SN_CONST int sn_store[NSTORE + 1] = {{{store}}};",
     ]
 
@@ -284,7 +304,7 @@ def render_events(
     >>> lif = sn.Neuron.from_ode((-sn.V + I) / tau_m, dt=1.0, method="exact",
     ...     params={tau_m: 10.0, tau_s: 5.0}, states={I: sn.ODEState(-I / tau_s + sn.X)})
     >>> src = render_events(lif, lif.events(), "float32")
-    >>> "typedef float real;" in src.text and "void sn_events_backward(" in src.text
+    >>> "typedef float real;" in src.text and "(sn_events_backward, sn_backward_row" in src.text
     True
     >>> "#define SN_CUDA 1" in render_events(lif, lif.events(), "float32", backend="cuda").text
     True
@@ -317,13 +337,20 @@ def trace_entries(n_in_slots: int, k_out: int, n_steps: int) -> int:
 
 
 def scratch_bytes(
-    source: EventSource, dtype: str, n_in_slots: int, k_out: int, n_steps: int, sorting: bool
+    source: EventSource,
+    dtype: str,
+    n_in_slots: int,
+    k_out: int,
+    n_steps: int,
+    sorting: bool,
+    pieces: bool = False,
 ) -> dict[str, int]:
     """The scratch bytes one row takes in each pass (``"forward"``, ``"backward"``),
     rounded up to 16: a list of 2 (n_in·k_in + 1) arrivals to sort into (``sorting``: no
     ``order`` given), and in the backward the states before and after each event
     (n_in·k_in + k_out + 1 events where the backward replays the forward, else 1) and the
-    integral's pieces (n_steps + 3 of NS + 1 values, with time-constant integrals). On the
+    integral's pieces (n_steps + 3 of NS + 1 values, with time-constant integrals or
+    ``pieces``: a mean readout's source). On the
     RK4 path the backward's replay of the forward takes :func:`trace_entries` entries of
     2 + 3·NS values instead (a sub-step's kind, length and states at its start, middle
     and end; an event's kind and state just before it)."""
@@ -335,6 +362,6 @@ def scratch_bytes(
         return {"forward": -(-listed // 16) * 16, "backward": -(-backward // 16) * 16}
     replay = source.integrals or source.functions.replay
     events = n_in_slots + k_out + 1 if replay else 1
-    cuts = (n_steps + 3 if source.integrals else 1) * (states + 1)
+    cuts = (n_steps + 3 if source.integrals or pieces else 1) * (states + 1)
     backward = listed + (2 * events * states + cuts) * real
     return {"forward": -(-listed // 16) * 16, "backward": -(-backward // 16) * 16}

@@ -54,7 +54,6 @@ __all__ = [
     "LayerInputs",
     "Spikes",
     "Gradients",
-    "Peak",
     "arrival_order",
     "settle",
     "slots_key",
@@ -158,17 +157,6 @@ class Gradients(NamedTuple):
     source_b: torch.Tensor | None
 
 
-class Peak(NamedTuple):
-    """A readout's maximum of V per (sample, neuron), each [B, N]: its ``value``, its time
-    ``when``, and where it sits on an arrival, the arrival's source slot ``src`` (else −1)
-    and V's ``rate`` just before it."""
-
-    value: torch.Tensor
-    when: torch.Tensor
-    rate: torch.Tensor
-    src: torch.Tensor
-
-
 def _packed(
     args: tuple[KernelArg, ...], values: Mapping[str, torch.Tensor | float | None]
 ) -> list[int | float]:
@@ -240,7 +228,7 @@ class EventKernels:
             self._launchers[key] = self._runtime.launcher(module, f"sn_events_{name}", device)
         return self._launchers[key]
 
-    def _run(
+    def run(
         self, name: str, integrals: bool, values: Values, slab: int, like: torch.Tensor
     ) -> None:
         """Launch ``sn_events_<name>`` over every (sample, neuron) row: in C one call (each
@@ -292,13 +280,15 @@ class EventKernels:
         ]
         return torch.stack(rows).contiguous()
 
-    def _scratch(
-        self, inputs: LayerInputs, k_out: int, n_steps: int, integrals: bool
+    def scratch(
+        self, inputs: LayerInputs, k_out: int, n_steps: int, integrals: bool, pieces: bool = False
     ) -> dict[str, int]:
+        """A row's scratch bytes in each pass (:func:`~symneuron.codegen.events.
+        scratch_bytes`)."""
         _, n_in, k_in = inputs.pre.shape
         source = self.source(integrals)
         sorting = inputs.order is None
-        return scratch_bytes(source, self.dtype, n_in * k_in, k_out, n_steps, sorting)
+        return scratch_bytes(source, self.dtype, n_in * k_in, k_out, n_steps, sorting, pieces)
 
     def forward(
         self,
@@ -320,14 +310,14 @@ class EventKernels:
         values["counts"], values["status"] = outcome[0], outcome[1]
         shape = self.shape_of(inputs)
         slots = max(1, capacity, self.slots.get(shape, 0))
-        slab = self._scratch(inputs, slots, _int(values["n_steps"]), False)["forward"]
+        slab = self.scratch(inputs, slots, _int(values["n_steps"]), False)["forward"]
         while True:
             values["k_out"] = slots
             values["times"] = pre.new_empty((batch, n, slots))
             # past each row's count, store and rate are never read (times are +inf there)
             values["store"] = pre.new_empty((batch, n, slots, self.store))
             values["rate"] = pre.new_empty((batch, n, slots))
-            self._run("forward", False, values, slab, pre)
+            self.run("forward", False, values, slab, pre)
             spikes = Spikes(
                 _tensor(values, "times"),
                 _tensor(values, "store"),
@@ -378,59 +368,20 @@ class EventKernels:
                 "grad_t": grad_times.contiguous(),
             }
         )
-        return self._gradients("backward", inputs, values, integrals, wanted)
+        return self.gradients("backward", inputs, values, integrals, wanted)
 
-    def peak(self, inputs: LayerInputs, times: tuple[float, float]) -> Peak:
-        """A readout layer's maximum of V over [0, ``times[0]``] (its neurons run without
-        threshold and reset), per (sample, neuron)."""
-        inputs = self.laid_out(inputs)
-        pre = inputs.pre
-        values = inputs.values(times)
-        shape = (pre.shape[0], inputs.n_out)
-        peak = Peak(
-            pre.new_empty(shape),
-            pre.new_empty(shape),
-            pre.new_zeros(shape),
-            torch.empty(shape, dtype=torch.int64, device=pre.device),
-        )
-        values.update({"k_out": 1, **peak._asdict()})
-        slab = self._scratch(inputs, 0, _int(values["n_steps"]), False)["forward"]
-        self._run("peak", False, values, slab, pre)
-        return peak
-
-    def peak_backward(
-        self,
-        inputs: LayerInputs,
-        times: tuple[float, float],
-        peak: Peak,
-        grad_y: torch.Tensor,
-        integrals: bool = False,
-        wanted: tuple[bool, bool] = (True, True),
-    ) -> Gradients:
-        """A readout's gradients given dL/dy of each maximum (``grad_y`` [B, N]), as
-        :meth:`backward` returns a layer's."""
-        inputs = self.laid_out(inputs)
-        values = inputs.values(times)
-        values.update(
-            {
-                "k_out": 0,
-                "grad_y": grad_y.contiguous(),
-                "when": peak.when,
-                "src": peak.src,
-                "rate": peak.rate,
-            }
-        )
-        return self._gradients("peak_backward", inputs, values, integrals, wanted)
-
-    def _gradients(
+    def gradients(
         self,
         name: str,
         inputs: LayerInputs,
         values: Values,
         integrals: bool,
         wanted: tuple[bool, bool],
+        pieces: bool = False,
     ) -> Gradients:
-        """Run backward kernel ``name`` into zeroed gradient rows per group, and sum them."""
+        """Run backward kernel ``name`` (``sn_events_<name>``, a layer's or a readout's)
+        with ``values`` into zeroed gradient rows per group, and sum them; ``pieces``: its
+        adjoint integrates a source on pieces of at most dt (a mean readout)."""
         pre = inputs.pre
         (batch, n_in, k_in), n = pre.shape, inputs.n_out
         groups = max(1, min(batch, GROUPS))
@@ -448,8 +399,8 @@ class EventKernels:
             )
         )
         k_out = _int(values["k_out"])
-        slab = self._scratch(inputs, k_out, _int(values["n_steps"]), integrals)["backward"]
-        self._run(name, integrals, values, slab, pre)
+        slab = self.scratch(inputs, k_out, _int(values["n_steps"]), integrals, pieces)
+        self.run(name, integrals, values, slab["backward"], pre)
         grad_w, grad_p = (_tensor(values, k).sum(0) for k in ("grad_w", "grad_p"))
         grad_d = _tensor(values, "grad_d").sum(0) if wanted[0] else None
         if inputs.transposed:
