@@ -88,7 +88,11 @@ class _Delays:
 
     def _flat(self, layers: list[int]) -> torch.Tensor:
         parts = [t.double() for i in layers for t in self.ranges[i] or ()]
-        return torch.cat(parts).detach() if parts else torch.zeros(0, dtype=torch.float64)
+        if parts:
+            return torch.cat(parts).detach()
+        # none: an empty tensor where the others are, for the one read-back with them
+        device = self.delays[0].device if self.delays else None
+        return torch.zeros(0, dtype=torch.float64, device=device)
 
     def to_check(self) -> torch.Tensor:
         """The rows' least and greatest delay of the layers taken as they were."""
