@@ -84,7 +84,8 @@ class _Delays:
         #: the layers taken as they were: checked after the forward
         self.later = [i for i, known in enumerate(self.uniform) if known is not None]
         missing = [i for i, known in enumerate(self.uniform) if known is None]
-        self._learn(missing, self._flat(missing).cpu().numpy())
+        if missing:  # (no read-back, no host sync, where every delay is remembered)
+            self._learn(missing, self._flat(missing).cpu().numpy())
 
     def _flat(self, layers: list[int]) -> torch.Tensor:
         parts = [t.double() for i in layers for t in self.ranges[i] or ()]
