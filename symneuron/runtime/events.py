@@ -243,7 +243,8 @@ class EventKernels:
             return
         launch = self.launcher(name, integrals, like.device.index or 0)
         wave = max(1, min(total, SCRATCH // slab)) if slab else max(1, total)
-        scratch = torch.zeros(wave * slab, dtype=torch.uint8, device=like.device) if slab else None
+        # (every kernel writes its scratch before it reads it: no zeroing launch)
+        scratch = torch.empty(wave * slab, dtype=torch.uint8, device=like.device) if slab else None
         values["scratch"] = scratch
         for row0 in range(0, total, wave):
             rows = min(wave, total - row0)
@@ -306,7 +307,8 @@ class EventKernels:
         pre = inputs.pre
         batch, n = pre.shape[0], inputs.n_out
         values = inputs.values(times)
-        outcome = torch.zeros((2, batch, n), dtype=torch.int64, device=pre.device)
+        # (every row's count and status is written by its run)
+        outcome = torch.empty((2, batch, n), dtype=torch.int64, device=pre.device)
         values["counts"], values["status"] = outcome[0], outcome[1]
         shape = self.shape_of(inputs)
         slots = max(1, capacity, self.slots.get(shape, 0))
