@@ -100,6 +100,22 @@ def test_cuda_sources_compile_with_nvrtc(model: str, dtype: str) -> None:
     ptx = nvrtc.compile_to_ptx(source.text, "events.cu", ("-arch=compute_90", "-std=c++17"))
     assert ".entry sn_events_forward(" in ptx and ".entry sn_events_backward(" in ptx
     assert "call.uni" not in ptx and ".local" not in ptx
+    assert ".entry sn_events_peak(" not in ptx  # the readouts are a source of their own
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cuda_readout_sources_compile_with_nvrtc(dtype: str) -> None:
+    """The readouts' source (the LIF's, with the time-constant integrals): its four
+    kernels to PTX with no call left and no local memory."""
+    nvrtc = nvrtc_or_skip()
+    neuron = _lif()
+    source = render_events(
+        neuron, neuron.events(), dtype, integrals=True, backend="cuda", readouts=True
+    )
+    ptx = nvrtc.compile_to_ptx(source.text, "readouts.cu", ("-arch=compute_90", "-std=c++17"))
+    for kernel in ("peak", "peak_backward", "mean", "mean_backward"):
+        assert f".entry sn_events_{kernel}(" in ptx, kernel
+    assert "call.uni" not in ptx and ".local" not in ptx
 
 
 def test_one_skeleton_serves_both_languages() -> None:

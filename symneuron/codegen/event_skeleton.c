@@ -878,7 +878,7 @@ SN_FN void sn_backward_row(long long r, unsigned char* slab, SN_BACKWARD_PARAMS)
 
 SN_GROUPS_ENTRY(sn_events_backward, sn_backward_row, SN_BACKWARD_PARAMS, SN_BACKWARD_NAMES)
 
-#if !SN_RK4
+#if SN_READOUTS
 /* A readout row's adjoint (sample r / N, neuron r % N, no spikes) adding into its group's
    gradient rows, from t_end with λ = 0 and no source (the caller sets its start, kick or
    source); *before: its scratch's states before each event, after the arrivals' list. */

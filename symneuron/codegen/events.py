@@ -236,7 +236,9 @@ def _limit(value: float) -> str:
     return f"((real){float(value)!r})"
 
 
-def _header(fns: EventFunctions, compute: str, integrals: bool, language: Language) -> list[str]:
+def _header(
+    fns: EventFunctions, compute: str, integrals: bool, language: Language, readouts: bool
+) -> list[str]:
     limits = np.finfo(np.float32 if compute == "float" else np.float64)
     nodes, weights = np.polynomial.legendre.leggauss(8)
     store = ", ".join(str(i) for i in (*fns.store, 0))
@@ -263,6 +265,7 @@ def _header(fns: EventFunctions, compute: str, integrals: bool, language: Langua
         f"#define SN_INTEGRALS {int(integrals)}",
         f"#define SN_REPLAY {int(integrals or fns.replay)}",
         f"#define SN_RK4 {int(fns.rk4)}",
+        f"#define SN_READOUTS {int(readouts and not fns.rk4)}",
         f"#define SN_WHOLE {int(fns.whole)}",
         f"#define SN_DIRECT {int(fns.passes and not (fns.rk4 or integrals or fns.replay))}",
         f"#define SN_GAUSS_NODES {_floats(nodes)}",
@@ -290,6 +293,7 @@ def render_events(
     integrals: bool = False,
     backend: str = "cpu",
     rk4: bool | None = None,
+    readouts: bool = False,
 ) -> EventSource:
     """The source of ``spec``'s EventProp kernels in ``dtype`` (``"float32"`` or
     ``"float64"``) for ``backend`` (``"cpu"``: C, ``"cuda"``: CUDA C++ for NVRTC);
@@ -297,7 +301,10 @@ def render_events(
     replays each neuron's states between events). ``rk4``: the RK4 path (RK4 steps,
     crossings on each step's Hermite interpolant, the adjoint back by RK4) rather than
     the closed-form flow; None picks it where the spec has no closed-form flow (a
-    nonlinear neuron: QIF, EIF, AdEx) and the flow where it has one.
+    nonlinear neuron: QIF, EIF, AdEx) and the flow where it has one. ``readouts``: the
+    source also holds the readout kernels (``sn_events_peak``, ``sn_events_mean`` and
+    their backwards; closed-form flow only), a source of their own so that a layer's
+    compiles no more than its two kernels.
 
     >>> import sympy as sp, symneuron as sn
     >>> tau_m, tau_s, I = sp.symbols("tau_m tau_s I")
@@ -320,7 +327,7 @@ def render_events(
     fns = event_functions(definition, spec, compute, rk4)
     integrals = integrals and fns.integrands
     skeleton = resources.files(__package__).joinpath("event_skeleton.c").read_text()
-    header = _header(fns, compute, integrals, LANGUAGES[backend])
+    header = _header(fns, compute, integrals, LANGUAGES[backend], readouts)
     text = "\n".join([*header, "", fns.source, "", skeleton])
     return EventSource(text, fns, integrals)
 

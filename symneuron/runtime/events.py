@@ -202,7 +202,7 @@ class EventKernels:
         self.store = len(spec.store)
         self._runtime = _RUNTIMES[backend]
         self._launchers: dict[tuple[str, bool, int], cpu.Launch] = {}
-        self._sources: dict[bool, EventSource] = {}
+        self._sources: dict[tuple[bool, bool], EventSource] = {}
         #: the slots a forward of each (B, N, n_in·K_in) shape last needed, with room to
         #: spare: the first run's (time only: a run short of slots runs again)
         self.slots: dict[tuple[int, int, int], int] = {}
@@ -211,20 +211,29 @@ class EventKernels:
         self.transpose = backend == "cuda"
         self._defaults: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
 
-    def source(self, integrals: bool) -> EventSource:
+    def source(self, integrals: bool, readouts: bool = False) -> EventSource:
         """The rendered source (``integrals`` selects the backward's flavour; the forward
-        is the same in both), rendered once."""
-        if integrals not in self._sources:
-            self._sources[integrals] = render_events(
-                self.definition, self.spec, self.dtype, integrals, self.backend, self.rk4
+        is the same in both; ``readouts``: with the readout kernels), rendered once."""
+        key = (integrals, readouts)
+        if key not in self._sources:
+            self._sources[key] = render_events(
+                self.definition,
+                self.spec,
+                self.dtype,
+                integrals,
+                self.backend,
+                self.rk4,
+                readouts,
             )
-        return self._sources[integrals]
+        return self._sources[key]
 
     def launcher(self, name: str, integrals: bool, device: int = -1) -> cpu.Launch:
-        """The launch function of ``sn_events_<name>`` on ``device`` (-1: the CPU)."""
+        """The launch function of ``sn_events_<name>`` on ``device`` (-1: the CPU), from
+        the layers' source or, for a readout kernel, the readouts' one."""
         key = (name, integrals, device)
         if key not in self._launchers:
-            module = self._runtime.load(self.source(integrals).text, device)
+            readout = name not in ("forward", "backward")
+            module = self._runtime.load(self.source(integrals, readout).text, device)
             self._launchers[key] = self._runtime.launcher(module, f"sn_events_{name}", device)
         return self._launchers[key]
 
