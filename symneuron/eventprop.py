@@ -9,6 +9,8 @@ spike times and gradients accurate to O(dt⁴)). It is the float64 reference's f
 (:func:`symneuron.reference.events.event_network`) with the batch run in parallel by
 generated kernels (:mod:`symneuron.codegen.events`: C on the CPU, CUDA on a GPU, as the
 inputs are), in float32 or float64; the reference is its oracle (docs/eventprop.md).
+The readouts :func:`max_voltage` and :func:`mean_voltage` are the reference's
+(:mod:`symneuron.reference.readouts`) likewise, for a linear neuron of two states.
 
 Representation: spike times as tensors padded with +inf ([batch, n, K], K the most
 spikes of any neuron in the batch), as the reference returns them. A loss is then

@@ -567,7 +567,7 @@ typedef struct {
     real tau_w;         /* dL/dy / t_end; κ = 1, or e^(-t/tau_w) where tau_w > 0); 0: none */
 } sn_adjoint;
 
-#if !SN_RK4
+#if (SN_INTEGRALS || SN_READOUTS) && !SN_RK4
 SN_CONST double sn_gauss_nodes[8] = SN_GAUSS_NODES;
 SN_CONST double sn_gauss_weights[8] = SN_GAUSS_WEIGHTS;
 #endif
@@ -667,6 +667,7 @@ SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real*
     for (int q = 0; q < NP; ++q) SN_ADD(a->grad_p[q * a->p_stride], acc[q]);
 }
 #else
+#if SN_READOUTS
 /* The source's share of λ at t from [t, upper] (no event between):
    ∫_t^upper Φ(u − t)ᵀ e_V source·κ(u) du by 8-point Gauss-Legendre, added to lam. */
 SN_FN void sn_pushed(const sn_adjoint* a, real t, real upper, real* lam) {
@@ -680,6 +681,11 @@ SN_FN void sn_pushed(const sn_adjoint* a, real t, real upper, real* lam) {
         for (int q = 0; q < NS; ++q) lam[q] += weight * out[q];
     }
 }
+#define SN_PUSHED(a, t, upper, lam) \
+    if ((a)->source != 0) sn_pushed(a, t, upper, lam)
+#else
+#define SN_PUSHED(a, t, upper, lam)
+#endif
 
 /* λ at `start` from λ at `upper` (no event between), on pieces of at most dt where
    SN_INTEGRALS adds ∫λ·∂f/∂θ dt over [start, upper] (8-point Gauss-Legendre on each, the
@@ -687,6 +693,7 @@ SN_FN void sn_pushed(const sn_adjoint* a, real t, real upper, real* lam) {
    (sn_pushed); `cuts` holds each piece's start time and state (NS + 1 values a piece). */
 SN_FN void sn_integrate(const sn_adjoint* a, real start, real upper, const real* x_start,
                          real* lam, real* cuts) {
+#if SN_INTEGRALS || SN_READOUTS
     if (!SN_INTEGRALS && a->source == 0) {
         sn_adjoint_flow(lam, lam, 0, 0, upper - start, a->p, lam);
         return;
@@ -710,19 +717,24 @@ SN_FN void sn_integrate(const sn_adjoint* a, real start, real upper, const real*
                 real xs[NS], ls[NS], terms[NP + 1];
                 sn_move(piece + 1, s, a->p, xs);
                 sn_adjoint_flow(xs, lam, 0, 0, upper - (lo + s), a->p, ls);
-                if (a->source != 0) sn_pushed(a, lo + s, upper, ls);
+                SN_PUSHED(a, lo + s, upper, ls);
                 sn_integrands(xs, ls, 0, 0, 0, a->p, terms);
                 real weight = (real)(0.5 * (double)length * sn_gauss_weights[node]);
                 for (int q = 0; q < NP; ++q) SN_ADD(a->grad_p[q * a->p_stride], weight * terms[q]);
             }
             real pushed[NS];
             for (int q = 0; q < NS; ++q) pushed[q] = 0;
-            if (a->source != 0) sn_pushed(a, lo, upper, pushed);
+            SN_PUSHED(a, lo, upper, pushed);
             sn_adjoint_flow(lam, lam, 0, 0, length, a->p, lam);
             for (int q = 0; q < NS; ++q) lam[q] += pushed[q];
         }
         upper = lo;
     }
+#else
+    (void)x_start;
+    (void)cuts;
+    sn_adjoint_flow(lam, lam, 0, 0, upper - start, a->p, lam);
+#endif
 }
 
 /* λ before a spike (derived jump) from λ after it; the spike's share of dL/dθ. */
