@@ -65,6 +65,7 @@ def report_grazing(spikes: Spikes, tolerance: float, index: int) -> None:
 
 
 def _inputs(
+    ctx: Any,
     call: LayerCall,
     pre: torch.Tensor,
     weight: torch.Tensor,
@@ -73,13 +74,16 @@ def _inputs(
 ) -> LayerInputs:
     """A layer's kernel inputs, laid out as its kernels read them (once, for both
     passes): every param (the given ones, the rest at their defaults) and its samples'
-    arrival order where its delays are uniform."""
+    arrival order where its delays are uniform; kept on ``ctx`` with the call and the
+    given params' shapes, what every backward here reads."""
     tensors = [t.detach().contiguous() for t in (pre, weight, delay)]
     n = weight.shape[0]
     params = call.kernels.params(dict(zip(call.names, given, strict=True)), n, tensors[1])
     order, ordered = arrival_order(tensors[0], call.uniform)
     inputs = LayerInputs(tensors[0], tensors[1], tensors[2], params, order, ordered)
-    return call.kernels.laid_out(inputs)
+    ctx.call, ctx.inputs = call, call.kernels.laid_out(inputs)
+    ctx.shapes = [p.shape for p in given]
+    return ctx.inputs
 
 
 class EventLayerFunction(torch.autograd.Function):
@@ -97,11 +101,10 @@ class EventLayerFunction(torch.autograd.Function):
         delay: torch.Tensor,
         *given: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        inputs = _inputs(call, pre, weight, delay, given)
+        inputs = _inputs(ctx, call, pre, weight, delay, given)
         spikes = call.kernels.forward(inputs, call.times, call.capacity, check=False)
         report_grazing(spikes, call.grazing, call.layer)
-        ctx.call, ctx.inputs, ctx.spikes = call, inputs, spikes
-        ctx.shapes = [p.shape for p in given]
+        ctx.spikes = spikes
         ctx.mark_non_differentiable(spikes.outcome)
         return spikes.times, spikes.outcome
 
@@ -165,10 +168,9 @@ class PeakFunction(torch.autograd.Function):
         delay: torch.Tensor,
         *given: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        inputs = _inputs(call, pre, weight, delay, given)
+        inputs = _inputs(ctx, call, pre, weight, delay, given)
         peak = event_readouts.peak(call.kernels, inputs, call.times)
-        ctx.call, ctx.inputs, ctx.peak = call, inputs, peak
-        ctx.shapes = [p.shape for p in given]
+        ctx.peak = peak
         ctx.mark_non_differentiable(peak.when)
         return peak.value, peak.when
 
@@ -183,8 +185,8 @@ class PeakFunction(torch.autograd.Function):
 
 
 class MeanFunction(torch.autograd.Function):
-    """A readout layer's mean of V, (1/t_end)∫κ(t)V dt with κ = 1 or e^{−t/τ} (``tau``,
-    the first input after the call), per (sample, neuron), from the inputs
+    """A readout layer's mean of V, (1/t_end)∫κ(t)V dt with κ = 1 or e^{−t/τ} (τ the
+    call's ``tau_weight``), per (sample, neuron), from the inputs
     :class:`EventLayerFunction` takes; its backward runs each row's adjoint with the loss
     as a continuous source."""
 
@@ -197,9 +199,7 @@ class MeanFunction(torch.autograd.Function):
         delay: torch.Tensor,
         *given: torch.Tensor,
     ) -> torch.Tensor:
-        inputs = _inputs(call, pre, weight, delay, given)
-        ctx.call, ctx.inputs = call, inputs
-        ctx.shapes = [p.shape for p in given]
+        inputs = _inputs(ctx, call, pre, weight, delay, given)
         return event_readouts.mean(call.kernels, inputs, call.times, call.tau_weight)
 
     @staticmethod
