@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import torch
 
 from .reference.events import GrazingSpikeWarning
-from .runtime import event_readouts
+from .runtime import event_readouts, event_recurrent
 from .runtime.events import EventKernels, Gradients, LayerInputs, Spikes, arrival_order
 
 __all__ = ["LayerCall", "EventLayerFunction", "MeanFunction", "PeakFunction", "report_grazing"]
@@ -71,26 +71,30 @@ def _inputs(
     weight: torch.Tensor,
     delay: torch.Tensor,
     given: tuple[torch.Tensor, ...],
+    given_at: int = 4,
 ) -> LayerInputs:
     """A layer's kernel inputs, laid out as its kernels read them (once, for both
     passes): every param (the given ones, the rest at their defaults) and its samples'
-    arrival order where its delays are uniform; kept on ``ctx`` with the call and the
-    given params' shapes, what every backward here reads."""
+    arrival order where its delays are uniform; kept on ``ctx`` with the call, the
+    given params' shapes and where they start among the function's inputs
+    (``given_at``), what every backward here reads."""
     tensors = [t.detach().contiguous() for t in (pre, weight, delay)]
     n = weight.shape[0]
     params = call.kernels.params(dict(zip(call.names, given, strict=True)), n, tensors[1])
     order, ordered = arrival_order(tensors[0], call.uniform)
     inputs = LayerInputs(tensors[0], tensors[1], tensors[2], params, order, ordered)
     ctx.call, ctx.inputs = call, call.kernels.laid_out(inputs)
-    ctx.shapes = [p.shape for p in given]
+    ctx.shapes, ctx.given_at = [p.shape for p in given], given_at
     return ctx.inputs
 
 
 class EventLayerFunction(torch.autograd.Function):
-    """One feedforward layer's spike times, differentiable by EventProp, untrimmed, with
-    its rows' outcome (counts and statuses) unread: the network reads every layer's at
-    once (:func:`~symneuron.runtime.events.settle`) and runs again where a neuron had
-    too few slots."""
+    """One layer's spike times, differentiable by EventProp, untrimmed, with its rows'
+    outcome (counts and statuses) unread: the network reads every layer's at once
+    (:func:`~symneuron.runtime.events.settle`) and runs again where a neuron had too few
+    slots. A recurrent layer has its ``rec_weight`` and ``rec_delay`` [N, N] (target,
+    source; None for a feedforward one) and runs the recurrent kernels
+    (:mod:`symneuron.runtime.event_recurrent`)."""
 
     @staticmethod
     def forward(
@@ -99,10 +103,20 @@ class EventLayerFunction(torch.autograd.Function):
         pre: torch.Tensor,
         weight: torch.Tensor,
         delay: torch.Tensor,
+        rec_weight: torch.Tensor | None,
+        rec_delay: torch.Tensor | None,
         *given: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        inputs = _inputs(ctx, call, pre, weight, delay, given)
-        spikes = call.kernels.forward(inputs, call.times, call.capacity, check=False)
+        inputs = _inputs(ctx, call, pre, weight, delay, given, given_at=6)
+        ctx.loop = None
+        if rec_weight is None or rec_delay is None:
+            spikes = call.kernels.forward(inputs, call.times, call.capacity, check=False)
+        else:
+            loop = (t.detach().contiguous() for t in (rec_weight, rec_delay))
+            ctx.loop = event_recurrent.Loop(*loop).laid_out(call.kernels)
+            spikes = event_recurrent.loop_forward(
+                call.kernels, inputs, ctx.loop, call.times, call.capacity
+            )
         report_grazing(spikes, call.grazing, call.layer)
         ctx.spikes = spikes
         ctx.mark_non_differentiable(spikes.outcome)
@@ -113,9 +127,14 @@ class EventLayerFunction(torch.autograd.Function):
         call: LayerCall = ctx.call
         integrals = _integrals(ctx)
         grad_times = grad_times.to(ctx.inputs.pre.dtype)
-        grads = call.kernels.backward(
-            ctx.inputs, call.times, ctx.spikes, grad_times, integrals, _sums(ctx)
-        )
+        args = (ctx.inputs, call.times, ctx.spikes, grad_times, integrals)
+        if ctx.loop is None:
+            grads = call.kernels.backward(*args, _sums(ctx))
+        else:
+            wanted = (*_sums(ctx), ctx.needs_input_grad[5])
+            grads = event_recurrent.loop_backward(
+                call.kernels, args[0], ctx.loop, *args[1:], wanted
+            )
         if call.kernels.rk4 and integrals:
             _check_replay(grads.params)
         return _returned(ctx, grads)
@@ -131,7 +150,7 @@ def _integrals(ctx: Any) -> bool:
     call: LayerCall = ctx.call
     return any(
         need and not call.kernels.spec.rhs_partials[name].is_zero_matrix
-        for name, need in zip(call.names, ctx.needs_input_grad[4:], strict=True)
+        for name, need in zip(call.names, ctx.needs_input_grad[ctx.given_at :], strict=True)
     )
 
 
@@ -142,15 +161,17 @@ def _sums(ctx: Any) -> tuple[bool, bool]:
 
 def _returned(ctx: Any, grads: Gradients) -> tuple[Any, ...]:
     """The backward's return: −Σ Q per input spike (0 for an empty slot or one past t_end:
-    no arrival adds to it), dL/dW, dL/dD, and each wanted given param's gradient summed to
-    its shape."""
+    no arrival adds to it), dL/dW, dL/dD, a layer's dL/dW_rec and dL/dD_rec (None for a
+    feedforward one), and each wanted given param's gradient summed to its shape."""
     call: LayerCall = ctx.call
     grad_pre = None if grads.source_b is None else grads.source_b.neg_()
+    needs = ctx.needs_input_grad[ctx.given_at :]
     given = [
         grads.params[call.kernels.names.index(name)].sum_to_size(shape) if need else None
-        for name, need, shape in zip(call.names, ctx.needs_input_grad[4:], ctx.shapes, strict=True)
+        for name, need, shape in zip(call.names, needs, ctx.shapes, strict=True)
     ]
-    return (None, grad_pre, grads.weight, grads.delay, *given)
+    loop = [] if ctx.given_at == 4 else list(grads.recurrent or (None, None))
+    return (None, grad_pre, grads.weight, grads.delay, *loop, *given)
 
 
 class PeakFunction(torch.autograd.Function):

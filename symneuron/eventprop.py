@@ -35,7 +35,7 @@ from .binding_events import EventLayerFunction, LayerCall, MeanFunction, PeakFun
 from .definition import Definition
 from .derivation.events import derive_events, system_text
 from .ode import ODESystem
-from .reference.events import EventLayer, GrazingSpikeWarning, uses_rk4
+from .reference.events import EventLayer, GrazingSpikeWarning, recurrent_layers, uses_rk4
 from .reference.readouts import MaxVoltage, first_spike_cross_entropy
 from .runtime.events import EventKernels, Run, event_kernels, settle, slots_key
 
@@ -156,13 +156,7 @@ def _forget(key: int, _ref: object) -> None:
 
 
 def _check_shapes(index: int, layer: EventLayer, n_in: int, device: torch.device) -> None:
-    """A feedforward layer whose shapes chain from ``n_in`` inputs, on ``device``."""
-    if layer.recurrent_weight is not None or layer.recurrent_delay is not None:
-        raise NotImplementedError(
-            f"layer {index} is recurrent: the compiled EventProp kernels run feedforward "
-            "layers only; run recurrent layers by symneuron.reference.events.event_network "
-            "(float64, one sample at a time)."
-        )
+    """A layer whose shapes chain from ``n_in`` inputs, on ``device``."""
     if layer.weight.dim() != 2 or layer.weight.shape[1] != n_in:
         raise ValueError(
             f"layer {index}: weight of shape {tuple(layer.weight.shape)}, expected "
@@ -170,7 +164,8 @@ def _check_shapes(index: int, layer: EventLayer, n_in: int, device: torch.device
         )
     if layer.delay.shape != layer.weight.shape:
         raise ValueError(f"layer {index}: delay and weight shapes differ.")
-    others = {t.device for t in (layer.weight, layer.delay, *layer.params.values())}
+    loop = [t for t in (layer.recurrent_weight, layer.recurrent_delay) if t is not None]
+    others = {t.device for t in (layer.weight, layer.delay, *loop, *layer.params.values())}
     if others != {device}:
         raise ValueError(
             f"layer {index}: its tensors are on {sorted(map(str, others))}, the input "
@@ -235,6 +230,12 @@ def event_network(
         raise ValueError(f"input_times must be [batch, n_in, K] or [n_in, K], got {times.shape}.")
     delays = _checked(layers, times, t_end)
     kernels, names, dt = _kernels_for(neuron, layers, times, system, target, integrator)
+    if any(recurrent_layers(layers, dt)) and kernels.rk4:
+        raise NotImplementedError(
+            "The compiled EventProp kernels run recurrent layers of a neuron with a "
+            "closed-form flow (integrator 'exact'), not on the RK4 path; run this network "
+            "by symneuron.reference.events.event_network (float64, one sample at a time)."
+        )
     steps = (float(t_end), dt)
     while True:  # again only where a layer had too few slots, or its delays changed
         calls = [
@@ -415,9 +416,13 @@ def _layers_once(
     runs: list[Run] = []
     for call, layer in zip(calls, layers, strict=True):
         cast = [t.to(times.dtype) for t in (layer.weight, layer.delay)]
+        loop = [
+            None if t is None else t.to(times.dtype)
+            for t in (layer.recurrent_weight, layer.recurrent_delay)
+        ]
         given = [layer.params[n].to(times.dtype) for n in call.names]
         previous = outputs[-1] if outputs else times
-        out, outcome = EventLayerFunction.apply(call, previous, *cast, *given)
+        out, outcome = EventLayerFunction.apply(call, previous, *cast, *loop, *given)
         runs.append((slots_key(previous.shape, out.shape[1]), out.shape[2], outcome))
         outputs.append(out)
     return outputs, runs

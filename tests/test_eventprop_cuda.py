@@ -110,7 +110,7 @@ def test_cuda_readout_sources_compile_with_nvrtc(dtype: str) -> None:
     nvrtc = nvrtc_or_skip()
     neuron = _lif()
     source = render_events(
-        neuron, neuron.events(), dtype, integrals=True, backend="cuda", readouts=True
+        neuron, neuron.events(), dtype, integrals=True, backend="cuda", part="readouts"
     )
     ptx = nvrtc.compile_to_ptx(source.text, "readouts.cu", ("-arch=compute_90", "-std=c++17"))
     for kernel in ("peak", "peak_backward", "mean", "mean_backward"):

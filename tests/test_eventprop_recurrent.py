@@ -212,11 +212,11 @@ def test_a_delay_of_one_step_is_enough() -> None:
     assert torch.isfinite(out).sum() > 0
 
 
-def test_kernels_and_readouts_refuse_recurrent_layers() -> None:
+def test_the_rk4_kernels_and_readouts_refuse_recurrent_layers() -> None:
     inputs, _ = _network()
     layer = _recurrent()
     with pytest.raises(NotImplementedError, match="symneuron.reference.events.event_network"):
-        eventprop.event_network(_lif(), [layer], inputs, t_end=T_END)
+        eventprop.event_network(qif(0.25), [layer], inputs, t_end=T_END)
     with pytest.raises(ValueError, match="does not spike"):
         max_voltage(_lif(), layer, inputs, t_end=T_END)
 

@@ -94,6 +94,17 @@ SN_INLINE long long sn_arrivals_upto(const sn_arrivals* a, real t, long long n) 
     return lo;
 }
 
+/* How many of the first n arrivals come before t. */
+SN_INLINE long long sn_arrivals_below(const sn_arrivals* a, real t, long long n) {
+    long long lo = 0;
+    while (lo < n) {
+        long long mid = lo + (n - lo) / 2;
+        if (sn_arrival_time(a, mid) < t) lo = mid + 1;
+        else n = mid;
+    }
+    return lo;
+}
+
 SN_INLINE sn_arrival sn_arrival_at(const sn_arrivals* a, long long e) {
     if (a->list) return a->list[e];
     sn_arrival out;
@@ -127,6 +138,27 @@ SN_FN void sn_sort(sn_arrival* a, sn_arrival* tmp, long long n) {
     }
 }
 
+/* The arrivals before t_end of spikes `pre` ([n_in, k_in]) through one neuron's weights
+   and delays (input i's at i * stride), unsorted, into `list` (source i * k_in + slot);
+   how many. */
+SN_FN long long sn_listed(sn_arrival* list, const real* pre, const real* w_row,
+                          const real* d_row, long long stride, long long n_in, long long k_in,
+                          real t_end) {
+    long long n = 0;
+    for (long long i = 0; i < n_in; ++i) {
+        for (long long k = 0; k < k_in; ++k) {
+            real t = pre[i * k_in + k] + d_row[i * stride];
+            if (t < t_end) {
+                list[n].t = t;
+                list[n].w = w_row[i * stride];
+                list[n].src = i * k_in + k;
+                ++n;
+            }
+        }
+    }
+    return n;
+}
+
 /* The arrivals of one neuron before t_end (source times + its delays), in time order:
    through `order` where it is given (their times then rise along it: a binary search
    finds how many come before t_end), else sorted into `list` (2 (n_in k_in + 1) slots). */
@@ -146,17 +178,7 @@ SN_FN sn_arrivals sn_arrivals_of(const real* pre, const long long* order, const 
         }
         return a;
     }
-    for (long long i = 0; i < n_in; ++i) {
-        for (long long k = 0; k < k_in; ++k) {
-            real t = pre[i * k_in + k] + d_row[i * stride];
-            if (t < t_end) {
-                list[a.n].t = t;
-                list[a.n].w = w_row[i * stride];
-                list[a.n].src = i * k_in + k;
-                ++a.n;
-            }
-        }
-    }
+    a.n = sn_listed(list, pre, w_row, d_row, stride, n_in, k_in, t_end);
     sn_sort(list, list + n_in * k_in + 1, a.n);
     return a;
 }
@@ -543,7 +565,9 @@ SN_FN void sn_forward_row(long long r, unsigned char* slab, SN_FORWARD_PARAMS) {
     }
 #endif
 
+#if !SN_RECURRENT /* (a recurrent layer's source holds its own two kernels only) */
 SN_ROWS_ENTRY(sn_events_forward, sn_forward_row, SN_FORWARD_PARAMS, SN_FORWARD_NAMES)
+#endif
 
 /* What one neuron's backward reads and adds into. */
 typedef struct {
@@ -565,7 +589,26 @@ typedef struct {
     real kick;          /* λ_V there (0 for a layer, dL/dy for a readout's maximum) */
     real source;        /* a continuous source source·κ(t) in dλ_V/dt (a mean readout's */
     real tau_w;         /* dL/dy / t_end; κ = 1, or e^(-t/tau_w) where tau_w > 0); 0: none */
+    /* a recurrent layer's (SN_RECURRENT; null and 0 elsewhere): an arrival whose source
+       is m + k * k_own + slot came from the layer's own neuron k, its terms into the
+       rows of dL/dW_rec, dL/dD_rec (source k at k * r_stride) and the spike's B in
+       `loop_b` (the layer's [N, k_own]); `own_b`: this neuron's row of it */
+    long long m, k_own, r_stride;
+    real* grad_rw;
+    real* grad_rd;
+    real* loop_b;
+    const real* own_b;
 } sn_adjoint;
+
+/* The coupling B of spike k: -dL/dt_k, and in a recurrent layer ΣQ of its arrivals at
+   the layer's own neurons (complete when the adjoint reaches the spike; read past the
+   GPU's L1, which the other threads' atomic adds bypass). */
+SN_INLINE real sn_coupling(const sn_adjoint* a, long long k) {
+#if SN_RECURRENT
+    if (a->own_b) return SN_FRESH(a->own_b + k) - a->grad_t[k];
+#endif
+    return -a->grad_t[k];
+}
 
 #if (SN_INTEGRALS || SN_READOUTS) && !SN_RK4
 SN_CONST double sn_gauss_nodes[8] = SN_GAUSS_NODES;
@@ -577,9 +620,19 @@ SN_CONST double sn_gauss_weights[8] = SN_GAUSS_WEIGHTS;
 SN_FN void sn_arrival_back(const sn_adjoint* a, const sn_arrival* e, const real* x,
                             real* lam) {
     real partial, q;
-    long long i = sn_input(e->src, a->k_in) * a->g_stride;
     sn_weight_partial(x, lam, e->w, 0, 0, a->p, &partial);
     sn_target_term(x, lam, e->w, 0, 0, a->p, &q);
+#if SN_RECURRENT
+    if (a->grad_rw && e->src >= a->m) {
+        long long k = sn_input(e->src - a->m, a->k_own) * a->r_stride;
+        SN_ADD(a->grad_rw[k], partial);
+        if (a->grad_rd) SN_ADD(a->grad_rd[k], -q);
+        SN_ADD(a->loop_b[e->src - a->m], q);
+        sn_synapse_t(x, lam, e->w, 0, 0, a->p, lam);
+        return;
+    }
+#endif
+    long long i = sn_input(e->src, a->k_in) * a->g_stride;
     SN_ADD(a->grad_w[i], partial);
     if (a->grad_d) SN_ADD(a->grad_d[i], -q);
     if (a->source_b) SN_ADD(a->source_b[e->src], q);
@@ -625,7 +678,7 @@ SN_FN void sn_segment_back(const real* entry, const real* p, real* lam, real* ac
    added to `acc`. */
 SN_FN void sn_spike_jump(const sn_adjoint* a, long long k, const real* x, real* lam,
                          real* acc) {
-    real terms[NP + 1], b = -a->grad_t[k];
+    real terms[NP + 1], b = sn_coupling(a, k);
     sn_spike_partials(x, lam, 0, b, 0, a->p, terms);
     for (int q = 0; q < NP; ++q) acc[q] += terms[q];
     sn_jump(x, lam, 0, b, 0, a->p, lam);
@@ -742,7 +795,7 @@ SN_FN void sn_spike_back(const sn_adjoint* a, long long k, real* lam) {
     real x[NS + 1], terms[NP + 1];
     for (int q = 0; q < NS; ++q) x[q] = 0;
     for (int q = 0; q < NSTORE; ++q) x[sn_store[q]] = a->store[k * NSTORE + q];
-    real b = -a->grad_t[k];
+    real b = sn_coupling(a, k);
     sn_spike_partials(x, lam, 0, b, 0, a->p, terms);
     for (int q = 0; q < NP; ++q) SN_ADD(a->grad_p[q * a->p_stride], terms[q]);
     sn_jump(x, lam, 0, b, 0, a->p, lam);
@@ -783,6 +836,28 @@ SN_INLINE int sn_vanishes(const real* lam) {
 /* The state of event e in a replay's buffer (the one slot without a replay). */
 #define SN_AT(buffer, e) (SN_REPLAY ? (buffer) + (e) * NS : (buffer))
 
+/* Where a neuron's adjoint stands: λ, the time it has come back to, the events not yet
+   taken (arrivals [0, ia], spikes [0, ks]) and e, an index into the replay's buffers. A
+   layer's backward takes a neuron's events at once (sn_backward_all); a recurrent
+   layer's a step at a time (sn_neuron_backward's `down_to`), its neurons in step. */
+typedef struct {
+    real lam[NS];
+    real upper;
+    long long ia, ks, e;
+} sn_sweep;
+
+/* A sweep from the adjoint's start (t_end, or a readout's maximum, with its kick), the
+   states at its events replayed where the backward reads them. */
+SN_FN void sn_sweep_start(const sn_adjoint* a, const sn_arrivals* arr, real* before,
+                          real* after, sn_sweep* s) {
+    for (int q = 0; q < NS; ++q) s->lam[q] = q == 0 ? a->kick : 0;
+    s->upper = a->start;
+    s->ia = arr->n - 1;
+    s->ks = a->count - 1;
+    s->e = arr->n + a->count;
+    if (SN_REPLAY) sn_replay(a, arr, before, after);
+}
+
 #if SN_DIRECT
 /* One neuron's adjoint from t_end back to 0, spike to spike. An arrival leaves λ as it
    is (SN_DIRECT: a synapse that adds to a state, and no term needs the states), so λ at
@@ -791,46 +866,54 @@ SN_INLINE int sn_vanishes(const real* lam) {
    thread overlaps their loads and exponentials) and skipped where λ(upper) = 0. At one
    time an arrival comes before a spike, as in the forward. */
 SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real* before,
-                              real* after, real* cuts) {
-    real lam[NS], upper = a->start;
-    long long last = arr->n; /* the arrivals not yet taken are [0, last) */
+                              real* after, real* cuts, sn_sweep* s, real down_to) {
+    real lam[NS], upper = s->upper;
+    long long last = s->ia + 1, ks = s->ks; /* the arrivals not yet taken are [0, last) */
     (void)after;
     (void)cuts;
-    for (int q = 0; q < NS; ++q) lam[q] = q == 0 ? a->kick : 0;
-    for (long long ks = a->count - 1; ks >= -1; --ks) {
+    sn_copy(lam, s->lam);
+    for (;; --ks) {
         real low = ks >= 0 ? a->times[ks] : -SN_INF;
         long long first = ks >= 0 ? sn_arrivals_upto(arr, low, last) : 0;
+        /* the arrivals in (low, upper] from down_to on: all of them, but for a step's */
+        long long stop = down_to > low ? sn_arrivals_below(arr, down_to, last) : first;
         if (!sn_vanishes(lam)) {
             SN_UNROLL
-            for (long long e = last - 1; e >= first; --e) {
+            for (long long e = last - 1; e >= stop; --e) {
                 sn_arrival next = sn_arrival_at(arr, e);
                 real at[NS];
                 sn_adjoint_flow(lam, lam, 0, 0, upper - next.t, a->p, at);
                 sn_arrival_back(a, &next, before, at);
             }
         }
-        last = first;
-        if (ks < 0) break;
+        last = stop;
+        if (stop > first || ks < 0 || low < down_to) break;
         sn_adjoint_flow(lam, lam, 0, 0, upper - low, a->p, lam);
         sn_spike_back(a, ks, lam);
         upper = low;
     }
+    sn_copy(s->lam, lam);
+    s->upper = upper;
+    s->ia = last - 1;
+    s->ks = ks;
 }
 #else
 /* One neuron's adjoint from t_end back to 0 through its events. */
 SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real* before,
-                              real* after, real* cuts) {
-    real lam[NS], upper = a->start;
-    long long ia = arr->n - 1, ks = a->count - 1, e = arr->n + a->count;
-    for (int q = 0; q < NS; ++q) lam[q] = q == 0 ? a->kick : 0;
-    if (SN_REPLAY) sn_replay(a, arr, before, after);
+                              real* after, real* cuts, sn_sweep* s, real down_to) {
+    real lam[NS], upper = s->upper;
+    long long ia = s->ia, ks = s->ks, e = s->e;
+    sn_copy(lam, s->lam);
     sn_arrival next = sn_arrival_or_none(arr, ia), ahead = sn_arrival_or_none(arr, ia - 1);
     while (ia >= 0 || ks >= 0) {
         if (sn_vanishes(lam)) {
             /* λ = 0: no part of the loss has reached the neuron yet, back in time. It stays
                0 to the next spike back, and every arrival's terms and ∫λ·∂f/∂θ vanish
                until then (they are linear in λ): those arrivals are skipped. */
-            if (ks < 0) return;
+            if (ks < 0) {
+                ia = -1;
+                break;
+            }
             long long kept = sn_arrivals_upto(arr, a->times[ks], ia + 1);
             if (kept <= ia) {
                 ia = kept - 1;
@@ -842,6 +925,7 @@ SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real*
         }
         int spike = ks >= 0 && (ia < 0 || a->times[ks] >= next.t);
         real time = spike ? a->times[ks] : next.t;
+        if (time < down_to) break; /* a later call takes it (a recurrent layer's step) */
         sn_integrate(a, time, upper, SN_AT(after, e), lam, cuts);
         --e;
         if (spike) {
@@ -855,9 +939,32 @@ SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real*
         }
         upper = time;
     }
-    sn_integrate(a, 0, upper, after, lam, cuts);
+    sn_copy(s->lam, lam);
+    s->upper = upper;
+    s->ia = ia;
+    s->ks = ks;
+    s->e = e;
 }
 #endif
+
+/* A sweep's last stretch, from its last event back to 0 (∫λ·∂f/∂θ over it, a source's
+   share), once every event is taken. */
+SN_FN void sn_sweep_finish(const sn_adjoint* a, sn_sweep* s, real* after, real* cuts) {
+#if SN_DIRECT
+    (void)a, (void)s, (void)after, (void)cuts;
+#else
+    if (!sn_vanishes(s->lam)) sn_integrate(a, 0, s->upper, after, s->lam, cuts);
+#endif
+}
+
+/* One neuron's adjoint from its start back to 0 through all its events. */
+SN_FN void sn_backward_all(const sn_adjoint* a, const sn_arrivals* arr, real* before,
+                           real* after, real* cuts) {
+    sn_sweep s;
+    sn_sweep_start(a, arr, before, after, &s);
+    sn_neuron_backward(a, arr, before, after, cuts, &s, -SN_INF);
+    sn_sweep_finish(a, &s, after, cuts);
+}
 #endif
 
 /* Row r's backward (sample b = r / N, neuron j = r % N), adding into its group's gradient
@@ -884,11 +991,13 @@ SN_FN void sn_backward_row(long long r, unsigned char* slab, SN_BACKWARD_PARAMS)
     real* before = (real*)(slab + listed);
     real* after = before + n_events * NS;
     real* cuts = after + n_events * NS;
-    sn_neuron_backward(&a, &arr, before, after, cuts);
+    sn_backward_all(&a, &arr, before, after, cuts);
 #endif
 }
 
+#if !SN_RECURRENT
 SN_GROUPS_ENTRY(sn_events_backward, sn_backward_row, SN_BACKWARD_PARAMS, SN_BACKWARD_NAMES)
+#endif
 
 #if SN_READOUTS
 /* A readout row's adjoint (sample r / N, neuron r % N, no spikes) adding into its group's
@@ -997,7 +1106,7 @@ SN_FN void sn_peak_backward_row(long long r, unsigned char* slab, SN_PEAK_BACKWA
     }
     const long long n_events = SN_REPLAY ? n_in * k_in + 1 : 1;
     real* after = before + n_events * NS;
-    sn_neuron_backward(&a, &arr, before, after, after + n_events * NS);
+    sn_backward_all(&a, &arr, before, after, after + n_events * NS);
 }
 
 SN_ROWS_ENTRY(sn_events_peak, sn_peak_row, SN_PEAK_PARAMS, SN_PEAK_NAMES)

@@ -59,11 +59,15 @@ __all__ = [
     "PEAK_BACKWARD_ARGS",
     "MEAN_ARGS",
     "MEAN_BACKWARD_ARGS",
+    "LOOP_FORWARD_ARGS",
+    "LOOP_BACKWARD_ARGS",
     "ARGS",
+    "PARTS_OF",
     "EventSource",
     "LANGUAGES",
     "render_events",
     "scratch_bytes",
+    "loop_bytes",
     "trace_entries",
 ]
 
@@ -153,6 +157,28 @@ MEAN_BACKWARD_ARGS = _args(
     _SHARED + ", double tau_weight, long long groups, const real* grad_y, real* grad_w, "
     "real* grad_d, real* grad_p, real* source_b"
 )
+#: a recurrent layer's forward (one sample a block, or a C thread): the feedforward
+#: layer's arguments and its ``rec_weight``, ``rec_delay`` [N, N] (target, source; their
+#: [source, target] copies where ``transposed``), delays at least one step; ``rows`` and
+#: ``row0`` count samples here, ``slab_bytes`` is a sample's scratch: ``head_bytes`` (its
+#: spikes' log) then a slab of ``row_bytes`` per neuron (its state, its feedforward list
+#: of ``list_bytes``, its queue of recurrent arrivals); ``status`` 2 where a recurrent
+#: arrival fell inside its spike's step
+LOOP_FORWARD_ARGS = _args(
+    _SHARED + ", const real* rec_weight, const real* rec_delay, long long row_bytes, "
+    "long long head_bytes, long long list_bytes, long long events, "
+    "real* times, real* store, real* rate, long long* counts, long long* status"
+)
+#: its backward: :data:`BACKWARD_ARGS`' and ``grad_rw``, ``grad_rd`` [groups, N, N]
+#: (laid out as the recurrent tensors; ``grad_rd`` may be null); a sample's
+#: ``head_bytes`` hold the spikes' recurrent B, a row's slab its state, its sorted
+#: arrivals (``list_bytes``) and ``events`` states before and after each event
+LOOP_BACKWARD_ARGS = _args(
+    _SHARED + ", const real* rec_weight, const real* rec_delay, long long row_bytes, "
+    "long long head_bytes, long long list_bytes, long long events, long long groups, "
+    "const real* times, const real* store, const long long* counts, const real* grad_t, "
+    "real* grad_w, real* grad_d, real* grad_p, real* source_b, real* grad_rw, real* grad_rd"
+)
 #: each kernel's arguments, by its name after ``sn_events_``
 ARGS = {
     "forward": FORWARD_ARGS,
@@ -161,6 +187,20 @@ ARGS = {
     "peak_backward": PEAK_BACKWARD_ARGS,
     "mean": MEAN_ARGS,
     "mean_backward": MEAN_BACKWARD_ARGS,
+    "loop_forward": LOOP_FORWARD_ARGS,
+    "loop_backward": LOOP_BACKWARD_ARGS,
+}
+#: which source holds each kernel (:func:`render_events`' ``part``): a layer's compiles
+#: its two kernels only, the readouts' and the recurrent layers' on their first launch
+PARTS_OF = {
+    "forward": "layers",
+    "backward": "layers",
+    "peak": "readouts",
+    "peak_backward": "readouts",
+    "mean": "readouts",
+    "mean_backward": "readouts",
+    "loop_forward": "recurrent",
+    "loop_backward": "recurrent",
 }
 
 
@@ -169,7 +209,8 @@ class Language(NamedTuple):
     (``SN_FN``, ``SN_INLINE``, ``SN_CONST``), +inf, how a row adds into a gradient
     shared with other rows (``SN_ADD``: C's rows of one group run on one thread, CUDA's
     on many), how it reads an input no kernel writes (``SN_LOAD``: CUDA's read-only
-    cache, which also frees the compiler to move the load past the atomic adds) and how
+    cache, which also frees the compiler to move the load past the atomic adds), how it
+    reads what other threads added to atomically (``SN_FRESH``: past CUDA's L1) and how
     it asks for a loop of independent iterations to be unrolled (``SN_UNROLL``: in CUDA,
     so that a thread overlaps their loads and exponentials)."""
 
@@ -180,6 +221,7 @@ class Language(NamedTuple):
     inf: str
     add: str
     load: str
+    fresh: str
     unroll: str
 
 
@@ -193,6 +235,7 @@ LANGUAGES = {
         "((real)INFINITY)",
         "((ref) += (value))",
         "(*(ptr))",
+        "(*(ptr))",
         "",
     ),
     "cuda": Language(
@@ -203,6 +246,7 @@ LANGUAGES = {
         "((real)__int_as_float(0x7f800000))",
         "atomicAdd(&(ref), (value))",
         "__ldg(ptr)",
+        "__ldcg(ptr)",
         '_Pragma("unroll 4")',
     ),
 }
@@ -237,7 +281,7 @@ def _limit(value: float) -> str:
 
 
 def _header(
-    fns: EventFunctions, compute: str, integrals: bool, language: Language, readouts: bool
+    fns: EventFunctions, compute: str, integrals: bool, language: Language, part: str
 ) -> list[str]:
     limits = np.finfo(np.float32 if compute == "float" else np.float64)
     nodes, weights = np.polynomial.legendre.leggauss(8)
@@ -252,6 +296,7 @@ def _header(
         f"#define SN_INF {language.inf}",
         f"#define SN_ADD(ref, value) {language.add}",
         f"#define SN_LOAD(ptr) {language.load}",
+        f"#define SN_FRESH(ptr) {language.fresh}",
         f"#define SN_UNROLL {language.unroll}",
         f"#define NS {fns.states}",
         f"#define NP {fns.params}",
@@ -260,12 +305,15 @@ def _header(
         f"#define PARTS {1 if fns.states == 2 else PARTS}",
         f"#define SN_ITERATIONS {ITERATIONS}",
         f'#define SN_OMP_PARALLEL _Pragma("omp parallel if (rows >= {PARALLEL_FROM})")',
+        f'#define SN_OMP_SAMPLES _Pragma("omp parallel if (rows * N >= {PARALLEL_FROM})")',
         f"#define SN_EPS {_limit(limits.eps)}",
         f"#define SN_TINY {_limit(limits.tiny)}",
         f"#define SN_INTEGRALS {int(integrals)}",
         f"#define SN_REPLAY {int(integrals or fns.replay)}",
         f"#define SN_RK4 {int(fns.rk4)}",
-        f"#define SN_READOUTS {int(readouts and not fns.rk4)}",
+        f"#define SN_READOUTS {int(part == 'readouts' and not fns.rk4)}",
+        f"#define SN_RECURRENT {int(part == 'recurrent')}",
+        f"#define SN_LOOP_STATE {loop_state(fns)}",
         f"#define SN_WHOLE {int(fns.whole)}",
         f"#define SN_DIRECT {int(fns.passes and not (fns.rk4 or integrals or fns.replay))}",
         f"#define SN_GAUSS_NODES {_floats(nodes)}",
@@ -282,6 +330,10 @@ def _header(
         f"#define SN_MEAN_NAMES {_names(MEAN_ARGS)}",
         f"#define SN_MEAN_BACKWARD_PARAMS {_params(MEAN_BACKWARD_ARGS)}",
         f"#define SN_MEAN_BACKWARD_NAMES {_names(MEAN_BACKWARD_ARGS)}",
+        f"#define SN_LOOP_FORWARD_PARAMS {_params(LOOP_FORWARD_ARGS)}",
+        f"#define SN_LOOP_FORWARD_NAMES {_names(LOOP_FORWARD_ARGS)}",
+        f"#define SN_LOOP_BACKWARD_PARAMS {_params(LOOP_BACKWARD_ARGS)}",
+        f"#define SN_LOOP_BACKWARD_NAMES {_names(LOOP_BACKWARD_ARGS)}",
         f"SN_CONST int sn_store[NSTORE + 1] = {{{store}}};",
     ]
 
@@ -293,7 +345,7 @@ def render_events(
     integrals: bool = False,
     backend: str = "cpu",
     rk4: bool | None = None,
-    readouts: bool = False,
+    part: str = "layers",
 ) -> EventSource:
     """The source of ``spec``'s EventProp kernels in ``dtype`` (``"float32"`` or
     ``"float64"``) for ``backend`` (``"cpu"``: C, ``"cuda"``: CUDA C++ for NVRTC);
@@ -301,10 +353,13 @@ def render_events(
     replays each neuron's states between events). ``rk4``: the RK4 path (RK4 steps,
     crossings on each step's Hermite interpolant, the adjoint back by RK4) rather than
     the closed-form flow; None picks it where the spec has no closed-form flow (a
-    nonlinear neuron: QIF, EIF, AdEx) and the flow where it has one. ``readouts``: the
-    source also holds the readout kernels (``sn_events_peak``, ``sn_events_mean`` and
-    their backwards; closed-form flow only), a source of their own so that a layer's
-    compiles no more than its two kernels.
+    nonlinear neuron: QIF, EIF, AdEx) and the flow where it has one. ``part``: which
+    kernels the source holds besides the skeleton's pieces (:data:`PARTS_OF`):
+    ``"layers"`` a feedforward layer's two, ``"readouts"`` the readout kernels
+    (``sn_events_peak``, ``sn_events_mean`` and their backwards; closed-form flow only),
+    ``"recurrent"`` a recurrent layer's two (``sn_events_loop_forward`` and
+    ``_backward``, ``event_recurrent.c``; closed-form flow only), each a source of its
+    own so that a layer's compiles no more than its two kernels.
 
     >>> import sympy as sp, symneuron as sn
     >>> tau_m, tau_s, I = sp.symbols("tau_m tau_s I")
@@ -327,9 +382,20 @@ def render_events(
     fns = event_functions(definition, spec, compute, rk4)
     integrals = integrals and fns.integrands
     skeleton = resources.files(__package__).joinpath("event_skeleton.c").read_text()
-    header = _header(fns, compute, integrals, LANGUAGES[backend], readouts)
+    if part not in set(PARTS_OF.values()):
+        raise ValueError(f"part must be one of {sorted(set(PARTS_OF.values()))}, not {part!r}.")
+    if part == "recurrent":
+        skeleton += "\n" + resources.files(__package__).joinpath("event_recurrent.c").read_text()
+    header = _header(fns, compute, integrals, LANGUAGES[backend], part)
     text = "\n".join([*header, "", fns.source, "", skeleton])
     return EventSource(text, fns, integrals)
+
+
+def loop_state(fns: EventFunctions) -> int:
+    """The bytes a recurrent row's state takes at the start of its slab, at most (the
+    kernels check their structs fit): a list's header, the states, λ, params and
+    constants, a few counters."""
+    return -(-(128 + 8 * (2 * fns.states + fns.params + fns.constants + 4)) // 16) * 16
 
 
 def arrival_bytes(dtype: str) -> int:
@@ -372,3 +438,40 @@ def scratch_bytes(
     cuts = (n_steps + 3 if source.integrals or pieces else 1) * (states + 1)
     backward = listed + (2 * events * states + cuts) * real
     return {"forward": -(-listed // 16) * 16, "backward": -(-backward // 16) * 16}
+
+
+def _up(n: int) -> int:
+    return -(-n // 16) * 16
+
+
+def loop_bytes(
+    source: EventSource,
+    dtype: str,
+    n: int,
+    n_in_slots: int,
+    k_out: int,
+    n_steps: int,
+    sorting: bool,
+) -> dict[str, dict[str, int]]:
+    """A recurrent layer's scratch in each pass (``"forward"``, ``"backward"``) per sample
+    of ``n`` neurons: its head (the forward's log of N·k_out spikes; the backward's
+    recurrent B of each), each row's slab (its state, then the forward's feedforward list
+    where ``sorting`` and its queue of N·k_out recurrent arrivals; the backward's list of
+    every arrival, 2 (n_in·k_in + N·k_out + 1) to sort, and the states before and after
+    each event where it replays the forward), where the list ends in a slab
+    (``list_bytes``), the events a replay holds and the sample's whole (``slab_bytes``)."""
+    real, arrival = np.dtype(dtype).itemsize, arrival_bytes(dtype)
+    state, states = loop_state(source.functions), source.functions.states
+    spikes = n * k_out
+    listed = 2 * (n_in_slots + 1) * arrival if sorting else 0
+    forward = {"head_bytes": _up((spikes + 1) * arrival), "list_bytes": listed, "events": 1}
+    forward["row_bytes"] = _up(state + listed + (spikes + 1) * arrival)
+    merged = 2 * (n_in_slots + spikes + 1) * arrival
+    replay = source.integrals or source.functions.replay
+    events = n_in_slots + spikes + k_out + 1 if replay else 1
+    cuts = (n_steps + 3 if source.integrals else 1) * (states + 1)
+    backward = {"head_bytes": _up(spikes * real), "list_bytes": merged, "events": events}
+    backward["row_bytes"] = _up(state + merged + (2 * events * states + cuts) * real)
+    for one in (forward, backward):
+        one["slab_bytes"] = one["head_bytes"] + n * one["row_bytes"]
+    return {"forward": forward, "backward": backward}

@@ -35,7 +35,14 @@ from .event_forward import Layer, Spike, layers_of, padded_times
 from .event_model import EventModel, model_of, symbol_values
 from .event_rk4 import RK4Layer, backward_rk4_layer
 
-__all__ = ["EventLayer", "GrazingSpikeWarning", "event_network", "INTEGRATORS", "uses_rk4"]
+__all__ = [
+    "EventLayer",
+    "GrazingSpikeWarning",
+    "event_network",
+    "INTEGRATORS",
+    "recurrent_layers",
+    "uses_rk4",
+]
 
 
 class EventLayer(NamedTuple):
@@ -50,7 +57,8 @@ class EventLayer(NamedTuple):
     could cause a spike at the same instant, with no order of events and no derivative;
     from one step on, each arrival falls in a later step than its spike, so the step's
     spikes are all known when their arrivals are queued, and their B is complete when
-    the adjoint reaches them. Only the reference runs recurrent layers."""
+    the adjoint reaches them. The reference runs recurrent layers of any neuron, the
+    compiled kernels (:func:`symneuron.eventprop.event_network`) of a linear one."""
 
     weight: torch.Tensor
     delay: torch.Tensor
@@ -125,7 +133,7 @@ def event_network(
         ]
         return tuple(_stacked([row[i] for row in rows]) for i in range(len(layers)))
     model, dt = model_of(neuron, system, target)
-    loops = _recurrent(layers, dt)
+    loops = recurrent_layers(layers, dt)
     flat: list[torch.Tensor] = []
     for layer in layers:
         flat += [
@@ -145,7 +153,7 @@ def _present(*tensors: torch.Tensor | None) -> list[torch.Tensor]:
     return [t for t in tensors if t is not None]
 
 
-def _recurrent(layers: Sequence[EventLayer], dt: float) -> list[bool]:
+def recurrent_layers(layers: Sequence[EventLayer], dt: float) -> list[bool]:
     """Which layers are recurrent, their recurrent weights and delays checked: both
     given, [n, n], finite, delays at least one step (:class:`EventLayer`)."""
     loops = []

@@ -38,6 +38,7 @@ import torch
 
 from ..codegen.events import (
     ARGS,
+    PARTS_OF,
     EventSource,
     KernelArg,
     render_events,
@@ -54,12 +55,14 @@ __all__ = [
     "LayerInputs",
     "Spikes",
     "Gradients",
+    "SampleLaunch",
     "arrival_order",
     "settle",
     "slots_key",
     "event_kernels",
     "GROUPS",
     "SCRATCH",
+    "SAMPLE_BLOCK",
 ]
 
 #: batch rows are split into at most this many groups in the backward, each with its own
@@ -70,6 +73,9 @@ _DTYPES = {torch.float32: "float32", torch.float64: "float64"}
 SCRATCH = 256 << 20
 #: threads per block of a CUDA launch (one per (sample, neuron) row)
 BLOCK = 128
+#: threads per block of a recurrent layer's launch (a block a sample, a thread a neuron
+#: up to this many, then several neurons a thread)
+SAMPLE_BLOCK = 256
 #: device type -> the runtime that compiles and launches there
 _RUNTIMES = {"cpu": cpu, "cuda": cuda}
 
@@ -148,13 +154,23 @@ class Spikes(NamedTuple):
 
 class Gradients(NamedTuple):
     """A layer's backward: dL/dW, dL/dD [N, n_in], dL/dθ [NP, N] (every param, the
-    spec's order) and Σ Q per presynaptic spike [B, n_in, K_in] (the last two None
-    where not wanted)."""
+    spec's order) and Σ Q per presynaptic spike [B, n_in, K_in] (the delays' and the
+    last None where not wanted); a recurrent layer's dL/dW_rec and dL/dD_rec [N, N] too
+    (``recurrent``; its delays' None where not wanted)."""
 
     weight: torch.Tensor
     delay: torch.Tensor | None
     params: torch.Tensor
     source_b: torch.Tensor | None
+    recurrent: tuple[torch.Tensor, torch.Tensor | None] | None = None
+
+
+class SampleLaunch(NamedTuple):
+    """A recurrent layer's backward launch: a sample's scratch bytes, and whether the
+    recurrent delays' gradient is wanted."""
+
+    slab: int
+    delays: bool
 
 
 def _packed(
@@ -211,10 +227,11 @@ class EventKernels:
         self.transpose = backend == "cuda"
         self._defaults: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
 
-    def source(self, integrals: bool, readouts: bool = False) -> EventSource:
+    def source(self, integrals: bool, part: str = "layers") -> EventSource:
         """The rendered source (``integrals`` selects the backward's flavour; the forward
-        is the same in both; ``readouts``: with the readout kernels), rendered once."""
-        key = (integrals, readouts)
+        is the same in both; ``part``: which kernels, :data:`~symneuron.codegen.events.
+        PARTS_OF`), rendered once."""
+        key = (integrals, part)
         if key not in self._sources:
             self._sources[key] = render_events(
                 self.definition,
@@ -223,28 +240,35 @@ class EventKernels:
                 integrals,
                 self.backend,
                 self.rk4,
-                readouts,
+                part,
             )
         return self._sources[key]
 
     def launcher(self, name: str, integrals: bool, device: int = -1) -> cpu.Launch:
         """The launch function of ``sn_events_<name>`` on ``device`` (-1: the CPU), from
-        the layers' source or, for a readout kernel, the readouts' one."""
+        the source that holds it (the layers', the readouts' or the recurrent layers')."""
         key = (name, integrals, device)
         if key not in self._launchers:
-            readout = name not in ("forward", "backward")
-            module = self._runtime.load(self.source(integrals, readout).text, device)
+            module = self._runtime.load(self.source(integrals, PARTS_OF[name]).text, device)
             self._launchers[key] = self._runtime.launcher(module, f"sn_events_{name}", device)
         return self._launchers[key]
 
     def run(
-        self, name: str, integrals: bool, values: Values, slab: int, like: torch.Tensor
+        self,
+        name: str,
+        integrals: bool,
+        values: Values,
+        slab: int,
+        like: torch.Tensor,
+        samples: bool = False,
     ) -> None:
         """Launch ``sn_events_<name>`` over every (sample, neuron) row: in C one call (each
         thread takes ``slab`` bytes of scratch itself), in CUDA one thread per row with
-        its slab of one buffer, in waves of rows whose slabs fit :data:`SCRATCH`."""
+        its slab of one buffer, in waves of rows whose slabs fit :data:`SCRATCH`. With
+        ``samples`` (a recurrent layer's kernels) the unit is a sample, ``slab`` its
+        bytes: in CUDA a block a sample, a thread per neuron up to :data:`SAMPLE_BLOCK`."""
         args = ARGS[name]
-        total = _int(values["B"]) * _int(values["N"])
+        total = _int(values["B"]) * (1 if samples else _int(values["N"]))
         values["slab_bytes"] = slab
         if self.backend == "cpu":
             values.update({"scratch": None, "row0": 0, "rows": total})
@@ -260,6 +284,8 @@ class EventKernels:
             values.update({"row0": row0, "rows": rows})
             block = BLOCK if rows >= BLOCK * _multiprocessors(like.device) else 32
             geometry = Geometry(-(-rows // block), block)
+            if samples:
+                geometry = Geometry(rows, min(SAMPLE_BLOCK, -(-_int(values["N"]) // 32) * 32))
             launch(_kinds(args), _packed(args, values), geometry)
 
     def laid_out(self, inputs: LayerInputs) -> LayerInputs:
@@ -389,10 +415,12 @@ class EventKernels:
         integrals: bool,
         wanted: tuple[bool, bool],
         pieces: bool = False,
+        samples: SampleLaunch | None = None,
     ) -> Gradients:
         """Run backward kernel ``name`` (``sn_events_<name>``, a layer's or a readout's)
         with ``values`` into zeroed gradient rows per group, and sum them; ``pieces``: its
-        adjoint integrates a source on pieces of at most dt (a mean readout)."""
+        adjoint integrates a source on pieces of at most dt (a mean readout); ``samples``:
+        a recurrent layer's, a sample a launch unit, with its recurrent gradients."""
         pre = inputs.pre
         (batch, n_in, k_in), n = pre.shape, inputs.n_out
         groups = max(1, min(batch, GROUPS))
@@ -406,19 +434,30 @@ class EventKernels:
                     "grad_d": (groups, *rows) if wanted[0] else None,
                     "grad_p": (groups, len(self.names), n),
                     "source_b": (batch, n_in, k_in) if wanted[1] else None,
+                    "grad_rw": (groups, n, n) if samples else None,
+                    "grad_rd": (groups, n, n) if samples and samples.delays else None,
                 },
             )
         )
-        k_out = _int(values["k_out"])
-        slab = self.scratch(inputs, k_out, _int(values["n_steps"]), integrals, pieces)
-        self.run(name, integrals, values, slab["backward"], pre)
-        grad_w, grad_p = (_tensor(values, k).sum(0) for k in ("grad_w", "grad_p"))
-        grad_d = _tensor(values, "grad_d").sum(0) if wanted[0] else None
+        if samples is None:
+            k_out = _int(values["k_out"])
+            slab = self.scratch(inputs, k_out, _int(values["n_steps"]), integrals, pieces)
+            self.run(name, integrals, values, slab["backward"], pre)
+        else:
+            self.run(name, integrals, values, samples.slab, pre, samples=True)
+        grad_w, grad_d, grad_p, grad_rw, grad_rd = (
+            None if values[k] is None else _tensor(values, k).sum(0)
+            for k in ("grad_w", "grad_d", "grad_p", "grad_rw", "grad_rd")
+        )
+        assert grad_w is not None and grad_p is not None
         if inputs.transposed:
-            grad_w = grad_w.t().contiguous()
-            grad_d = grad_d.t().contiguous() if grad_d is not None else None
+            grad_w, grad_d, grad_rw, grad_rd = (
+                None if t is None else t.t().contiguous()
+                for t in (grad_w, grad_d, grad_rw, grad_rd)
+            )
         source_b = _tensor(values, "source_b") if wanted[1] else None
-        return Gradients(grad_w, grad_d, grad_p, source_b)
+        recurrent = None if grad_rw is None else (grad_rw, grad_rd)
+        return Gradients(grad_w, grad_d, grad_p, source_b, recurrent)
 
 
 def _zeroed(
@@ -480,7 +519,13 @@ def settle(
     sizes = [int(s) for s in np.cumsum([v.numel() for v in extra])[:-1]]
     out: list[int | None] = []
     for index, (shape, slots, _) in enumerate(runs):
-        most, failed = int(values[2 * index]), bool(values[2 * index + 1])
+        most, failed = int(values[2 * index]), int(values[2 * index + 1])
+        if failed == 2:
+            raise RuntimeError(
+                f"layer {index}: a recurrent arrival fell inside the step of its spike "
+                "(a recurrent delay of one step, less its rounding); make recurrent delays "
+                "longer than one step (dt) by a few rounding errors."
+            )
         if failed:
             raise RuntimeError("A reset did not leave the threshold (g(h(x)) ≥ 0) at a spike.")
         kernels.remember(shape, most)

@@ -1,0 +1,301 @@
+/* Recurrent layers (SN_RECURRENT, closed-form flow): a layer whose own spikes arrive at its
+   neurons too, through recurrent weights and delays of at least one step. Appended to the
+   skeleton (event_skeleton.c), whose pieces it runs: a neuron's moves, spikes and
+   arrivals in the forward, its adjoint sweep in the backward.
+
+   A sample's neurons run in step, a step of dt at a time: in CUDA one block a sample (a
+   thread a neuron, or several neurons a thread) with a barrier between steps; in C one
+   thread a sample, its neurons in turn each step. That is exact because every recurrent
+   delay is at least one step: the arrivals of a step's spikes fall in later steps.
+
+   * Forward: each neuron takes its step's arrivals in time order from two queues (its
+     feedforward arrivals, as a feedforward layer's row reads them, and its queue of
+     recurrent ones; at one time feedforward first, then by source and slot, as the
+     reference orders them). The step's new spikes go to the sample's log; after the
+     barrier each neuron queues their arrivals (time t_k + D_rec[j, k], weight
+     W_rec[j, k], source m + k * k_out + slot), sorted in.
+   * Backward: each neuron's arrivals (feedforward and recurrent, every spike now known)
+     in one sorted list, its adjoint swept back a step at a time (sn_neuron_backward's
+     `down_to`): a recurrent arrival adds its Q into its source spike's B, which is
+     complete once every later step has run, when the source's own sweep reaches the
+     spike. Recurrent weights and delays get their gradients as feedforward ones do. */
+
+#if SN_CUDA
+#define SN_BARRIER() __syncthreads()
+#define SN_LANE ((long long)threadIdx.x)
+#define SN_LANES ((long long)blockDim.x)
+#define SN_RESERVE(count) ((long long)atomicAdd((count), 1ULL))
+#else
+#define SN_BARRIER()
+#define SN_LANE 0LL
+#define SN_LANES 1LL
+#define SN_RESERVE(count) ((long long)(*(count))++)
+#endif
+
+/* Row state lives at the start of a row's slab: SN_LOOP_STATE bytes (printed by
+   codegen/events.py), checked here to hold either pass's. */
+typedef struct {
+    sn_arrivals arr;         /* the feedforward arrivals */
+    real x[NS], t;
+    long long ptr;           /* the next feedforward arrival */
+    long long taken, queued; /* the recurrent queue: [0, queued), applied [0, taken) */
+    long long seen;          /* the sample log's entries queued so far */
+    long long count, status;
+    real p[NP + NK + 1];
+} sn_loop_row;
+
+typedef struct {
+    sn_sweep sweep;
+    long long n; /* its arrivals */
+    real p[NP + NK + 1];
+} sn_loop_back;
+
+typedef char sn_loop_fits[(sizeof(sn_loop_row) <= SN_LOOP_STATE &&
+                           sizeof(sn_loop_back) <= SN_LOOP_STATE) ? 1 : -1];
+
+/* The (target j, source k) entry of a recurrent [N, N] tensor, or of its [N, N]
+   transpose (CUDA: a warp's neurons then read one line for one source). */
+SN_INLINE long long sn_loop_at(long long j, long long k, long long N, long long transposed) {
+    return transposed ? k * N + j : j * N + k;
+}
+
+/* Arrival a queued into q[low, *n) (sorted by time, then source: the reference's order). */
+SN_INLINE void sn_enqueue(sn_arrival* q, long long low, long long* n, sn_arrival a) {
+    long long i = *n;
+    while (i > low && (q[i - 1].t > a.t || (q[i - 1].t == a.t && q[i - 1].src > a.src))) {
+        q[i] = q[i - 1];
+        --i;
+    }
+    q[i] = a;
+    ++*n;
+}
+
+/* Row r's forward at t = 0: its feedforward arrivals, its state, no spikes. */
+SN_FN void sn_loop_start(long long r, unsigned char* slab, SN_LOOP_FORWARD_PARAMS) {
+    sn_loop_row* s = (sn_loop_row*)slab;
+    s->arr = SN_ROW_INPUTS(r, slab + SN_LOOP_STATE, (real)until, s->p);
+    sn_init(s->x, s->x, 0, 0, 0, s->p, s->x);
+    s->t = 0;
+    s->ptr = s->taken = s->queued = s->seen = s->count = s->status = 0;
+    for (long long k = 0; k < k_out; ++k) times[r * k_out + k] = SN_INF;
+}
+
+/* Row r (neuron j) moved through its arrivals to `end`, its new spikes (those with a slot)
+   put in the sample's log. */
+SN_FN void sn_loop_advance(long long r, long long j, unsigned char* slab, real end,
+                           sn_arrival* log, unsigned long long* logged,
+                           SN_LOOP_FORWARD_PARAMS) {
+    sn_loop_row* s = (sn_loop_row*)slab;
+    if (s->status) return;
+    const sn_arrival* queue = (const sn_arrival*)(slab + SN_LOOP_STATE + list_bytes);
+    const sn_arrival none = {SN_INF, 0, 0};
+    sn_spikes out = {times + r * k_out, store + r * k_out * NSTORE, rate + r * k_out, k_out,
+                     s->count};
+    real x[NS], t = s->t, p[NP + NK + 1];
+    long long ptr = s->ptr, taken = s->taken;
+    sn_copy(x, s->x);
+    for (int q = 0; q < NP + NK + 1; ++q) p[q] = s->p[q];
+    for (;;) {
+        sn_arrival ff = sn_arrival_or_none(&s->arr, ptr);
+        sn_arrival loop = taken < s->queued ? queue[taken] : none;
+        int first = ff.t <= loop.t; /* at one time: feedforward first */
+        real due = first ? ff.t : loop.t;
+        if (sn_advance(x, &t, fmin(due, end), p, &out)) {
+            s->status = 1;
+            break;
+        }
+        if (!(due < end)) break;
+        sn_synapse(x, x, first ? ff.w : loop.w, 0, 0, p, x);
+        if (first) ++ptr;
+        else ++taken;
+    }
+    for (long long k = s->count; k < out.count && k < k_out; ++k) {
+        long long at = SN_RESERVE(logged);
+        log[at].t = out.times[k];
+        log[at].w = 0;
+        log[at].src = j * k_out + k;
+    }
+    sn_copy(s->x, x);
+    s->t = t;
+    s->ptr = ptr;
+    s->taken = taken;
+    s->count = out.count;
+}
+
+/* Row r (neuron j) queues the arrivals of the log's entries [seen, known): spikes of
+   steps before `end`, whose arrivals come at `end` or later (else status 2: a delay
+   under one step). */
+SN_FN void sn_loop_queue(long long j, unsigned char* slab, real end, const sn_arrival* log,
+                         long long known, SN_LOOP_FORWARD_PARAMS) {
+    sn_loop_row* s = (sn_loop_row*)slab;
+    sn_arrival* queue = (sn_arrival*)(slab + SN_LOOP_STATE + list_bytes);
+    const long long m = n_in * k_in;
+    for (long long e = s->seen; e < known; ++e) {
+        long long at = sn_loop_at(j, sn_input(log[e].src, k_out), N, transposed);
+        sn_arrival a = {log[e].t + SN_LOAD(rec_delay + at), SN_LOAD(rec_weight + at),
+                        m + log[e].src};
+        if (!(a.t < (real)until)) continue;
+        if (a.t < end) s->status = 2;
+        else sn_enqueue(queue, s->taken, &s->queued, a);
+    }
+    s->seen = known;
+}
+
+/* Sample b's forward: its neurons a step at a time. `sample`: its scratch (the log, then
+   each row's slab of row_bytes); `logged`: the log's length, shared by its threads. */
+SN_FN void sn_loop_forward_sample(long long b, unsigned char* sample,
+                                  unsigned long long* logged, SN_LOOP_FORWARD_PARAMS) {
+    sn_arrival* log = (sn_arrival*)sample;
+    unsigned char* rows_at = sample + head_bytes;
+    if (SN_LANE == 0) *logged = 0;
+    for (long long j = SN_LANE; j < N; j += SN_LANES)
+        sn_loop_start(b * N + j, rows_at + j * row_bytes, SN_LOOP_FORWARD_NAMES);
+    SN_BARRIER();
+    for (long long step_k = 0; step_k < n_steps; ++step_k) {
+        real end = fmin((real)(step_k + 1) * (real)step, (real)until);
+        for (long long j = SN_LANE; j < N; j += SN_LANES)
+            sn_loop_advance(b * N + j, j, rows_at + j * row_bytes, end, log, logged,
+                            SN_LOOP_FORWARD_NAMES);
+        SN_BARRIER();
+        const long long known = (long long)*logged;
+        for (long long j = SN_LANE; j < N; j += SN_LANES)
+            sn_loop_queue(j, rows_at + j * row_bytes, end, log, known, SN_LOOP_FORWARD_NAMES);
+        SN_BARRIER();
+    }
+    for (long long j = SN_LANE; j < N; j += SN_LANES) {
+        const sn_loop_row* s = (const sn_loop_row*)(rows_at + j * row_bytes);
+        counts[b * N + j] = s->count;
+        status[b * N + j] = s->status;
+    }
+}
+
+/* Row r's (sample b, neuron j) adjoint: what it reads and adds into (its group's rows,
+   the sample's recurrent B in `loop_b`), with params p. */
+SN_FN sn_adjoint sn_loop_adjoint(long long b, long long j, const real* p, real* loop_b,
+                                 SN_LOOP_BACKWARD_PARAMS) {
+    const long long m = n_in * k_in, r = b * N + j, g = b % groups;
+    const long long at = transposed ? j : j * n_in, stride = transposed ? N : 1;
+    const long long r_at = transposed ? j : j * N;
+    sn_adjoint a = {p, times + r * k_out, store + r * k_out * NSTORE, grad_t + r * k_out,
+                    counts[r] < k_out ? counts[r] : k_out, (real)until, (real)step, n_steps,
+                    grad_w + g * N * n_in + at, grad_d ? grad_d + g * N * n_in + at : grad_d,
+                    stride, grad_p + g * NP * N + j, N, source_b ? source_b + b * m : source_b,
+                    k_in, (real)until, 0, 0, 0, m, k_out, stride,
+                    grad_rw + g * N * N + r_at, grad_rd ? grad_rd + g * N * N + r_at : grad_rd,
+                    loop_b, loop_b + j * k_out};
+    return a;
+}
+
+/* Where row j's pieces lie in its slab: its sorted arrivals, then the replay's states
+   and the integral's pieces (codegen/events.py's loop_bytes counts them). */
+#define SN_LOOP_LIST(slab) ((sn_arrival*)((slab) + SN_LOOP_STATE))
+#define SN_LOOP_BEFORE(slab) ((real*)((slab) + SN_LOOP_STATE + list_bytes))
+
+/* Row j's backward set up: its arrivals, feedforward and recurrent, sorted into one
+   list, its sweep at t_end, its spikes' recurrent B zeroed. */
+SN_FN void sn_loop_back_start(long long b, long long j, unsigned char* slab, real* loop_b,
+                              SN_LOOP_BACKWARD_PARAMS) {
+    sn_loop_back* s = (sn_loop_back*)slab;
+    sn_arrival* list = SN_LOOP_LIST(slab);
+    const long long m = n_in * k_in;
+    const long long at = transposed ? j : j * n_in, stride = transposed ? N : 1;
+    const real t_end = (real)until;
+    sn_params_of(params, N, j, s->p);
+    long long n = sn_listed(list, pre + b * m, weight + at, delay + at, stride, n_in, k_in, t_end);
+    for (long long k = 0; k < N; ++k) {
+        const long long r = b * N + k, most = counts[r] < k_out ? counts[r] : k_out;
+        const long long w_at = sn_loop_at(j, k, N, transposed);
+        for (long long slot = 0; slot < most; ++slot) {
+            real t = times[r * k_out + slot] + rec_delay[w_at];
+            if (!(t < t_end)) continue;
+            list[n].t = t;
+            list[n].w = rec_weight[w_at];
+            list[n].src = m + k * k_out + slot;
+            ++n;
+        }
+    }
+    sn_sort(list, list + m + N * k_out + 1, n);
+    s->n = n;
+    for (long long k = 0; k < k_out; ++k) loop_b[j * k_out + k] = 0;
+    sn_arrivals arr = {list, 0, 0, 0, 0, 0, 0, n};
+    sn_adjoint a = sn_loop_adjoint(b, j, s->p, loop_b, SN_LOOP_BACKWARD_NAMES);
+    real* before = SN_LOOP_BEFORE(slab);
+    sn_sweep_start(&a, &arr, before, before + events * NS, &s->sweep);
+}
+
+/* Row j's sweep back to `down_to` (every event from there on), or to 0 and its last
+   stretch (`finish`). */
+SN_FN void sn_loop_back_to(long long b, long long j, unsigned char* slab, real* loop_b,
+                           real down_to, int finish, SN_LOOP_BACKWARD_PARAMS) {
+    sn_loop_back* s = (sn_loop_back*)slab;
+    real p[NP + NK + 1];
+    for (int q = 0; q < NP + NK + 1; ++q) p[q] = s->p[q];
+    sn_arrivals arr = {SN_LOOP_LIST(slab), 0, 0, 0, 0, 0, 0, s->n};
+    sn_adjoint a = sn_loop_adjoint(b, j, p, loop_b, SN_LOOP_BACKWARD_NAMES);
+    real* before = SN_LOOP_BEFORE(slab);
+    real* after = before + events * NS;
+    real* cuts = after + events * NS;
+    if (finish) sn_sweep_finish(&a, &s->sweep, after, cuts);
+    else sn_neuron_backward(&a, &arr, before, after, cuts, &s->sweep, down_to);
+}
+
+/* Sample b's backward: its neurons' sweeps a step at a time, from the last step back.
+   `sample`: its scratch (the layer's recurrent B [N, k_out], then each row's slab). */
+SN_FN void sn_loop_backward_sample(long long b, unsigned char* sample,
+                                   unsigned long long* logged, SN_LOOP_BACKWARD_PARAMS) {
+    real* loop_b = (real*)sample;
+    unsigned char* rows_at = sample + head_bytes;
+    (void)logged;
+    for (long long j = SN_LANE; j < N; j += SN_LANES)
+        sn_loop_back_start(b, j, rows_at + j * row_bytes, loop_b, SN_LOOP_BACKWARD_NAMES);
+    SN_BARRIER();
+    for (long long step_k = n_steps - 1; step_k >= -1; --step_k) {
+        real down_to = (real)step_k * (real)step;
+        for (long long j = SN_LANE; j < N; j += SN_LANES)
+            sn_loop_back_to(b, j, rows_at + j * row_bytes, loop_b, down_to, step_k < 0,
+                            SN_LOOP_BACKWARD_NAMES);
+        SN_BARRIER();
+    }
+}
+
+/* The entry points: in CUDA one block a sample of the launch ([row0, row0 + rows) of the
+   B samples), its scratch `slab_bytes` of the launch's buffer; in C an OpenMP loop over
+   the samples, each thread with its own scratch, the backward's over groups of samples
+   (each group's in order on one thread: its gradient rows are its own). */
+#if SN_CUDA
+#define SN_SAMPLES_ENTRY(name, sample, PARAMS, NAMES)                                    \
+    extern "C" __global__ void name(PARAMS) {                                            \
+        __shared__ unsigned long long logged;                                            \
+        const long long b = row0 + blockIdx.x;                                           \
+        sample(b, scratch + (long long)blockIdx.x * slab_bytes, &logged, NAMES);         \
+    }
+#define SN_SAMPLE_GROUPS_ENTRY SN_SAMPLES_ENTRY
+#else
+#define SN_SAMPLES_ENTRY(name, sample, PARAMS, NAMES)                                    \
+    void name(PARAMS) {                                                                  \
+        SN_OMP_SAMPLES {                                                                 \
+            unsigned char* own = (unsigned char*)calloc((size_t)slab_bytes + 1, 1);      \
+            unsigned long long logged = 0;                                               \
+            _Pragma("omp for schedule(dynamic, 1)")                                      \
+            for (long long b = row0; b < row0 + rows; ++b) sample(b, own, &logged, NAMES); \
+            free(own);                                                                   \
+        }                                                                                \
+    }
+#define SN_SAMPLE_GROUPS_ENTRY(name, sample, PARAMS, NAMES)                              \
+    void name(PARAMS) {                                                                  \
+        SN_OMP_SAMPLES {                                                                 \
+            unsigned char* own = (unsigned char*)calloc((size_t)slab_bytes + 1, 1);      \
+            unsigned long long logged = 0;                                               \
+            _Pragma("omp for schedule(static)")                                          \
+            for (long long g = 0; g < groups; ++g)                                       \
+                for (long long b = g; b < B; b += groups)                                \
+                    if (b >= row0 && b < row0 + rows) sample(b, own, &logged, NAMES);    \
+            free(own);                                                                   \
+        }                                                                                \
+    }
+#endif
+
+SN_SAMPLES_ENTRY(sn_events_loop_forward, sn_loop_forward_sample, SN_LOOP_FORWARD_PARAMS,
+                 SN_LOOP_FORWARD_NAMES)
+SN_SAMPLE_GROUPS_ENTRY(sn_events_loop_backward, sn_loop_backward_sample,
+                       SN_LOOP_BACKWARD_PARAMS, SN_LOOP_BACKWARD_NAMES)
