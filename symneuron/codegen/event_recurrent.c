@@ -14,9 +14,11 @@
      reference orders them). The step's new spikes go to the sample's log; after the
      barrier each neuron queues their arrivals (time t_k + D_rec[j, k], weight
      W_rec[j, k], source m + k * k_out + slot), sorted in.
-   * Backward: each neuron's arrivals (feedforward and recurrent, every spike now known)
-     in one sorted list, its adjoint swept back a step at a time (sn_neuron_backward's
-     `down_to`): a recurrent arrival adds its Q into its source spike's B, which is
+   * Backward: each neuron's recurrent arrivals (every spike now known) sorted into a
+     list of their own beside its feedforward ones (SN_DIRECT, where the arrivals between
+     two spikes are independent), or with them into one (else: the states between events
+     are replayed in time order), its adjoint swept back a step at a time
+     (sn_neuron_backward's `down_to`): a recurrent arrival adds its Q into its source spike's B, which is
      complete once every later step has run, when the source's own sweep reaches the
      spike. Recurrent weights and delays get their gradients as feedforward ones do. */
 
@@ -40,13 +42,14 @@ typedef struct {
     long long ptr;           /* the next feedforward arrival */
     long long taken, queued; /* the recurrent queue: [0, queued), applied [0, taken) */
     long long seen;          /* the sample log's entries queued so far */
+    real quiet;              /* (SN_WHOLE) no arrival and no crossing before it */
     long long count, status;
     real p[NP + NK + 1];
 } sn_loop_row;
 
 typedef struct {
     sn_sweep sweep;
-    long long n; /* its arrivals */
+    sn_arrivals arr; /* its arrivals */
     real p[NP + NK + 1];
 } sn_loop_back;
 
@@ -75,7 +78,7 @@ SN_FN void sn_loop_start(long long r, unsigned char* slab, SN_LOOP_FORWARD_PARAM
     sn_loop_row* s = (sn_loop_row*)slab;
     s->arr = SN_ROW_INPUTS(r, slab + SN_LOOP_STATE, (real)until, s->p);
     sn_init(s->x, s->x, 0, 0, 0, s->p, s->x);
-    s->t = 0;
+    s->t = s->quiet = 0;
     s->ptr = s->taken = s->queued = s->seen = s->count = s->status = 0;
     for (long long k = 0; k < k_out; ++k) times[r * k_out + k] = SN_INF;
 }
@@ -86,7 +89,7 @@ SN_FN void sn_loop_advance(long long r, long long j, unsigned char* slab, real e
                            sn_arrival* log, unsigned long long* logged,
                            SN_LOOP_FORWARD_PARAMS) {
     sn_loop_row* s = (sn_loop_row*)slab;
-    if (s->status) return;
+    if (s->status || end <= s->quiet) return; /* (nothing happens in the step) */
     const sn_arrival* queue = (const sn_arrival*)(slab + SN_LOOP_STATE + list_bytes);
     const sn_arrival none = {SN_INF, 0, 0};
     sn_spikes out = {times + r * k_out, store + r * k_out * NSTORE, rate + r * k_out, k_out,
@@ -109,6 +112,16 @@ SN_FN void sn_loop_advance(long long r, long long j, unsigned char* slab, real e
         if (first) ++ptr;
         else ++taken;
     }
+#if SN_WHOLE
+    /* how long the neuron stays quiet: to its next arrival, or its next crossing (a move
+       along the flow finds the first, SN_WHOLE); steps before it are skipped */
+    if (!s->status) {
+        sn_arrival ff = sn_arrival_or_none(&s->arr, ptr);
+        sn_arrival loop = taken < s->queued ? queue[taken] : none;
+        real due = fmin(fmin(ff.t, loop.t), (real)until), where = 0, moved[NS];
+        s->quiet = sn_first_crossing(x, due - t, p, &where, moved) ? t + where : due;
+    }
+#endif
     for (long long k = s->count; k < out.count && k < k_out; ++k) {
         long long at = SN_RESERVE(logged);
         log[at].t = out.times[k];
@@ -137,6 +150,7 @@ SN_FN void sn_loop_queue(long long j, unsigned char* slab, real end, const sn_ar
         if (!(a.t < (real)until)) continue;
         if (a.t < end) s->status = 2;
         else sn_enqueue(queue, s->taken, &s->queued, a);
+        if (a.t < s->quiet) s->quiet = a.t;
     }
     s->seen = known;
 }
@@ -186,22 +200,19 @@ SN_FN sn_adjoint sn_loop_adjoint(long long b, long long j, const real* p, real* 
     return a;
 }
 
-/* Where row j's pieces lie in its slab: its sorted arrivals, then the replay's states
-   and the integral's pieces (codegen/events.py's loop_bytes counts them). */
+/* Where row j's pieces lie in its slab after its state (codegen/events.py's loop_bytes
+   counts them): SN_DIRECT, its feedforward list (where no order is given) and its
+   recurrent list after list_bytes; else one list of both, then the replay's states and
+   the integral's pieces after list_bytes. */
 #define SN_LOOP_LIST(slab) ((sn_arrival*)((slab) + SN_LOOP_STATE))
 #define SN_LOOP_BEFORE(slab) ((real*)((slab) + SN_LOOP_STATE + list_bytes))
 
-/* Row j's backward set up: its arrivals, feedforward and recurrent, sorted into one
-   list, its sweep at t_end, its spikes' recurrent B zeroed. */
-SN_FN void sn_loop_back_start(long long b, long long j, unsigned char* slab, real* loop_b,
-                              SN_LOOP_BACKWARD_PARAMS) {
-    sn_loop_back* s = (sn_loop_back*)slab;
-    sn_arrival* list = SN_LOOP_LIST(slab);
+/* The recurrent arrivals at row j (sample b) of the layer's spikes, unsorted, appended to
+   list[n, ...); the new n. */
+SN_FN long long sn_loop_listed(long long b, long long j, sn_arrival* list, long long n,
+                               SN_LOOP_BACKWARD_PARAMS) {
     const long long m = n_in * k_in;
-    const long long at = transposed ? j : j * n_in, stride = transposed ? N : 1;
     const real t_end = (real)until;
-    sn_params_of(params, N, j, s->p);
-    long long n = sn_listed(list, pre + b * m, weight + at, delay + at, stride, n_in, k_in, t_end);
     for (long long k = 0; k < N; ++k) {
         const long long r = b * N + k, most = counts[r] < k_out ? counts[r] : k_out;
         const long long w_at = sn_loop_at(j, k, N, transposed);
@@ -214,13 +225,37 @@ SN_FN void sn_loop_back_start(long long b, long long j, unsigned char* slab, rea
             ++n;
         }
     }
-    sn_sort(list, list + m + N * k_out + 1, n);
-    s->n = n;
+    return n;
+}
+
+/* Row j's backward set up: its arrivals (SN_DIRECT: the feedforward ones as a layer's
+   row reads them and the recurrent ones sorted beside them; else both sorted into one
+   list), its sweep at t_end, its spikes' recurrent B zeroed. */
+SN_FN void sn_loop_back_start(long long b, long long j, unsigned char* slab, real* loop_b,
+                              SN_LOOP_BACKWARD_PARAMS) {
+    sn_loop_back* s = (sn_loop_back*)slab;
+#if SN_DIRECT
+    s->arr = SN_ROW_INPUTS(b * N + j, slab + SN_LOOP_STATE, (real)until, s->p);
+    sn_arrival* own = (sn_arrival*)(slab + SN_LOOP_STATE + list_bytes);
+    s->arr.n_loop = sn_loop_listed(b, j, own, 0, SN_LOOP_BACKWARD_NAMES);
+    sn_sort(own, own + loop_slots + 1, s->arr.n_loop);
+    s->arr.loop = own;
+#else
+    sn_arrival* list = SN_LOOP_LIST(slab);
+    const long long m = n_in * k_in;
+    const long long at = transposed ? j : j * n_in, stride = transposed ? N : 1;
+    sn_params_of(params, N, j, s->p);
+    long long n = sn_listed(list, pre + b * m, weight + at, delay + at, stride, n_in, k_in,
+                            (real)until);
+    n = sn_loop_listed(b, j, list, n, SN_LOOP_BACKWARD_NAMES);
+    sn_sort(list, list + m + loop_slots + 1, n);
+    sn_arrivals merged = {list, 0, 0, 0, 0, 0, 0, n, 0, 0};
+    s->arr = merged;
+#endif
     for (long long k = 0; k < k_out; ++k) loop_b[j * k_out + k] = 0;
-    sn_arrivals arr = {list, 0, 0, 0, 0, 0, 0, n};
     sn_adjoint a = sn_loop_adjoint(b, j, s->p, loop_b, SN_LOOP_BACKWARD_NAMES);
     real* before = SN_LOOP_BEFORE(slab);
-    sn_sweep_start(&a, &arr, before, before + events * NS, &s->sweep);
+    sn_sweep_start(&a, &s->arr, before, before + events * NS, &s->sweep);
 }
 
 /* Row j's sweep back to `down_to` (every event from there on), or to 0 and its last
@@ -228,9 +263,14 @@ SN_FN void sn_loop_back_start(long long b, long long j, unsigned char* slab, rea
 SN_FN void sn_loop_back_to(long long b, long long j, unsigned char* slab, real* loop_b,
                            real down_to, int finish, SN_LOOP_BACKWARD_PARAMS) {
     sn_loop_back* s = (sn_loop_back*)slab;
+    const sn_sweep* w = &s->sweep;
+    real latest = w->ks >= 0 ? times[(b * N + j) * k_out + w->ks] : -SN_INF;
+    if (w->ia >= 0) latest = fmax(latest, sn_arrival_time(&s->arr, w->ia));
+    if (w->il >= 0) latest = fmax(latest, s->arr.loop[w->il].t);
+    if (!finish && latest < down_to) return; /* (no event in the step) */
     real p[NP + NK + 1];
     for (int q = 0; q < NP + NK + 1; ++q) p[q] = s->p[q];
-    sn_arrivals arr = {SN_LOOP_LIST(slab), 0, 0, 0, 0, 0, 0, s->n};
+    sn_arrivals arr = s->arr;
     sn_adjoint a = sn_loop_adjoint(b, j, p, loop_b, SN_LOOP_BACKWARD_NAMES);
     real* before = SN_LOOP_BEFORE(slab);
     real* after = before + events * NS;

@@ -59,7 +59,8 @@ typedef struct {
    times in that order `ordered`, so an arrival's time is one read, not two in a row).
    Input i's weight and delay are w_row[i * stride], d_row[i * stride] (stride 1:
    [N, n_in] rows; N: the [n_in, N] copy CUDA reads, where a warp's neurons read one
-   line). */
+   line). A recurrent layer's backward (SN_DIRECT) also reads its recurrent arrivals
+   from their own sorted list `loop` (n_loop of them; null elsewhere). */
 typedef struct {
     const sn_arrival* list;
     const long long* order;
@@ -69,6 +70,8 @@ typedef struct {
     long long stride;
     long long k_in;
     long long n;
+    const sn_arrival* loop;
+    long long n_loop;
 } sn_arrivals;
 
 /* The input of source slot `src` (i * k_in + slot; the runtime keeps n_in * k_in below
@@ -844,6 +847,7 @@ typedef struct {
     real lam[NS];
     real upper;
     long long ia, ks, e;
+    long long il; /* (SN_DIRECT) the recurrent arrivals not yet taken: [0, il] */
 } sn_sweep;
 
 /* A sweep from the adjoint's start (t_end, or a readout's maximum, with its kick), the
@@ -855,6 +859,7 @@ SN_FN void sn_sweep_start(const sn_adjoint* a, const sn_arrivals* arr, real* bef
     s->ia = arr->n - 1;
     s->ks = a->count - 1;
     s->e = arr->n + a->count;
+    s->il = arr->n_loop - 1;
     if (SN_REPLAY) sn_replay(a, arr, before, after);
 }
 
@@ -865,6 +870,26 @@ SN_FN void sn_sweep_start(const sn_adjoint* a, const sn_arrivals* arr, real* bef
    λ(t_a) = Φ(upper − t_a)ᵀ λ(upper): the arrivals are independent of each other (a
    thread overlaps their loads and exponentials) and skipped where λ(upper) = 0. At one
    time an arrival comes before a spike, as in the forward. */
+/* The arrivals of `arr` in (low, upper] from down_to on (all of them, but for a
+   recurrent layer's step), [stop, *last), taken back from λ at upper; whether some
+   before down_to remain. */
+SN_FN int sn_take(const sn_adjoint* a, const sn_arrivals* arr, long long* last, real low,
+                  real upper, real down_to, const real* lam, real* before) {
+    long long first = sn_arrivals_upto(arr, low, *last);
+    long long stop = down_to > low ? sn_arrivals_below(arr, down_to, *last) : first;
+    if (!sn_vanishes(lam)) {
+        SN_UNROLL
+        for (long long e = *last - 1; e >= stop; --e) {
+            sn_arrival next = sn_arrival_at(arr, e);
+            real at[NS];
+            sn_adjoint_flow(lam, lam, 0, 0, upper - next.t, a->p, at);
+            sn_arrival_back(a, &next, before, at);
+        }
+    }
+    *last = stop;
+    return stop > first;
+}
+
 SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real* before,
                               real* after, real* cuts, sn_sweep* s, real down_to) {
     real lam[NS], upper = s->upper;
@@ -872,22 +897,18 @@ SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real*
     (void)after;
     (void)cuts;
     sn_copy(lam, s->lam);
+#if SN_RECURRENT
+    long long last_loop = s->il + 1;
+    sn_arrivals loop = {arr->loop, 0, 0, 0, 0, 0, 0, arr->n_loop, 0, 0};
+#endif
     for (;; --ks) {
         real low = ks >= 0 ? a->times[ks] : -SN_INF;
-        long long first = ks >= 0 ? sn_arrivals_upto(arr, low, last) : 0;
-        /* the arrivals in (low, upper] from down_to on: all of them, but for a step's */
-        long long stop = down_to > low ? sn_arrivals_below(arr, down_to, last) : first;
-        if (!sn_vanishes(lam)) {
-            SN_UNROLL
-            for (long long e = last - 1; e >= stop; --e) {
-                sn_arrival next = sn_arrival_at(arr, e);
-                real at[NS];
-                sn_adjoint_flow(lam, lam, 0, 0, upper - next.t, a->p, at);
-                sn_arrival_back(a, &next, before, at);
-            }
-        }
-        last = stop;
-        if (stop > first || ks < 0 || low < down_to) break;
+        int left = sn_take(a, arr, &last, low, upper, down_to, lam, before);
+#if SN_RECURRENT
+        left |= sn_take(a, &loop, &last_loop, low, upper, down_to, lam, before);
+        s->il = last_loop - 1;
+#endif
+        if (left || ks < 0 || low < down_to) break;
         sn_adjoint_flow(lam, lam, 0, 0, upper - low, a->p, lam);
         sn_spike_back(a, ks, lam);
         upper = low;

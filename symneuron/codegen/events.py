@@ -172,10 +172,13 @@ LOOP_FORWARD_ARGS = _args(
 #: its backward: :data:`BACKWARD_ARGS`' and ``grad_rw``, ``grad_rd`` [groups, N, N]
 #: (laid out as the recurrent tensors; ``grad_rd`` may be null); a sample's
 #: ``head_bytes`` hold the spikes' recurrent B, a row's slab its state, its sorted
-#: arrivals (``list_bytes``) and ``events`` states before and after each event
+#: arrivals (:func:`loop_bytes`: ``list_bytes``, room for ``loop_slots`` recurrent ones,
+#: the most spikes the layer has in a sample) and ``events`` states before and after
+#: each event
 LOOP_BACKWARD_ARGS = _args(
     _SHARED + ", const real* rec_weight, const real* rec_delay, long long row_bytes, "
-    "long long head_bytes, long long list_bytes, long long events, long long groups, "
+    "long long head_bytes, long long list_bytes, long long events, long long loop_slots, "
+    "long long groups, "
     "const real* times, const real* store, const long long* counts, const real* grad_t, "
     "real* grad_w, real* grad_d, real* grad_p, real* source_b, real* grad_rw, real* grad_rd"
 )
@@ -452,26 +455,41 @@ def loop_bytes(
     k_out: int,
     n_steps: int,
     sorting: bool,
+    loop_slots: int = 0,
 ) -> dict[str, dict[str, int]]:
     """A recurrent layer's scratch in each pass (``"forward"``, ``"backward"``) per sample
-    of ``n`` neurons: its head (the forward's log of N·k_out spikes; the backward's
-    recurrent B of each), each row's slab (its state, then the forward's feedforward list
-    where ``sorting`` and its queue of N·k_out recurrent arrivals; the backward's list of
-    every arrival, 2 (n_in·k_in + N·k_out + 1) to sort, and the states before and after
-    each event where it replays the forward), where the list ends in a slab
-    (``list_bytes``), the events a replay holds and the sample's whole (``slab_bytes``)."""
+    of ``n`` neurons (launch values by name, and ``slab_bytes``, a sample's whole): its
+    head (the forward's log of N·k_out spikes; the backward's recurrent B of each), each
+    row's slab of ``row_bytes`` (its state, then the forward's feedforward list where
+    ``sorting`` (2 (n_in·k_in + 1) arrivals) and its queue of N·k_out recurrent arrivals;
+    in the backward, where SN_DIRECT, the feedforward list where ``sorting`` and the
+    recurrent arrivals', 2 (``loop_slots`` + 1), ``loop_slots`` the most spikes the layer
+    has in a sample, else one list of both, 2 (n_in·k_in + loop_slots + 1), then the
+    states before and after each event where the backward replays the forward and the
+    integral's pieces), where its lists end (``list_bytes``) and the events a replay
+    holds."""
     real, arrival = np.dtype(dtype).itemsize, arrival_bytes(dtype)
-    state, states = loop_state(source.functions), source.functions.states
-    spikes = n * k_out
+    fns = source.functions
+    state, spikes = loop_state(fns), n * k_out
     listed = 2 * (n_in_slots + 1) * arrival if sorting else 0
     forward = {"head_bytes": _up((spikes + 1) * arrival), "list_bytes": listed, "events": 1}
     forward["row_bytes"] = _up(state + listed + (spikes + 1) * arrival)
-    merged = 2 * (n_in_slots + spikes + 1) * arrival
-    replay = source.integrals or source.functions.replay
-    events = n_in_slots + spikes + k_out + 1 if replay else 1
-    cuts = (n_steps + 3 if source.integrals else 1) * (states + 1)
-    backward = {"head_bytes": _up(spikes * real), "list_bytes": merged, "events": events}
-    backward["row_bytes"] = _up(state + merged + (2 * events * states + cuts) * real)
+    replay = source.integrals or fns.replay
+    if fns.passes and not (fns.rk4 or replay):  # SN_DIRECT
+        lists = listed + 2 * (loop_slots + 1) * arrival
+        backward = {"list_bytes": listed, "events": 1}
+    else:
+        lists = 2 * (n_in_slots + loop_slots + 1) * arrival
+        backward = {"list_bytes": lists, "events": n_in_slots + loop_slots + k_out + 1}
+    cuts = (n_steps + 3 if source.integrals else 1) * (fns.states + 1)
+    states = (2 * backward["events"] * fns.states + cuts) * real
+    backward.update(
+        {
+            "head_bytes": _up(spikes * real),
+            "row_bytes": _up(state + lists + states),
+            "loop_slots": loop_slots,
+        }
+    )
     for one in (forward, backward):
         one["slab_bytes"] = one["head_bytes"] + n * one["row_bytes"]
     return {"forward": forward, "backward": backward}

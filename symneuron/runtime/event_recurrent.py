@@ -48,19 +48,20 @@ def _values(
     k_out: int,
     direction: str,
     integrals: bool = False,
+    loop_slots: int = 0,
 ) -> tuple[Values, int]:
-    """The launch values a pass shares, with its scratch's layout, and a sample's bytes."""
+    """The launch values of a pass, with its scratch's layout
+    (:func:`~symneuron.codegen.events.loop_bytes`), and a sample's bytes."""
     n, (_, n_in, k_in) = inputs.n_out, inputs.pre.shape
     if n * max(1, k_out) >= 1 << 31:
         raise ValueError(f"{n} neurons × {k_out} spike slots: too many for the kernels' indices.")
     values = inputs.values(times)
-    sorting = direction == "backward" or inputs.order is None
-    if direction == "backward":  # (every arrival in one sorted list, no shared order)
-        values.update({"order": None, "ordered": None})
     source = kernels.source(integrals, "recurrent")
-    sizes = loop_bytes(
-        source, kernels.dtype, n, n_in * k_in, k_out, int(values["n_steps"] or 0), sorting
-    )[direction]
+    steps = int(values["n_steps"] or 0)
+    sorting = inputs.order is None
+    sizes = loop_bytes(source, kernels.dtype, n, n_in * k_in, k_out, steps, sorting, loop_slots)[
+        direction
+    ]
     slab = sizes.pop("slab_bytes")
     values.update(sizes)
     values.update({"k_out": k_out, "rec_weight": loop.weight, "rec_delay": loop.delay})
@@ -106,7 +107,9 @@ def loop_backward(
     delays' gradients are (each None where not)."""
     inputs, loop = kernels.laid_out(inputs), loop.laid_out(kernels)
     k_out = spikes.times.shape[2]
-    values, slab = _values(kernels, inputs, loop, times, k_out, "backward", integrals)
+    # the most spikes with a slot in a sample: room for every recurrent arrival at a row
+    most = int(spikes.counts.clamp(max=k_out).sum(1).amax()) if spikes.counts.numel() else 0
+    values, slab = _values(kernels, inputs, loop, times, k_out, "backward", integrals, most)
     values.update(
         {
             "times": spikes.times,

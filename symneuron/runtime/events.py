@@ -71,6 +71,10 @@ GROUPS = 16
 _DTYPES = {torch.float32: "float32", torch.float64: "float64"}
 #: the bytes of scratch one CUDA launch may take (its rows' slabs; more rows run in waves)
 SCRATCH = 256 << 20
+#: the bytes of scratch one launch of a recurrent layer's kernels may take (a sample's
+#: neurons run together, so each sample's slab holds all their lists: a smaller budget
+#: ran an SHD-sized layer's samples in waves of a few blocks)
+SAMPLE_SCRATCH = 1 << 30
 #: threads per block of a CUDA launch (one per (sample, neuron) row)
 BLOCK = 128
 #: threads per block of a recurrent layer's launch (a block a sample, a thread a neuron
@@ -275,7 +279,8 @@ class EventKernels:
             self.launcher(name, integrals)(_kinds(args), _packed(args, values), None)
             return
         launch = self.launcher(name, integrals, like.device.index or 0)
-        wave = max(1, min(total, SCRATCH // slab)) if slab else max(1, total)
+        budget = SAMPLE_SCRATCH if samples else SCRATCH
+        wave = max(1, min(total, budget // slab)) if slab else max(1, total)
         # (every kernel writes its scratch before it reads it: no zeroing launch)
         scratch = torch.empty(wave * slab, dtype=torch.uint8, device=like.device) if slab else None
         values["scratch"] = scratch
