@@ -112,8 +112,10 @@ class EventLayerFunction(torch.autograd.Function):
         if rec_weight is None or rec_delay is None:
             spikes = call.kernels.forward(inputs, call.times, call.capacity, check=False)
         else:
-            loop = (t.detach().contiguous() for t in (rec_weight, rec_delay))
-            ctx.loop = event_recurrent.Loop(*loop).laid_out(call.kernels)
+            loop = event_recurrent.Loop(
+                rec_weight.detach().contiguous(), rec_delay.detach().contiguous()
+            )
+            ctx.loop = loop.laid_out(call.kernels)
             spikes = event_recurrent.loop_forward(
                 call.kernels, inputs, ctx.loop, call.times, call.capacity
             )

@@ -1,7 +1,9 @@
 """Exact event-based gradients (EventProp) for batches, with compiled C or CUDA kernels.
 
-:func:`event_network` runs a feedforward network of one ODE neuron on a batch of input
-spike times and is differentiable by EventProp: exactly for a linear neuron (a LIF with
+:func:`event_network` runs a feedforward network of one ODE neuron (each layer
+recurrent or not: a recurrent layer's neurons of a sample run in step,
+:mod:`symneuron.runtime.event_recurrent`) on a batch of input spike times and is
+differentiable by EventProp: exactly for a linear neuron (a LIF with
 a current synapse, a linear adaptive threshold...: any neuron whose
 :class:`~symneuron.derivation.events.EventSpec` has a closed-form flow), by RK4 steps
 with crossings on each step's Hermite interpolant for a nonlinear one (QIF, EIF, AdEx;
@@ -186,7 +188,8 @@ def event_network(
     integrator: str | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """Each layer's spike times [batch, n_l, K_l] (+inf padded, ascending) of a
-    feedforward network of ``neuron`` (an ODE neuron, :meth:`~symneuron.Neuron.from_ode`)
+    feedforward network of ``neuron`` (an ODE neuron, :meth:`~symneuron.Neuron.from_ode`;
+    a layer may be recurrent, :class:`EventLayer`, where the neuron has a closed-form flow)
     run up to ``t_end`` in steps of its ``dt``, differentiable by EventProp in each
     layer's weights, delays and given params and in ``input_times`` ([batch, n_in, K],
     +inf padded; [n_in, K] for one sample, which gives [n_l, K_l]).

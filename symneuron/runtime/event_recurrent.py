@@ -87,9 +87,10 @@ def loop_forward(
     values["store"] = inputs.pre.new_empty((batch, n, slots, kernels.store))
     values["rate"] = inputs.pre.new_empty((batch, n, slots))
     kernels.run("loop_forward", False, values, slab, inputs.pre, samples=True)
-    out = [values[k] for k in ("times", "store", "rate")]
-    assert all(isinstance(t, torch.Tensor) for t in out)
-    return Spikes(*out, outcome[0], outcome)  # type: ignore[arg-type]
+    times_, store, rate = (values[k] for k in ("times", "store", "rate"))
+    assert isinstance(times_, torch.Tensor) and isinstance(store, torch.Tensor)
+    assert isinstance(rate, torch.Tensor)
+    return Spikes(times_, store, rate, outcome[0], outcome)
 
 
 def loop_backward(

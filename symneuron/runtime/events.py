@@ -222,7 +222,7 @@ class EventKernels:
         self.store = len(spec.store)
         self._runtime = _RUNTIMES[backend]
         self._launchers: dict[tuple[str, bool, int], cpu.Launch] = {}
-        self._sources: dict[tuple[bool, bool], EventSource] = {}
+        self._sources: dict[tuple[bool, str], EventSource] = {}
         #: the slots a forward of each (B, N, n_in·K_in) shape last needed, with room to
         #: spare: the first run's (time only: a run short of slots runs again)
         self.slots: dict[tuple[int, int, int], int] = {}
@@ -456,9 +456,9 @@ class EventKernels:
         )
         assert grad_w is not None and grad_p is not None
         if inputs.transposed:
-            grad_w, grad_d, grad_rw, grad_rd = (
-                None if t is None else t.t().contiguous()
-                for t in (grad_w, grad_d, grad_rw, grad_rd)
+            grad_w = grad_w.t().contiguous()
+            grad_d, grad_rw, grad_rd = (
+                None if t is None else t.t().contiguous() for t in (grad_d, grad_rw, grad_rd)
             )
         source_b = _tensor(values, "source_b") if wanted[1] else None
         recurrent = None if grad_rw is None else (grad_rw, grad_rd)
