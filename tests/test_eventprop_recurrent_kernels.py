@@ -65,7 +65,7 @@ def _assert_close(ours, theirs, times_tol: float, grad_tol: float) -> None:  # t
         assert (a.double() - b.double()).abs().max() / scale <= grad_tol, name
 
 
-@pytest.mark.parametrize(("seed", "params"), [(4, True), (5, True), (7, True), (7, False)])
+@pytest.mark.parametrize(("seed", "params"), [(4, True), (7, True), (7, False)])
 def test_recurrent_kernels_agree_with_the_reference(seed: int, params: bool) -> None:
     """float64 C kernels: spike times within 1e-12 and every gradient (weights, delays,
     recurrent ones, ϑ, τ_m, τ_s, input times) within 1e-10 of the reference's (measured:
