@@ -129,13 +129,21 @@ class EventLayerFunction(torch.autograd.Function):
         call: LayerCall = ctx.call
         integrals = _integrals(ctx)
         grad_times = grad_times.to(ctx.inputs.pre.dtype)
-        args = (ctx.inputs, call.times, ctx.spikes, grad_times, integrals)
         if ctx.loop is None:
-            grads = call.kernels.backward(*args, _sums(ctx))
+            grads = call.kernels.backward(
+                ctx.inputs, call.times, ctx.spikes, grad_times, integrals, _sums(ctx)
+            )
         else:
             wanted = (*_sums(ctx), ctx.needs_input_grad[5])
             grads = event_recurrent.loop_backward(
-                call.kernels, args[0], ctx.loop, *args[1:], wanted
+                call.kernels,
+                ctx.inputs,
+                ctx.loop,
+                call.times,
+                ctx.spikes,
+                grad_times,
+                integrals,
+                wanted,
             )
         if call.kernels.rk4 and integrals:
             _check_replay(grads.params)

@@ -166,7 +166,7 @@ MEAN_BACKWARD_ARGS = _args(
 #: arrival fell inside its spike's step
 LOOP_FORWARD_ARGS = _args(
     _SHARED + ", const real* rec_weight, const real* rec_delay, long long row_bytes, "
-    "long long head_bytes, long long list_bytes, long long events, "
+    "long long head_bytes, long long list_bytes, "
     "real* times, real* store, real* rate, long long* counts, long long* status"
 )
 #: its backward: :data:`BACKWARD_ARGS`' and ``grad_rw``, ``grad_rd`` [groups, N, N]
@@ -472,7 +472,7 @@ def loop_bytes(
     fns = source.functions
     state, spikes = loop_state(fns), n * k_out
     listed = 2 * (n_in_slots + 1) * arrival if sorting else 0
-    forward = {"head_bytes": _up((spikes + 1) * arrival), "list_bytes": listed, "events": 1}
+    forward = {"head_bytes": _up((spikes + 1) * arrival), "list_bytes": listed}
     forward["row_bytes"] = _up(state + listed + (spikes + 1) * arrival)
     replay = source.integrals or fns.replay
     if fns.passes and not (fns.rk4 or replay):  # SN_DIRECT
