@@ -19,6 +19,7 @@ from symneuron.codegen.events import render_events
 from symneuron.derivation.events import system_text
 from symneuron.eventprop import event_network
 from symneuron.reference.events import event_network as reference_network
+from symneuron.runtime import event_launch
 from symneuron.runtime import events as runtime_events
 from tests.conftest import nvrtc_or_skip
 from tests.eventprop_models import adex
@@ -276,7 +277,7 @@ def test_cuda_capacity_retry_and_waves(monkeypatch: pytest.MonkeyPatch) -> None:
     assert int(torch.isfinite(theirs[0][0]).sum(-1).max()) >= 3
     _kernels("cuda").slots.clear()  # no start from what an earlier run of this shape needed
     _assert_close(_run(_lif(), flat, LIF_PARAMS, "cuda", capacity=1), theirs, 1e-12)
-    monkeypatch.setattr(runtime_events, "SCRATCH", 3 * 2048)
+    monkeypatch.setattr(event_launch, "SCRATCH", 3 * 2048)
     _assert_close(_run(_lif(), flat, LIF_PARAMS, "cuda"), theirs, 1e-12)
 
 

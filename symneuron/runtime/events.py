@@ -13,10 +13,7 @@ Arrival order: where every neuron's delays are equal along its row (no delays, o
 delays not yet trained apart), each sample's spikes are sorted once
 (:func:`arrival_order`) and every neuron reads its arrivals through that order; else each
 (sample, neuron) row sorts its own in its scratch. On CUDA a row's scratch is a slab of
-one buffer of at most :data:`SCRATCH` bytes, so a launch whose rows need more runs them
-in waves (one thread per row, :data:`BLOCK` a block, or a warp a block where a launch has
-too few rows to give every multiprocessor :data:`BLOCK` of them: a thread's events run
-one after another, so a small launch is spread over as many multiprocessors as it can).
+one buffer, launched in waves within a budget (:mod:`.event_launch`).
 
 Spike slots: the forward writes at most ``capacity`` spikes per neuron (or, where more,
 a quarter more than the last forward of the same shape needed, so a training loop's
@@ -28,7 +25,6 @@ count) slots, +inf past each neuron's own: the slots given never change a result
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -40,15 +36,14 @@ from ..codegen.events import (
     ARGS,
     PARTS_OF,
     EventSource,
-    KernelArg,
     render_events,
     scratch_bytes,
 )
 from ..definition import Definition
 from ..derivation.events import EventSpec
 from ..memo import BoundedTable
-from ..signature import Geometry
 from . import cpu, cuda
+from .event_launch import Values, in_waves, kinds, packed
 
 __all__ = [
     "EventKernels",
@@ -61,31 +56,14 @@ __all__ = [
     "slots_key",
     "event_kernels",
     "GROUPS",
-    "SCRATCH",
-    "SAMPLE_BLOCK",
 ]
 
 #: batch rows are split into at most this many groups in the backward, each with its own
 #: gradient rows (so the sums do not depend on the number of threads)
 GROUPS = 16
 _DTYPES = {torch.float32: "float32", torch.float64: "float64"}
-#: the bytes of scratch one CUDA launch may take (its rows' slabs; more rows run in waves)
-SCRATCH = 256 << 20
-#: the bytes of scratch one launch of a recurrent layer's kernels may take (a sample's
-#: neurons run together, so each sample's slab holds all their lists: a smaller budget
-#: ran an SHD-sized layer's samples in waves of a few blocks)
-SAMPLE_SCRATCH = 1 << 30
-#: threads per block of a CUDA launch (one per (sample, neuron) row)
-BLOCK = 128
-#: threads per block of a recurrent layer's launch (a block a sample, a thread a neuron
-#: up to this many, then several neurons a thread)
-SAMPLE_BLOCK = 256
 #: device type -> the runtime that compiles and launches there
 _RUNTIMES = {"cpu": cpu, "cuda": cuda}
-
-
-#: a launch's values by argument name
-Values = dict[str, torch.Tensor | float | None]
 
 
 def arrival_order(
@@ -177,30 +155,6 @@ class SampleLaunch(NamedTuple):
     delays: bool
 
 
-def _packed(
-    args: tuple[KernelArg, ...], values: Mapping[str, torch.Tensor | float | None]
-) -> list[int | float]:
-    """The launch's values in the kernel's argument order: tensors as addresses (None as
-    a null pointer), doubles as floats, the rest as ints."""
-    out: list[int | float] = []
-    for arg in args:
-        value = values[arg.name]
-        if arg.pointer:
-            assert value is None or (isinstance(value, torch.Tensor) and value.is_contiguous())
-            out.append(0 if value is None else value.data_ptr())
-        elif arg.ctype == "double":
-            assert isinstance(value, float), arg.name
-            out.append(value)
-        else:
-            assert isinstance(value, int), arg.name
-            out.append(value)
-    return out
-
-
-def _kinds(args: tuple[KernelArg, ...]) -> str:
-    return "".join("P" if a.pointer else "d" if a.ctype == "double" else "q" for a in args)
-
-
 def _tensor(values: Values, name: str) -> torch.Tensor:
     value = values[name]
     assert isinstance(value, torch.Tensor), name
@@ -268,30 +222,18 @@ class EventKernels:
     ) -> None:
         """Launch ``sn_events_<name>`` over every (sample, neuron) row: in C one call (each
         thread takes ``slab`` bytes of scratch itself), in CUDA one thread per row with
-        its slab of one buffer, in waves of rows whose slabs fit :data:`SCRATCH`. With
+        its slab of one buffer, in waves (:func:`~.event_launch.in_waves`). With
         ``samples`` (a recurrent layer's kernels) the unit is a sample, ``slab`` its
-        bytes: in CUDA a block a sample, a thread per neuron up to :data:`SAMPLE_BLOCK`."""
+        bytes: in CUDA a block a sample."""
         args = ARGS[name]
         total = _int(values["B"]) * (1 if samples else _int(values["N"]))
         values["slab_bytes"] = slab
         if self.backend == "cpu":
             values.update({"scratch": None, "row0": 0, "rows": total})
-            self.launcher(name, integrals)(_kinds(args), _packed(args, values), None)
+            self.launcher(name, integrals)(kinds(args), packed(args, values), None)
             return
         launch = self.launcher(name, integrals, like.device.index or 0)
-        budget = SAMPLE_SCRATCH if samples else SCRATCH
-        wave = max(1, min(total, budget // slab)) if slab else max(1, total)
-        # (every kernel writes its scratch before it reads it: no zeroing launch)
-        scratch = torch.empty(wave * slab, dtype=torch.uint8, device=like.device) if slab else None
-        values["scratch"] = scratch
-        for row0 in range(0, total, wave):
-            rows = min(wave, total - row0)
-            values.update({"row0": row0, "rows": rows})
-            block = BLOCK if rows >= BLOCK * _multiprocessors(like.device) else 32
-            geometry = Geometry(-(-rows // block), block)
-            if samples:
-                geometry = Geometry(rows, min(SAMPLE_BLOCK, -(-_int(values["N"]) // 32) * 32))
-            launch(_kinds(args), _packed(args, values), geometry)
+        in_waves(launch, args, values, slab, total, like.device, samples)
 
     def laid_out(self, inputs: LayerInputs) -> LayerInputs:
         """``inputs`` as the kernels read them: on CUDA with ``weight`` and ``delay`` as
@@ -481,11 +423,6 @@ def _zeroed(
         out[name] = buffer[start : start + sizes[name]].view(shape)
         start += sizes[name]
     return out
-
-
-@functools.cache
-def _multiprocessors(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def slots_key(pre: torch.Size, n_out: int) -> tuple[int, int, int]:
