@@ -14,6 +14,7 @@ from symneuron import eventprop
 from symneuron.codegen.events import render_events
 from symneuron.reference import events as reference
 from symneuron.reference.readouts import first_spike_cross_entropy
+from symneuron.runtime import event_launch
 
 F64 = torch.float64
 
@@ -146,6 +147,18 @@ def _wide(seed: int, n: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
         uniform(2, n, low=-0.2, high=1.8),
         uniform(2, n, low=0.0, high=2.0),
     ]
+
+
+@pytest.mark.cuda
+def test_cuda_recurrent_samples_in_waves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scratch budget of one sample: the recurrent kernels run the batch a sample a
+    launch, with the same results as C."""
+    inputs, flat = _batch(4)
+    c = _run(eventprop.event_network, inputs, flat, params=False)
+    monkeypatch.setattr(event_launch, "SAMPLE_SCRATCH", 1)
+    _assert_close(
+        _run(eventprop.event_network, inputs, flat, device="cuda", params=False), c, 1e-12, 1e-10
+    )
 
 
 @pytest.mark.cuda

@@ -73,9 +73,12 @@ SN_INLINE void sn_enqueue(sn_arrival* q, long long low, long long* n, sn_arrival
     ++*n;
 }
 
-/* Row r's forward at t = 0: its feedforward arrivals, its state, no spikes. */
-SN_FN void sn_loop_start(long long r, unsigned char* slab, SN_LOOP_FORWARD_PARAMS) {
-    sn_loop_row* s = (sn_loop_row*)slab;
+/* Row r's forward at t = 0 into its state s: its feedforward arrivals, no spikes.
+   `slab`: its scratch (the state's own place, the feedforward list, the queue). A row's
+   functions take its state apart from its slab, so that a thread of one neuron keeps it
+   in registers across steps (sn_loop_forward_rows). */
+SN_INLINE void sn_loop_start(long long r, sn_loop_row* s, unsigned char* slab,
+                             SN_LOOP_FORWARD_PARAMS) {
     s->arr = SN_ROW_INPUTS(r, slab + SN_LOOP_STATE, (real)until, s->p);
     sn_init(s->x, s->x, 0, 0, 0, s->p, s->x);
     s->t = s->quiet = 0;
@@ -85,10 +88,9 @@ SN_FN void sn_loop_start(long long r, unsigned char* slab, SN_LOOP_FORWARD_PARAM
 
 /* Row r (neuron j) moved through its arrivals to `end`, its new spikes (those with a slot)
    put in the sample's log. */
-SN_FN void sn_loop_advance(long long r, long long j, unsigned char* slab, real end,
-                           sn_arrival* log, unsigned long long* logged,
-                           SN_LOOP_FORWARD_PARAMS) {
-    sn_loop_row* s = (sn_loop_row*)slab;
+SN_INLINE void sn_loop_advance(long long r, long long j, sn_loop_row* s, unsigned char* slab,
+                               real end, sn_arrival* log, unsigned long long* logged,
+                               SN_LOOP_FORWARD_PARAMS) {
     if (s->status || end <= s->quiet) return; /* (nothing happens in the step) */
     const sn_arrival* queue = (const sn_arrival*)(slab + SN_LOOP_STATE + list_bytes);
     const sn_arrival none = {SN_INF, 0, 0};
@@ -138,9 +140,8 @@ SN_FN void sn_loop_advance(long long r, long long j, unsigned char* slab, real e
 /* Row r (neuron j) queues the arrivals of the log's entries [seen, known): spikes of
    steps before `end`, whose arrivals come at `end` or later (else status 2: a delay
    under one step). */
-SN_FN void sn_loop_queue(long long j, unsigned char* slab, real end, const sn_arrival* log,
-                         long long known, SN_LOOP_FORWARD_PARAMS) {
-    sn_loop_row* s = (sn_loop_row*)slab;
+SN_INLINE void sn_loop_queue(long long j, sn_loop_row* s, unsigned char* slab, real end,
+                             const sn_arrival* log, long long known, SN_LOOP_FORWARD_PARAMS) {
     sn_arrival* queue = (sn_arrival*)(slab + SN_LOOP_STATE + list_bytes);
     const long long m = n_in * k_in;
     for (long long e = s->seen; e < known; ++e) {
@@ -155,32 +156,47 @@ SN_FN void sn_loop_queue(long long j, unsigned char* slab, real end, const sn_ar
     s->seen = known;
 }
 
+/* Row j's state: a thread's own (`alone`: one neuron a thread, kept in registers), else
+   at the start of its slab. */
+#define SN_LOOP_STATE_OF(type, j) (alone ? &own : (type*)(rows_at + (j) * row_bytes))
+
 /* Sample b's forward: its neurons a step at a time. `sample`: its scratch (the log, then
-   each row's slab of row_bytes); `logged`: the log's length, shared by its threads. */
-SN_FN void sn_loop_forward_sample(long long b, unsigned char* sample,
-                                  unsigned long long* logged, SN_LOOP_FORWARD_PARAMS) {
+   each row's slab of row_bytes); `logged`: the log's length, shared by its threads;
+   `alone`: one neuron a thread. */
+SN_INLINE void sn_loop_forward_rows(long long b, unsigned char* sample,
+                                    unsigned long long* logged, int alone,
+                                    SN_LOOP_FORWARD_PARAMS) {
     sn_arrival* log = (sn_arrival*)sample;
     unsigned char* rows_at = sample + head_bytes;
+    sn_loop_row own;
     if (SN_LANE == 0) *logged = 0;
     for (long long j = SN_LANE; j < N; j += SN_LANES)
-        sn_loop_start(b * N + j, rows_at + j * row_bytes, SN_LOOP_FORWARD_NAMES);
+        sn_loop_start(b * N + j, SN_LOOP_STATE_OF(sn_loop_row, j), rows_at + j * row_bytes,
+                      SN_LOOP_FORWARD_NAMES);
     SN_BARRIER();
     for (long long step_k = 0; step_k < n_steps; ++step_k) {
         real end = fmin((real)(step_k + 1) * (real)step, (real)until);
         for (long long j = SN_LANE; j < N; j += SN_LANES)
-            sn_loop_advance(b * N + j, j, rows_at + j * row_bytes, end, log, logged,
-                            SN_LOOP_FORWARD_NAMES);
+            sn_loop_advance(b * N + j, j, SN_LOOP_STATE_OF(sn_loop_row, j),
+                            rows_at + j * row_bytes, end, log, logged, SN_LOOP_FORWARD_NAMES);
         SN_BARRIER();
         const long long known = (long long)*logged;
         for (long long j = SN_LANE; j < N; j += SN_LANES)
-            sn_loop_queue(j, rows_at + j * row_bytes, end, log, known, SN_LOOP_FORWARD_NAMES);
+            sn_loop_queue(j, SN_LOOP_STATE_OF(sn_loop_row, j), rows_at + j * row_bytes, end, log,
+                          known, SN_LOOP_FORWARD_NAMES);
         SN_BARRIER();
     }
     for (long long j = SN_LANE; j < N; j += SN_LANES) {
-        const sn_loop_row* s = (const sn_loop_row*)(rows_at + j * row_bytes);
+        const sn_loop_row* s = SN_LOOP_STATE_OF(sn_loop_row, j);
         counts[b * N + j] = s->count;
         status[b * N + j] = s->status;
     }
+}
+
+SN_FN void sn_loop_forward_sample(long long b, unsigned char* sample,
+                                  unsigned long long* logged, SN_LOOP_FORWARD_PARAMS) {
+    if (N <= SN_LANES) sn_loop_forward_rows(b, sample, logged, 1, SN_LOOP_FORWARD_NAMES);
+    else sn_loop_forward_rows(b, sample, logged, 0, SN_LOOP_FORWARD_NAMES);
 }
 
 /* Row r's (sample b, neuron j) adjoint: what it reads and adds into (its group's rows,
@@ -231,9 +247,8 @@ SN_FN long long sn_loop_listed(long long b, long long j, sn_arrival* list, long 
 /* Row j's backward set up: its arrivals (SN_DIRECT: the feedforward ones as a layer's
    row reads them and the recurrent ones sorted beside them; else both sorted into one
    list), its sweep at t_end, its spikes' recurrent B zeroed. */
-SN_FN void sn_loop_back_start(long long b, long long j, unsigned char* slab, real* loop_b,
-                              SN_LOOP_BACKWARD_PARAMS) {
-    sn_loop_back* s = (sn_loop_back*)slab;
+SN_INLINE void sn_loop_back_start(long long b, long long j, sn_loop_back* s,
+                                  unsigned char* slab, real* loop_b, SN_LOOP_BACKWARD_PARAMS) {
 #if SN_DIRECT
     s->arr = SN_ROW_INPUTS(b * N + j, slab + SN_LOOP_STATE, (real)until, s->p);
     sn_arrival* own = (sn_arrival*)(slab + SN_LOOP_STATE + list_bytes);
@@ -260,9 +275,9 @@ SN_FN void sn_loop_back_start(long long b, long long j, unsigned char* slab, rea
 
 /* Row j's sweep back to `down_to` (every event from there on), or to 0 and its last
    stretch (`finish`). */
-SN_FN void sn_loop_back_to(long long b, long long j, unsigned char* slab, real* loop_b,
-                           real down_to, int finish, SN_LOOP_BACKWARD_PARAMS) {
-    sn_loop_back* s = (sn_loop_back*)slab;
+SN_INLINE void sn_loop_back_to(long long b, long long j, sn_loop_back* s, unsigned char* slab,
+                               real* loop_b, real down_to, int finish,
+                               SN_LOOP_BACKWARD_PARAMS) {
     const sn_sweep* w = &s->sweep;
     real latest = w->ks >= 0 ? times[(b * N + j) * k_out + w->ks] : -SN_INF;
     if (w->ia >= 0) latest = fmax(latest, sn_arrival_time(&s->arr, w->ia));
@@ -280,22 +295,31 @@ SN_FN void sn_loop_back_to(long long b, long long j, unsigned char* slab, real* 
 }
 
 /* Sample b's backward: its neurons' sweeps a step at a time, from the last step back.
-   `sample`: its scratch (the layer's recurrent B [N, k_out], then each row's slab). */
-SN_FN void sn_loop_backward_sample(long long b, unsigned char* sample,
-                                   unsigned long long* logged, SN_LOOP_BACKWARD_PARAMS) {
+   `sample`: its scratch (the layer's recurrent B [N, k_out], then each row's slab);
+   `alone`: one neuron a thread. */
+SN_INLINE void sn_loop_backward_rows(long long b, unsigned char* sample, int alone,
+                                     SN_LOOP_BACKWARD_PARAMS) {
     real* loop_b = (real*)sample;
     unsigned char* rows_at = sample + head_bytes;
-    (void)logged;
+    sn_loop_back own;
     for (long long j = SN_LANE; j < N; j += SN_LANES)
-        sn_loop_back_start(b, j, rows_at + j * row_bytes, loop_b, SN_LOOP_BACKWARD_NAMES);
+        sn_loop_back_start(b, j, SN_LOOP_STATE_OF(sn_loop_back, j), rows_at + j * row_bytes,
+                           loop_b, SN_LOOP_BACKWARD_NAMES);
     SN_BARRIER();
     for (long long step_k = n_steps - 1; step_k >= -1; --step_k) {
         real down_to = (real)step_k * (real)step;
         for (long long j = SN_LANE; j < N; j += SN_LANES)
-            sn_loop_back_to(b, j, rows_at + j * row_bytes, loop_b, down_to, step_k < 0,
-                            SN_LOOP_BACKWARD_NAMES);
+            sn_loop_back_to(b, j, SN_LOOP_STATE_OF(sn_loop_back, j), rows_at + j * row_bytes,
+                            loop_b, down_to, step_k < 0, SN_LOOP_BACKWARD_NAMES);
         SN_BARRIER();
     }
+}
+
+SN_FN void sn_loop_backward_sample(long long b, unsigned char* sample,
+                                   unsigned long long* logged, SN_LOOP_BACKWARD_PARAMS) {
+    (void)logged;
+    if (N <= SN_LANES) sn_loop_backward_rows(b, sample, 1, SN_LOOP_BACKWARD_NAMES);
+    else sn_loop_backward_rows(b, sample, 0, SN_LOOP_BACKWARD_NAMES);
 }
 
 /* The entry points: in CUDA one block a sample of the launch ([row0, row0 + rows) of the

@@ -97,17 +97,6 @@ SN_INLINE long long sn_arrivals_upto(const sn_arrivals* a, real t, long long n) 
     return lo;
 }
 
-/* How many of the first n arrivals come before t. */
-SN_INLINE long long sn_arrivals_below(const sn_arrivals* a, real t, long long n) {
-    long long lo = 0;
-    while (lo < n) {
-        long long mid = lo + (n - lo) / 2;
-        if (sn_arrival_time(a, mid) < t) lo = mid + 1;
-        else n = mid;
-    }
-    return lo;
-}
-
 SN_INLINE sn_arrival sn_arrival_at(const sn_arrivals* a, long long e) {
     if (a->list) return a->list[e];
     sn_arrival out;
@@ -872,11 +861,24 @@ SN_FN void sn_sweep_start(const sn_adjoint* a, const sn_arrivals* arr, real* bef
    time an arrival comes before a spike, as in the forward. */
 /* The arrivals of `arr` in (low, upper] from down_to on (all of them, but for a
    recurrent layer's step), [stop, *last), taken back from λ at upper; whether some
-   before down_to remain. */
+   before down_to remain. All of them: a binary search finds where they start. A step's:
+   a scan back from *last (a step holds a few; two binary searches a step cost more). */
 SN_FN int sn_take(const sn_adjoint* a, const sn_arrivals* arr, long long* last, real low,
                   real upper, real down_to, const real* lam, real* before) {
-    long long first = sn_arrivals_upto(arr, low, *last);
-    long long stop = down_to > low ? sn_arrivals_below(arr, down_to, *last) : first;
+    long long stop = *last;
+    int left = 0;
+    if (down_to == -SN_INF) {
+        stop = sn_arrivals_upto(arr, low, *last);
+    } else {
+        for (; stop > 0; --stop) {
+            real t = sn_arrival_time(arr, stop - 1);
+            if (t <= low) break;
+            if (t < down_to) {
+                left = 1;
+                break;
+            }
+        }
+    }
     if (!sn_vanishes(lam)) {
         SN_UNROLL
         for (long long e = *last - 1; e >= stop; --e) {
@@ -887,7 +889,7 @@ SN_FN int sn_take(const sn_adjoint* a, const sn_arrivals* arr, long long* last, 
         }
     }
     *last = stop;
-    return stop > first;
+    return left;
 }
 
 SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real* before,
