@@ -15,6 +15,9 @@ inputs, :func:`symneuron.datasets.latency_code`), batch 256, 1000 steps of 1 ms.
   C ones on the CPU) on spike times, no delays, grazing spikes not looked for
   (``grazing=-inf``: no host sync); loss: the first-spike cross-entropy of the output layer's spike
   times (τ₀ = :data:`TAU0`).
+* ``eventprop-recurrent``: the ``eventprop`` row with its hidden layer recurrent
+  (:func:`recurrent`: W_rec ~ N(0, :data:`REC_SPREAD`²), D_rec uniform in 1–4 ms, at
+  least a step), by the recurrent kernels (a sample's neurons in step).
 * ``bptt``: ``nn.Linear`` (no bias, the same weights) → ``sn.NeuronLayer`` of
   :func:`symneuron.models.CuLIF` (the same τ_m, τ_s, threshold and reset, dt = 1 ms) →
   ``nn.Linear`` → ``sn.NeuronLayer``, on the inputs binned per step; loss: the
@@ -53,8 +56,10 @@ import symneuron as sn  # noqa: E402
 from symneuron.datasets import latency_code, yin_yang  # noqa: E402
 from symneuron.eventprop import EventLayer, event_network, first_spike_cross_entropy  # noqa: E402
 
-ROWS = ("eventprop", "bptt")
+ROWS = ("eventprop", "bptt", "eventprop-recurrent")
 TAU_M, TAU_S, THETA, RATE_HZ, TAU0 = 20.0, 5.0, 1.0, 4.0, 5.0
+#: the spread of the ``eventprop-recurrent`` row's recurrent weights
+REC_SPREAD = 0.02
 
 
 class Case(NamedTuple):
@@ -119,6 +124,14 @@ def weights(case: Case, generator: torch.Generator) -> list[torch.Tensor]:
     return out
 
 
+def recurrent(case: Case, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """The hidden layer's recurrent weights N(0, :data:`REC_SPREAD`²) and delays uniform
+    in [1, 4] ms, [n, n]."""
+    n = case.sizes[1]
+    weight = REC_SPREAD * torch.randn(n, n, generator=generator)
+    return weight, 1.0 + 3.0 * torch.rand(n, n, generator=generator)
+
+
 def binned(times: torch.Tensor, steps: int) -> torch.Tensor:
     """Spike times [B, n, K] as counts per 1 ms step [steps, B, n] (the BPTT input)."""
     batch, n, _ = times.shape
@@ -135,16 +148,26 @@ Step = Callable[[], list[torch.Tensor]]
 
 
 def eventprop_step(
-    case: Case, times: torch.Tensor, ws: list[torch.Tensor], labels: torch.Tensor
+    case: Case,
+    times: torch.Tensor,
+    ws: list[torch.Tensor],
+    labels: torch.Tensor,
+    loop: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Step:
-    """A forward + backward by EventProp; returns each layer's spikes."""
+    """A forward + backward by EventProp; returns each layer's spikes. ``loop``: the
+    hidden layer's recurrent weights and delays (learned too), or none."""
     neuron, delays = lif_ode(), [torch.zeros_like(w) for w in ws]
     leaves = [w.clone().requires_grad_() for w in ws]
+    rec = {}
+    if loop is not None:
+        rec_weight, rec_delay = (t.clone().requires_grad_() for t in loop)
+        rec = {"recurrent_weight": rec_weight, "recurrent_delay": rec_delay}
 
     def step() -> list[torch.Tensor]:
-        for w in leaves:
+        for w in [*leaves, *rec.values()]:
             w.grad = None
         layers = [EventLayer(w, d) for w, d in zip(leaves, delays, strict=True)]
+        layers[0] = layers[0]._replace(**rec)
         out = event_network(neuron, layers, times, t_end=float(case.steps), grazing=-math.inf)
         first_spike_cross_entropy(out[-1], labels, tau0=TAU0, t_end=float(case.steps)).backward()
         return [torch.isfinite(t).sum() for t in out]
@@ -260,31 +283,33 @@ def profile_row(step: Step, steps: int, device: torch.device) -> str:
 def profile_cases(cases: tuple[Case, ...], device: torch.device, args: argparse.Namespace) -> None:
     """:func:`profile_row` of every row of every case, printed."""
     for case in cases:
-        generator = torch.Generator().manual_seed(args.seed)
-        times = input_times(case, generator).to(device)
-        ws = [w.to(device) for w in weights(case, generator)]
-        labels = torch.randint(case.sizes[-1], (case.batch,), generator=generator).to(device)
+        makers = step_makers(case, device, args.seed)
         for row in args.rows:
-            if row == "eventprop":
-                step = eventprop_step(case, times, ws, labels)
-            else:
-                step = bptt_step(case, binned(times, case.steps), ws, labels)
-            report = profile_row(step, args.steps, device)
+            report = profile_row(makers[row](), args.steps, device)
             print(f"## {case.name} {row}\n{report}\n", flush=True)
+
+
+def step_makers(case: Case, device: torch.device, seed: int) -> dict[str, Callable[[], Step]]:
+    """Each row's step of ``case``, on the same seeded inputs and weights."""
+    generator = torch.Generator().manual_seed(seed)
+    times = input_times(case, generator).to(device)
+    ws = [w.to(device) for w in weights(case, generator)]
+    labels = torch.randint(case.sizes[-1], (case.batch,), generator=generator).to(device)
+    rec_weight, rec_delay = (t.to(device) for t in recurrent(case, generator))
+    return {
+        "eventprop": lambda: eventprop_step(case, times, ws, labels),
+        "eventprop-recurrent": lambda: eventprop_step(
+            case, times, ws, labels, (rec_weight, rec_delay)
+        ),
+        "bptt": lambda: bptt_step(case, binned(times, case.steps), ws, labels),
+    }
 
 
 def run_case(
     case: Case, timer: core.Timer, device: torch.device, args: argparse.Namespace
 ) -> list[core.Rec]:
-    """Both rows of ``case`` on the same inputs and weights."""
-    generator = torch.Generator().manual_seed(args.seed)
-    times = input_times(case, generator).to(device)
-    ws = [w.to(device) for w in weights(case, generator)]
-    labels = torch.randint(case.sizes[-1], (case.batch,), generator=generator).to(device)
-    makers = {
-        "eventprop": lambda: eventprop_step(case, times, ws, labels),
-        "bptt": lambda: bptt_step(case, binned(times, case.steps), ws, labels),
-    }
+    """Every row of ``case`` on the same inputs and weights."""
+    makers = step_makers(case, device, args.seed)
     records = []
     for row in args.rows:
         rec = dict(case=case.name, sizes=case.sizes, B=case.batch, T=case.steps, row=row)
@@ -317,7 +342,8 @@ def table(records: list[core.Rec]) -> str:
 
 
 def ratios(records: list[core.Rec]) -> list[str]:
-    """EventProp's time and memory as fractions of BPTT's, per case."""
+    """EventProp's time and memory as fractions of BPTT's, and its recurrent row's time
+    as a multiple of its feedforward one's, per case."""
     ok = {(r["case"], r["row"]): r for r in records if r["status"] == "ok"}
     out = []
     for case in dict.fromkeys(r["case"] for r in records):
@@ -327,6 +353,12 @@ def ratios(records: list[core.Rec]) -> list[str]:
             if ev.get("peak_bytes") is not None and bp.get("peak_bytes"):
                 line += f", memory / BPTT = {ev['peak_bytes'] / bp['peak_bytes']:.3f}"
             out.append(line)
+        loop = ok.get((case, "eventprop-recurrent"))
+        if ev and loop:
+            out.append(
+                f"{case}: EventProp recurrent / feedforward time = "
+                f"{loop['median_s'] / ev['median_s']:.2f}"
+            )
     return out
 
 

@@ -31,7 +31,7 @@ def test_inputs_are_sorted_padded_times_and_their_bins_count_them() -> None:
     assert bins.shape == (200, 3, 30) and torch.equal(bins.sum(0), finite.sum(-1).float())
 
 
-@pytest.mark.slow  # both rows of both quick cases: about 6 s
+@pytest.mark.slow  # the three rows of both quick cases: about 7 s
 def test_quick_cpu_run_writes_its_table_and_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -39,12 +39,13 @@ def test_quick_cpu_run_writes_its_table_and_json(
     assert bench.main(["--device", "cpu", "--quick", "--out", str(out)]) == 0
     records = json.loads(out.read_text())["records"]
     assert {(r["case"], r["row"]) for r in records} == {
-        (c, r) for c in ("shd", "yinyang") for r in ("eventprop", "bptt")
+        (c, r) for c in ("shd", "yinyang") for r in ("eventprop", "bptt", "eventprop-recurrent")
     }
     assert all(r["status"] == "ok" and math.isfinite(r["median_s"]) for r in records)
     assert all(r["spikes_per_sample"][0] > 0 for r in records)
     assert out.with_suffix(".png").exists()
-    assert "EventProp time / BPTT" in capsys.readouterr().out
+    table = capsys.readouterr().out
+    assert "EventProp time / BPTT" in table and "recurrent / feedforward" in table
 
 
 def test_profile_reports_each_rows_time_per_step(capsys: pytest.CaptureFixture[str]) -> None:
