@@ -100,6 +100,17 @@ def test_uniform_feedforward_delays_and_one_slot() -> None:
         _assert_close(ours, theirs, 1e-12, 1e-10)
 
 
+def test_recurrent_delays_of_one_step() -> None:
+    """D_rec = dt everywhere (each arrival in the step after its spike's, the least the
+    kernels take): the reference's results."""
+    inputs, flat = _batch(7)
+    flat[3] = torch.ones(6, 6, dtype=F64)
+    for params in (True, False):
+        ours = _run(eventprop.event_network, inputs, flat, params=params)
+        theirs = _run(reference.event_network, inputs, flat, params=params)
+        _assert_close(ours, theirs, 1e-12, 1e-10)
+
+
 def test_recurrent_layers_on_the_rk4_path_are_refused() -> None:
     inputs, flat = _batch(4)
     with pytest.raises(NotImplementedError, match="symneuron.reference.events.event_network"):

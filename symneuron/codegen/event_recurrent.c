@@ -27,11 +27,13 @@
 #define SN_LANE ((long long)threadIdx.x)
 #define SN_LANES ((long long)blockDim.x)
 #define SN_RESERVE(count) ((long long)atomicAdd((count), 1ULL))
+#define SN_MARK(word, bits) atomicOr((word), (bits))
 #else
 #define SN_BARRIER()
 #define SN_LANE 0LL
 #define SN_LANES 1LL
 #define SN_RESERVE(count) ((long long)(*(count))++)
+#define SN_MARK(word, bits) (*(word) |= (bits))
 #endif
 
 /* Row state lives at the start of a row's slab: SN_LOOP_STATE bytes (printed by
@@ -290,29 +292,65 @@ SN_INLINE void sn_loop_back_to(long long b, long long j, sn_loop_back* s, unsign
     real* before = SN_LOOP_BEFORE(slab);
     real* after = before + events * NS;
     real* cuts = after + events * NS;
+    sn_neuron_backward(&a, &arr, before, after, cuts, &s->sweep, down_to);
     if (finish) sn_sweep_finish(&a, &s->sweep, after, cuts);
-    else sn_neuron_backward(&a, &arr, before, after, cuts, &s->sweep, down_to);
 }
 
-/* Sample b's backward: its neurons' sweeps a step at a time, from the last step back.
-   `sample`: its scratch (the layer's recurrent B [N, k_out], then each row's slab);
+/* The step of time t, s·dt ≤ t < (s + 1)·dt as the forward's step ends place it. */
+SN_INLINE long long sn_step_of(real t, real dt) {
+    long long s = (long long)floor(t / dt);
+    if ((real)s * dt > t) --s;
+    else if ((real)(s + 1) * dt <= t) ++s;
+    return s;
+}
+
+/* Row j's spikes marked in the bit words `spiked` by their steps. */
+SN_INLINE void sn_loop_mark(long long r, unsigned int* spiked, SN_LOOP_BACKWARD_PARAMS) {
+    const long long most = counts[r] < k_out ? counts[r] : k_out;
+    for (long long k = 0; k < most; ++k) {
+        long long at = sn_step_of(times[r * k_out + k], (real)step);
+        SN_MARK(spiked + at / 32, 1u << (at % 32));
+    }
+}
+
+/* Sample b's neurons' sweeps back to `down_to` (`finish`: to 0), then a barrier. */
+#define SN_LOOP_BACK_TO(down_to, finish)                                                  \
+    do {                                                                                  \
+        for (long long j = SN_LANE; j < N; j += SN_LANES)                                 \
+            sn_loop_back_to(b, j, SN_LOOP_STATE_OF(sn_loop_back, j),                      \
+                            rows_at + j * row_bytes, loop_b, down_to, finish,             \
+                            SN_LOOP_BACKWARD_NAMES);                                      \
+        SN_BARRIER();                                                                     \
+    } while (0)
+
+/* Sample b's backward: its neurons' sweeps back from t_end, in step only where the layer
+   spiked. A spike's B is complete once every event after its step is taken (its arrivals
+   lie there), so for each step that holds a spike, from the last back, the sweeps run to
+   the step's end, then through the step, a barrier after each; between such steps no
+   B is read and the sweeps run on without one. `sample`: its scratch (a bit a step, set
+   where the layer spiked; the layer's recurrent B [N, k_out]; then each row's slab);
    `alone`: one neuron a thread. */
 SN_INLINE void sn_loop_backward_rows(long long b, unsigned char* sample, int alone,
                                      SN_LOOP_BACKWARD_PARAMS) {
-    real* loop_b = (real*)sample;
+    unsigned int* spiked = (unsigned int*)sample;
+    const long long words = (n_steps + 31) / 32;
+    real* loop_b = (real*)(sample + (words * 4 + 15) / 16 * 16);
     unsigned char* rows_at = sample + head_bytes;
     sn_loop_back own;
-    for (long long j = SN_LANE; j < N; j += SN_LANES)
+    for (long long w = SN_LANE; w < words; w += SN_LANES) spiked[w] = 0;
+    SN_BARRIER();
+    for (long long j = SN_LANE; j < N; j += SN_LANES) {
         sn_loop_back_start(b, j, SN_LOOP_STATE_OF(sn_loop_back, j), rows_at + j * row_bytes,
                            loop_b, SN_LOOP_BACKWARD_NAMES);
-    SN_BARRIER();
-    for (long long step_k = n_steps - 1; step_k >= -1; --step_k) {
-        real down_to = (real)step_k * (real)step;
-        for (long long j = SN_LANE; j < N; j += SN_LANES)
-            sn_loop_back_to(b, j, SN_LOOP_STATE_OF(sn_loop_back, j), rows_at + j * row_bytes,
-                            loop_b, down_to, step_k < 0, SN_LOOP_BACKWARD_NAMES);
-        SN_BARRIER();
+        sn_loop_mark(b * N + j, spiked, SN_LOOP_BACKWARD_NAMES);
     }
+    SN_BARRIER();
+    for (long long step_k = n_steps - 1; step_k >= 0; --step_k) {
+        if (!((SN_FRESH(spiked + step_k / 32) >> (step_k % 32)) & 1u)) continue;
+        SN_LOOP_BACK_TO((real)(step_k + 1) * (real)step, 0);
+        SN_LOOP_BACK_TO((real)step_k * (real)step, 0);
+    }
+    SN_LOOP_BACK_TO(-SN_INF, 1);
 }
 
 SN_FN void sn_loop_backward_sample(long long b, unsigned char* sample,

@@ -459,7 +459,8 @@ def loop_bytes(
 ) -> dict[str, dict[str, int]]:
     """A recurrent layer's scratch in each pass (``"forward"``, ``"backward"``) per sample
     of ``n`` neurons (launch values by name, and ``slab_bytes``, a sample's whole): its
-    head (the forward's log of N·k_out spikes; the backward's recurrent B of each), each
+    head (the forward's log of N·k_out spikes; the backward's bit a step, set where the
+    layer spiked, and the recurrent B of each spike), each
     row's slab of ``row_bytes`` (its state, then the forward's feedforward list where
     ``sorting`` (2 (n_in·k_in + 1) arrivals) and its queue of N·k_out recurrent arrivals;
     in the backward, where SN_DIRECT, the feedforward list where ``sorting`` and the
@@ -485,7 +486,7 @@ def loop_bytes(
     states = (2 * backward["events"] * fns.states + cuts) * real
     backward.update(
         {
-            "head_bytes": _up(spikes * real),
+            "head_bytes": _up(4 * -(-n_steps // 32)) + _up(spikes * real),
             "row_bytes": _up(state + lists + states),
             "loop_slots": loop_slots,
         }
