@@ -12,9 +12,11 @@ from test_eventprop_reference import _lif
 
 from symneuron import eventprop
 from symneuron.codegen.events import render_events
+from symneuron.derivation.events import system_text
 from symneuron.reference import events as reference
 from symneuron.reference.readouts import first_spike_cross_entropy
 from symneuron.runtime import event_launch
+from symneuron.runtime import events as runtime_events
 
 F64 = torch.float64
 
@@ -109,6 +111,26 @@ def test_recurrent_delays_of_one_step() -> None:
         ours = _run(eventprop.event_network, inputs, flat, params=params)
         theirs = _run(reference.event_network, inputs, flat, params=params)
         _assert_close(ours, theirs, 1e-12, 1e-10)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_a_full_queue_runs_again_with_more_room(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Room for one waiting recurrent arrival a neuron at first: the forward finds its
+    queues full, runs again with four times the room until they fit, and gives the
+    reference's results."""
+    inputs, flat = _batch(7)
+    lif = _lif()
+    kernels = runtime_events.event_kernels(
+        lif, lif.events(), system_text(lif.ode), None, F64, device
+    )
+    kernels.queues.clear()
+    monkeypatch.setattr(runtime_events, "QUEUE_SLOTS", 1)
+    ours = _run(eventprop.event_network, inputs, flat, device=device, params=False)
+    assert list(kernels.queues.values()) and min(kernels.queues.values()) >= 4
+    theirs = _run(reference.event_network, inputs, flat, params=False)
+    _assert_close(ours, theirs, 1e-12, 1e-10)
 
 
 def test_recurrent_layers_on_the_rk4_path_are_refused() -> None:

@@ -64,15 +64,26 @@ SN_INLINE long long sn_loop_at(long long j, long long k, long long N, long long 
     return transposed ? k * N + j : j * N + k;
 }
 
-/* Arrival a queued into q[low, *n) (sorted by time, then source: the reference's order). */
-SN_INLINE void sn_enqueue(sn_arrival* q, long long low, long long* n, sn_arrival a) {
+/* Arrival a queued into the live part q[*low, *n) of a queue of `room` (sorted by time,
+   then source: the reference's order); where the queue is full, its applied part
+   [0, *low) is dropped first. 0 where the live arrivals fill it: the caller's run is
+   then run again with more room. */
+SN_INLINE int sn_enqueue(sn_arrival* q, long long* low, long long* n, long long room,
+                         sn_arrival a) {
+    if (*n == room) {
+        if (*low == 0) return 0;
+        for (long long i = *low; i < *n; ++i) q[i - *low] = q[i];
+        *n -= *low;
+        *low = 0;
+    }
     long long i = *n;
-    while (i > low && (q[i - 1].t > a.t || (q[i - 1].t == a.t && q[i - 1].src > a.src))) {
+    while (i > *low && (q[i - 1].t > a.t || (q[i - 1].t == a.t && q[i - 1].src > a.src))) {
         q[i] = q[i - 1];
         --i;
     }
     q[i] = a;
     ++*n;
+    return 1;
 }
 
 /* Row r's forward at t = 0 into its state s: its feedforward arrivals, no spikes.
@@ -141,7 +152,7 @@ SN_INLINE void sn_loop_advance(long long r, long long j, sn_loop_row* s, unsigne
 
 /* Row r (neuron j) queues the arrivals of the log's entries [seen, known): spikes of
    steps before `end`, whose arrivals come at `end` or later (else status 2: a delay
-   under one step). */
+   under one step; 3 where its queue has too little room). */
 SN_INLINE void sn_loop_queue(long long j, sn_loop_row* s, unsigned char* slab, real end,
                              const sn_arrival* log, long long known, SN_LOOP_FORWARD_PARAMS) {
     sn_arrival* queue = (sn_arrival*)(slab + SN_LOOP_STATE + list_bytes);
@@ -152,7 +163,7 @@ SN_INLINE void sn_loop_queue(long long j, sn_loop_row* s, unsigned char* slab, r
                         m + log[e].src};
         if (!(a.t < (real)until)) continue;
         if (a.t < end) s->status = 2;
-        else sn_enqueue(queue, s->taken, &s->queued, a);
+        else if (!sn_enqueue(queue, &s->taken, &s->queued, queue_slots, a)) s->status = 3;
         if (a.t < s->quiet) s->quiet = a.t;
     }
     s->seen = known;

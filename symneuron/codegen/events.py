@@ -162,11 +162,12 @@ MEAN_BACKWARD_ARGS = _args(
 #: [source, target] copies where ``transposed``), delays at least one step; ``rows`` and
 #: ``row0`` count samples here, ``slab_bytes`` is a sample's scratch: ``head_bytes`` (its
 #: spikes' log) then a slab of ``row_bytes`` per neuron (its state, its feedforward list
-#: of ``list_bytes``, its queue of recurrent arrivals); ``status`` 2 where a recurrent
-#: arrival fell inside its spike's step
+#: of ``list_bytes``, its queue of ``queue_slots`` recurrent arrivals); ``status`` 2 where
+#: a recurrent arrival fell inside its spike's step, 3 where a queue had too little room
+#: (run again with more)
 LOOP_FORWARD_ARGS = _args(
     _SHARED + ", const real* rec_weight, const real* rec_delay, long long row_bytes, "
-    "long long head_bytes, long long list_bytes, "
+    "long long head_bytes, long long list_bytes, long long queue_slots, "
     "real* times, real* store, real* rate, long long* counts, long long* status"
 )
 #: its backward: :data:`BACKWARD_ARGS`' and ``grad_rw``, ``grad_rd`` [groups, N, N]
@@ -456,13 +457,15 @@ def loop_bytes(
     n_steps: int,
     sorting: bool,
     loop_slots: int = 0,
+    queue_slots: int = 0,
 ) -> dict[str, dict[str, int]]:
     """A recurrent layer's scratch in each pass (``"forward"``, ``"backward"``) per sample
     of ``n`` neurons (launch values by name, and ``slab_bytes``, a sample's whole): its
     head (the forward's log of N·k_out spikes; the backward's bit a step, set where the
     layer spiked, and the recurrent B of each spike), each
     row's slab of ``row_bytes`` (its state, then the forward's feedforward list where
-    ``sorting`` (2 (n_in·k_in + 1) arrivals) and its queue of N·k_out recurrent arrivals;
+    ``sorting`` (2 (n_in·k_in + 1) arrivals) and its queue of ``queue_slots`` recurrent
+    arrivals (N·k_out where 0: every spike of the layer);
     in the backward, where SN_DIRECT, the feedforward list where ``sorting`` and the
     recurrent arrivals', 2 (``loop_slots`` + 1), ``loop_slots`` the most spikes the layer
     has in a sample, else one list of both, 2 (n_in·k_in + loop_slots + 1), then the
@@ -473,8 +476,9 @@ def loop_bytes(
     fns = source.functions
     state, spikes = loop_state(fns), n * k_out
     listed = 2 * (n_in_slots + 1) * arrival if sorting else 0
+    queue = min(queue_slots or spikes, spikes) + 1
     forward = {"head_bytes": _up((spikes + 1) * arrival), "list_bytes": listed}
-    forward["row_bytes"] = _up(state + listed + (spikes + 1) * arrival)
+    forward.update({"queue_slots": queue, "row_bytes": _up(state + listed + queue * arrival)})
     replay = source.integrals or fns.replay
     if fns.passes and not (fns.rk4 or replay):  # SN_DIRECT
         lists = listed + 2 * (loop_slots + 1) * arrival

@@ -19,6 +19,7 @@ from typing import NamedTuple
 import torch
 
 from ..codegen.events import loop_bytes
+from . import events
 from .events import EventKernels, Gradients, LayerInputs, SampleLaunch, Spikes, Values
 
 __all__ = ["Loop", "loop_forward", "loop_backward"]
@@ -49,6 +50,7 @@ def _values(
     direction: str,
     integrals: bool = False,
     loop_slots: int = 0,
+    queue_slots: int = 0,
 ) -> tuple[Values, int]:
     """The launch values of a pass, with its scratch's layout
     (:func:`~symneuron.codegen.events.loop_bytes`), and a sample's bytes."""
@@ -59,9 +61,9 @@ def _values(
     source = kernels.source(integrals, "recurrent")
     steps = int(values["n_steps"] or 0)
     sorting = inputs.order is None
-    sizes = loop_bytes(source, kernels.dtype, n, n_in * k_in, k_out, steps, sorting, loop_slots)[
-        direction
-    ]
+    sizes = loop_bytes(
+        source, kernels.dtype, n, n_in * k_in, k_out, steps, sorting, loop_slots, queue_slots
+    )[direction]
     slab = sizes.pop("slab_bytes")
     values.update(sizes)
     values.update({"k_out": k_out, "rec_weight": loop.weight, "rec_delay": loop.delay})
@@ -79,8 +81,10 @@ def loop_forward(
     outcome unread (:meth:`~.events.EventKernels.forward` with ``check`` False)."""
     inputs, loop = kernels.laid_out(inputs), loop.laid_out(kernels)
     batch, n = inputs.pre.shape[0], inputs.n_out
-    slots = max(1, capacity, kernels.slots.get(kernels.shape_of(inputs), 0))
-    values, slab = _values(kernels, inputs, loop, times, slots, "forward")
+    shape = kernels.shape_of(inputs)
+    slots = max(1, capacity, kernels.slots.get(shape, 0))
+    queue = kernels.queues.get(shape, events.QUEUE_SLOTS)
+    values, slab = _values(kernels, inputs, loop, times, slots, "forward", queue_slots=queue)
     outcome = torch.empty((2, batch, n), dtype=torch.int64, device=inputs.pre.device)
     values["counts"], values["status"] = outcome[0], outcome[1]
     values["times"] = inputs.pre.new_empty((batch, n, slots))

@@ -56,11 +56,16 @@ __all__ = [
     "slots_key",
     "event_kernels",
     "GROUPS",
+    "QUEUE_SLOTS",
 ]
 
 #: batch rows are split into at most this many groups in the backward, each with its own
 #: gradient rows (so the sums do not depend on the number of threads)
 GROUPS = 16
+#: a recurrent layer's first room for the arrivals waiting at a neuron (those of the
+#: spikes within its longest recurrent delay, before their times: a few at SHD rates),
+#: four times more in each run that needed more
+QUEUE_SLOTS = 64
 _DTYPES = {torch.float32: "float32", torch.float64: "float64"}
 #: device type -> the runtime that compiles and launches there
 _RUNTIMES = {"cpu": cpu, "cuda": cuda}
@@ -180,6 +185,9 @@ class EventKernels:
         #: the slots a forward of each (B, N, n_in·K_in) shape last needed, with room to
         #: spare: the first run's (time only: a run short of slots runs again)
         self.slots: dict[tuple[int, int, int], int] = {}
+        #: a recurrent layer's room for the recurrent arrivals not yet applied at a neuron,
+        #: per shape (:data:`QUEUE_SLOTS` at first; a run short of room runs again)
+        self.queues: dict[tuple[int, int, int], int] = {}
         #: whether the kernels read ``weight``, ``delay`` as [n_in, N] copies (CUDA: a
         #: warp's neurons then read one line per input; C rows read their own row)
         self.transpose = backend == "cuda"
@@ -452,8 +460,9 @@ def settle(
     (tensors, returned flat in float64) after one host sync: an error where a reset did
     not leave the threshold; each layer's count remembered (:meth:`EventKernels.
     remember`); None for the first layer whose neurons had too few slots (its slots for
-    the next run raised to fit) and for every layer after it (their inputs lacked spikes:
-    they run again)."""
+    the next run raised to fit) or, in a recurrent layer, too little room for their
+    waiting arrivals (more room in the next run), and for every layer after it (their
+    inputs lacked spikes: they run again)."""
     reduced = [o.flatten(1).amax(1) if o[0].numel() else o.new_zeros(2) for _, _, o in runs]
     extra = [v.detach().reshape(-1).to(torch.float64) for v in also]
     values = torch.cat(reduced).tolist() if reduced else []
@@ -468,9 +477,13 @@ def settle(
                 "(a recurrent delay of one step, less its rounding); make recurrent delays "
                 "longer than one step (dt) by a few rounding errors."
             )
-        if failed:
+        if failed == 1:
             raise RuntimeError("A reset did not leave the threshold (g(h(x)) ≥ 0) at a spike.")
         kernels.remember(shape, most)
+        if failed == 3:  # a recurrent layer's queue was full: more room
+            kernels.queues[shape] = 4 * kernels.queues.get(shape, QUEUE_SLOTS)
+            out += [None] * (len(runs) - index)
+            break
         if most > slots:
             kernels.slots[shape] = max(kernels.slots[shape], most)
             out += [None] * (len(runs) - index)
