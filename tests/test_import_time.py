@@ -2,8 +2,8 @@
 
 torch's compiler stack (``torch._dynamo``, AOTAutograd, inductor's config) loads
 where compilation is first needed, not at import. Measured in fresh interpreters,
-against a baseline measured in the same test: the minimum of several runs of each,
-interleaved, so that a loaded machine slows both alike.
+symneuron's own part against torch's and sympy's, timed one after the other in each
+interpreter, so that a loaded machine slows both alike.
 """
 
 from __future__ import annotations
@@ -33,11 +33,6 @@ def _fresh(code: str) -> str:
     return proc.stdout
 
 
-def _import_seconds(statement: str) -> float:
-    code = f"import time\nt = time.perf_counter()\n{statement}\nprint(time.perf_counter() - t)"
-    return float(_fresh(code).strip())
-
-
 def test_constant_result_marks_as_torch_does() -> None:
     import torch._dynamo
 
@@ -60,15 +55,20 @@ def test_import_leaves_the_compiler_unloaded() -> None:
 
 @pytest.mark.slow
 def test_import_costs_within_a_fifth_of_torch_and_sympy() -> None:
-    base, ours = [], []
-    for _ in range(5):  # 10 fresh interpreters: about 30 s of a loaded CI's cores
-        base.append(_import_seconds("import torch, sympy"))
-        ours.append(_import_seconds("import symneuron"))
-    # each pair back to back sees about the same load (the suite's other workers run
-    # beside this test); the median of the pairs' ratios, not one quick baseline run
-    # (a minimum of each side failed at 1.22 on a loaded CI where idle runs give 1.07)
-    ratio = statistics.median(o / b for o, b in zip(ours, base, strict=True))
-    assert ratio <= 1.2, f"import symneuron {ours} s, torch + sympy {base} s: {ratio:.3f}"
+    """symneuron's own import, timed in the interpreter that has just imported torch and
+    sympy: the two timings are back to back, so the suite's other workers load both alike.
+    (Two separate interpreters compared whole, as this test once did, failed at 1.30 on a
+    loaded CI: their ratio carried the spread of torch's own import, 1.3 s to 2.0 s.)"""
+    ratios = []
+    for _ in range(3):
+        code = (
+            "import time\nt0 = time.perf_counter()\nimport torch, sympy\n"
+            "t1 = time.perf_counter()\nimport symneuron\nt2 = time.perf_counter()\n"
+            "print((t2 - t1) / (t1 - t0))"
+        )
+        ratios.append(float(_fresh(code).strip()))
+    # idle about 0.1-0.15 (0.25 s of symneuron's own over 1.6-2 s of torch + sympy)
+    assert statistics.median(ratios) <= 0.2, f"own / (torch + sympy) per run: {ratios}"
 
 
 def test_import_does_no_sympy_arithmetic() -> None:
