@@ -189,7 +189,7 @@ def event_network(
 ) -> tuple[torch.Tensor, ...]:
     """Each layer's spike times [batch, n_l, K_l] (+inf padded, ascending) of a
     feedforward network of ``neuron`` (an ODE neuron, :meth:`~symneuron.Neuron.from_ode`;
-    a layer may be recurrent, :class:`EventLayer`, where the neuron has a closed-form flow)
+    a layer may be recurrent, :class:`EventLayer`: its recurrent delays at least dt)
     run up to ``t_end`` in steps of its ``dt``, differentiable by EventProp in each
     layer's weights, delays and given params and in ``input_times`` ([batch, n_in, K],
     +inf padded; [n_in, K] for one sample, which gives [n_l, K_l]).
@@ -233,12 +233,7 @@ def event_network(
         raise ValueError(f"input_times must be [batch, n_in, K] or [n_in, K], got {times.shape}.")
     delays = _checked(layers, times, t_end)
     kernels, names, dt = _kernels_for(neuron, layers, times, system, target, integrator)
-    if any(recurrent_layers(layers, dt)) and kernels.rk4:
-        raise NotImplementedError(
-            "The compiled EventProp kernels run recurrent layers of a neuron with a "
-            "closed-form flow (integrator 'exact'), not on the RK4 path; run this network "
-            "by symneuron.reference.events.event_network (float64, one sample at a time)."
-        )
+    recurrent_layers(layers, dt)  # (an error where a recurrent delay is under a step)
     steps = (float(t_end), dt)
     while True:  # again only where a layer had too few slots, or its delays changed
         calls = [

@@ -1,7 +1,8 @@
-/* Recurrent layers (SN_RECURRENT, closed-form flow): a layer whose own spikes arrive at its
-   neurons too, through recurrent weights and delays of at least one step. Appended to the
-   skeleton (event_skeleton.c), whose pieces it runs: a neuron's moves, spikes and
-   arrivals in the forward, its adjoint sweep in the backward.
+/* Recurrent layers (SN_RECURRENT): a layer whose own spikes arrive at its neurons too,
+   through recurrent weights and delays of at least one step. Appended to the skeleton
+   (event_skeleton.c), whose pieces it runs: a neuron's moves, spikes and arrivals in the
+   forward (by the closed-form flow, or by RK4 steps on the RK4 path), its adjoint sweep
+   in the backward (on the RK4 path: back through its replayed forward's trace).
 
    A sample's neurons run in step, a step of dt at a time: in CUDA one block a sample (a
    thread a neuron, or several neurons a thread) with a barrier between steps; in C one
@@ -17,7 +18,8 @@
    * Backward: each neuron's recurrent arrivals (every spike now known) sorted into a
      list of their own beside its feedforward ones (SN_DIRECT, where the arrivals between
      two spikes are independent), or with them into one (else: the states between events
-     are replayed in time order), its adjoint swept back a step at a time
+     are replayed in time order; on the RK4 path the neuron's whole forward, each
+     sub-step traced), its adjoint swept back a step at a time
      (sn_neuron_backward's `down_to`): a recurrent arrival adds its Q into its source spike's B, which is
      complete once every later step has run, when the source's own sweep reaches the
      spike. Recurrent weights and delays get their gradients as feedforward ones do. */
@@ -118,7 +120,7 @@ SN_INLINE void sn_loop_advance(long long r, long long j, sn_loop_row* s, unsigne
         sn_arrival loop = taken < s->queued ? queue[taken] : none;
         int first = ff.t <= loop.t; /* at one time: feedforward first */
         real due = first ? ff.t : loop.t;
-        if (sn_advance(x, &t, fmin(due, end), p, &out)) {
+        if (SN_ADVANCE(x, &t, fmin(due, end), p, &out)) {
             s->status = 1;
             break;
         }

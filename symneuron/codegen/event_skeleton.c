@@ -279,13 +279,15 @@ SN_FN void sn_record(sn_spikes* out, real time, const real* before, const real* 
 }
 
 /* What the RK4 path's backward replays of a neuron's forward: entries of SN_ENTRY values
-   in forward order, each a sub-step (SN_SEGMENT: its length and states at its start,
-   middle and end) or the state just before a spike or an arrival (SN_SPIKE, SN_ARRIVAL),
-   up to `capacity` (`count` goes on counting past it). */
+   in forward order: its kind, length (a sub-step's; 0 for an event) and time (where it
+   starts: a recurrent layer's backward sweeps back to a time), then each a sub-step's
+   states at its start, middle and end (SN_SEGMENT) or the state just before a spike or
+   an arrival (SN_SPIKE, SN_ARRIVAL), up to `capacity` (`count` goes on counting past
+   it). */
 #define SN_SEGMENT 0
 #define SN_SPIKE 1
 #define SN_ARRIVAL 2
-#define SN_ENTRY (2 + 3 * NS)
+#define SN_ENTRY (3 + 3 * NS)
 typedef struct {
     real* at;
     long long capacity;
@@ -293,15 +295,16 @@ typedef struct {
 } sn_trace;
 
 #if SN_RK4
-/* The next entry of `trace` (null past its capacity), its kind and length set and its
-   first state `x` copied. */
-SN_FN real* sn_traced(sn_trace* trace, int kind, real length, const real* x) {
+/* The next entry of `trace` (null past its capacity), its kind, length and time set and
+   its first state `x` copied. */
+SN_FN real* sn_traced(sn_trace* trace, int kind, real length, real time, const real* x) {
     real* entry = trace->count < trace->capacity ? trace->at + trace->count * SN_ENTRY : 0;
     ++trace->count;
     if (entry) {
         entry[0] = (real)kind;
         entry[1] = length;
-        sn_copy(entry + 2, x);
+        entry[2] = time;
+        sn_copy(entry + 3, x);
     }
     return entry;
 }
@@ -410,10 +413,10 @@ SN_FN int sn_advance(real* x, real* t, real to, const real* p, sn_spikes* out,
         }
         if (crossing) sn_hermite(x, end, fa, fb, length, u, before);
         if (trace) {
-            real* entry = sn_traced(trace, SN_SEGMENT, u * length, x);
+            real* entry = sn_traced(trace, SN_SEGMENT, u * length, *t, x);
             if (entry) { /* elementwise: a select between arrays would put both in local memory */
-                sn_hermite(x, end, fa, fb, length, (real)0.5 * u, entry + 2 + NS);
-                for (int q = 0; q < NS; ++q) entry[2 + 2 * NS + q] = crossing ? before[q] : end[q];
+                sn_hermite(x, end, fa, fb, length, (real)0.5 * u, entry + 3 + NS);
+                for (int q = 0; q < NS; ++q) entry[3 + 2 * NS + q] = crossing ? before[q] : end[q];
             }
         }
         if (!crossing) {
@@ -422,7 +425,7 @@ SN_FN int sn_advance(real* x, real* t, real to, const real* p, sn_spikes* out,
             return 0;
         }
         sn_record(out, *t + u * length, before, p);
-        if (trace) sn_traced(trace, SN_SPIKE, 0, before);
+        if (trace) sn_traced(trace, SN_SPIKE, 0, *t + u * length, before);
         if (sn_eval(SN_MARGIN, before, p) >= 0) return 1;
         sn_reset(before, before, 0, 0, 0, p, x);
         *t = *t + u * length;
@@ -449,6 +452,13 @@ SN_FN int sn_advance(real* x, real* t, real to, const real* p, sn_spikes* out) {
 }
 #endif
 
+/* A move of the forward that records no trace, on either path. */
+#if SN_RK4
+#define SN_ADVANCE(x, t, to, p, out) sn_advance(x, t, to, p, out, (sn_trace*)0)
+#else
+#define SN_ADVANCE(x, t, to, p, out) sn_advance(x, t, to, p, out)
+#endif
+
 /* One neuron's forward: steps of dt, arrivals at their times inside a step (on the RK4
    path, recorded in `trace` where one is given: the backward's replay). With SN_WHOLE
    (g's rate vanishes at most once along any stretch of the flow) the steps bound
@@ -467,7 +477,7 @@ SN_FN int sn_neuron_forward(const sn_arrivals* arr, real t_end, real dt, long lo
 #if SN_RK4
             if (sn_advance(x, &t, fmin(due, end), p, out, trace)) return 1;
             if (!(due < end)) break;
-            if (trace) sn_traced(trace, SN_ARRIVAL, 0, x);
+            if (trace) sn_traced(trace, SN_ARRIVAL, 0, t, x);
 #else
             (void)trace;
             if (sn_advance(x, &t, fmin(due, end), p, out)) return 1;
@@ -631,6 +641,21 @@ SN_FN void sn_arrival_back(const sn_adjoint* a, const sn_arrival* e, const real*
     sn_synapse_t(x, lam, e->w, 0, 0, a->p, lam);
 }
 
+/* Where a neuron's adjoint stands: λ, the time it has come back to, the events not yet
+   taken (arrivals [0, ia], spikes [0, ks]) and e, an index into the replay's buffers (on
+   the RK4 path: the trace's entries not yet taken, [0, e), and dL/dθ summed so far). A
+   layer's backward takes a neuron's events at once (sn_backward_all); a recurrent
+   layer's a step at a time (sn_neuron_backward's `down_to`), its neurons in step. */
+typedef struct {
+    real lam[NS];
+    real upper;
+    long long ia, ks, e;
+    long long il; /* (SN_DIRECT) the recurrent arrivals not yet taken: [0, il] */
+#if SN_RK4
+    real acc[NP + 1];
+#endif
+} sn_sweep;
+
 #if SN_RK4
 /* dλ/ds = Jᵀλ (s: time run backward) at x into k, and with SN_INTEGRALS the integrands
    λ·∂f/∂θ into `terms`. */
@@ -648,7 +673,7 @@ SN_INLINE void sn_adjoint_rates(const real* x, const real* lam, const real* p, r
 /* λ from a traced sub-step's end to its start by one RK4 step (x at its end, middle and
    start), adding ∫λ·∂f/∂θ over it to `acc` (with SN_INTEGRALS). */
 SN_FN void sn_segment_back(const real* entry, const real* p, real* lam, real* acc) {
-    const real h = entry[1], *start = entry + 2, *middle = start + NS, *end = middle + NS;
+    const real h = entry[1], *start = entry + 3, *middle = start + NS, *end = middle + NS;
     real k1[NS], k2[NS], k3[NS], k4[NS], y[NS];
     real i1[NP + 1], i2[NP + 1], i3[NP + 1], i4[NP + 1];
     sn_adjoint_rates(end, lam, p, k1, i1);
@@ -676,40 +701,69 @@ SN_FN void sn_spike_jump(const sn_adjoint* a, long long k, const real* x, real* 
     sn_jump(x, lam, 0, b, 0, a->p, lam);
 }
 
-/* One neuron's adjoint from t_end back to 0: its forward replayed into `entries`
-   (`capacity` of them) and run back entry by entry, as the reference runs its record;
-   dL/dθ summed over the neuron before it is added to its gradient row. */
-SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real* entries,
-                              long long capacity) {
+/* A sweep from t_end: the neuron's forward replayed into the trace `before` (room for
+   every sub-step and event it can record: a sub-step per step, two entries per arrival
+   and per spike, one spare), λ and its dL/dθ at 0. Where the replay spiked otherwise than
+   the forward (it cannot in C: the same code on the same values; a compiler's
+   contractions might differ between CUDA's two kernels at a grazing spike), NaN into
+   dL/dθ and no entry to take, not a gradient of other spikes. */
+SN_FN void sn_sweep_start(const sn_adjoint* a, const sn_arrivals* arr, real* before,
+                          real* after, sn_sweep* s) {
+    const long long capacity = a->n_steps + 2 * (arr->n + a->count) + 1;
     sn_spikes counted = {0, 0, 0, 0, 0};
-    sn_trace trace = {entries, capacity, 0};
-    real lam[NS], acc[NP + 1];
+    sn_trace trace = {before, capacity, 0};
+    (void)after;
     sn_neuron_forward(arr, a->t_end, a->dt, a->n_steps, a->p, &counted, &trace);
+    for (int q = 0; q < NS; ++q) s->lam[q] = 0;
+    for (int q = 0; q < NP; ++q) s->acc[q] = 0;
+    s->upper = a->start;
+    s->ia = arr->n - 1;
+    s->ks = a->count - 1;
+    s->il = -1;
+    s->e = trace.count < capacity ? trace.count : capacity;
     if (counted.count != a->count) {
-        /* the replay spiked otherwise than the forward (it cannot in C: the same code on
-           the same values; a compiler's contractions might differ between CUDA's two
-           kernels at a grazing spike): NaN in dL/dθ, not a gradient of other spikes */
         for (int q = 0; q < NP; ++q) SN_ADD(a->grad_p[q * a->p_stride], SN_INF - SN_INF);
-        return;
+        s->e = 0;
     }
-    for (int q = 0; q < NS; ++q) lam[q] = 0;
-    for (int q = 0; q < NP; ++q) acc[q] = 0;
-    long long ia = arr->n - 1, ks = counted.count - 1;
-    long long last = trace.count < capacity ? trace.count : capacity;
-    for (long long e = last - 1; e >= 0; --e) {
-        const real* entry = entries + e * SN_ENTRY;
+}
+
+/* The sweep run back entry by entry through the trace, as the reference runs its record,
+   to `down_to` (every entry from there on: a recurrent layer's step; -inf: all). */
+SN_FN void sn_neuron_backward(const sn_adjoint* a, const sn_arrivals* arr, real* before,
+                              real* after, real* cuts, sn_sweep* s, real down_to) {
+    real lam[NS], acc[NP + 1];
+    long long ia = s->ia, ks = s->ks, e = s->e;
+    (void)after;
+    (void)cuts;
+    sn_copy(lam, s->lam);
+    for (int q = 0; q < NP; ++q) acc[q] = s->acc[q];
+    for (; e > 0; --e) {
+        const real* entry = before + (e - 1) * SN_ENTRY;
+        if (entry[2] < down_to) break; /* a later call takes it (a recurrent layer's step) */
         if (entry[0] == SN_SEGMENT) {
             sn_segment_back(entry, a->p, lam, acc);
         } else if (entry[0] == SN_SPIKE) {
-            sn_spike_jump(a, ks, entry + 2, lam, acc);
+            sn_spike_jump(a, ks, entry + 3, lam, acc);
             --ks;
         } else {
             sn_arrival next = sn_arrival_at(arr, ia);
-            sn_arrival_back(a, &next, entry + 2, lam);
+            sn_arrival_back(a, &next, entry + 3, lam);
             --ia;
         }
     }
-    for (int q = 0; q < NP; ++q) SN_ADD(a->grad_p[q * a->p_stride], acc[q]);
+    sn_copy(s->lam, lam);
+    for (int q = 0; q < NP; ++q) s->acc[q] = acc[q];
+    s->ia = ia;
+    s->ks = ks;
+    s->e = e;
+}
+
+/* A sweep's end, once every entry is taken: dL/dθ summed over the neuron added to its
+   gradient row. */
+SN_FN void sn_sweep_finish(const sn_adjoint* a, sn_sweep* s, real* after, real* cuts) {
+    (void)after;
+    (void)cuts;
+    for (int q = 0; q < NP; ++q) SN_ADD(a->grad_p[q * a->p_stride], s->acc[q]);
 }
 #else
 #if SN_READOUTS
@@ -827,17 +881,6 @@ SN_INLINE int sn_vanishes(const real* lam) {
 
 /* The state of event e in a replay's buffer (the one slot without a replay). */
 #define SN_AT(buffer, e) (SN_REPLAY ? (buffer) + (e) * NS : (buffer))
-
-/* Where a neuron's adjoint stands: λ, the time it has come back to, the events not yet
-   taken (arrivals [0, ia], spikes [0, ks]) and e, an index into the replay's buffers. A
-   layer's backward takes a neuron's events at once (sn_backward_all); a recurrent
-   layer's a step at a time (sn_neuron_backward's `down_to`), its neurons in step. */
-typedef struct {
-    real lam[NS];
-    real upper;
-    long long ia, ks, e;
-    long long il; /* (SN_DIRECT) the recurrent arrivals not yet taken: [0, il] */
-} sn_sweep;
 
 /* A sweep from the adjoint's start (t_end, or a readout's maximum, with its kick), the
    states at its events replayed where the backward reads them. */
@@ -980,6 +1023,8 @@ SN_FN void sn_sweep_finish(const sn_adjoint* a, sn_sweep* s, real* after, real* 
 #endif
 }
 
+#endif
+
 /* One neuron's adjoint from its start back to 0 through all its events. */
 SN_FN void sn_backward_all(const sn_adjoint* a, const sn_arrivals* arr, real* before,
                            real* after, real* cuts) {
@@ -988,7 +1033,6 @@ SN_FN void sn_backward_all(const sn_adjoint* a, const sn_arrivals* arr, real* be
     sn_neuron_backward(a, arr, before, after, cuts, &s, -SN_INF);
     sn_sweep_finish(a, &s, after, cuts);
 }
-#endif
 
 /* Row r's backward (sample b = r / N, neuron j = r % N), adding into its group's gradient
    rows (group b mod `groups`); `slab`: its scratch, laid out as
@@ -1007,8 +1051,8 @@ SN_FN void sn_backward_row(long long r, unsigned char* slab, SN_BACKWARD_PARAMS)
                     grad_p + g * NP * N + j, N, source_b ? source_b + b * m : source_b, k_in,
                     t_end, 0, 0, 0};
 #if SN_RK4
-    /* the replay's entries, as many as codegen/events.py's trace_entries counts */
-    sn_neuron_backward(&a, &arr, (real*)(slab + listed), n_steps + 2 * (m + k_out) + 1);
+    /* the replay's entries (room for as many as codegen/events.py's trace_entries counts) */
+    sn_backward_all(&a, &arr, (real*)(slab + listed), 0, 0);
 #else
     const long long n_events = SN_REPLAY ? m + k_out + 1 : 1;
     real* before = (real*)(slab + listed);

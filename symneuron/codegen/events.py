@@ -69,6 +69,7 @@ __all__ = [
     "scratch_bytes",
     "loop_bytes",
     "trace_entries",
+    "entry_values",
 ]
 
 #: the C compute type of each dtype the EventProp kernels take
@@ -398,8 +399,9 @@ def render_events(
 def loop_state(fns: EventFunctions) -> int:
     """The bytes a recurrent row's state takes at the start of its slab, at most (the
     kernels check their structs fit): a list's header, the states, λ, params and
-    constants, a few counters."""
-    return -(-(128 + 8 * (2 * fns.states + fns.params + fns.constants + 4)) // 16) * 16
+    constants (and on the RK4 path dL/dθ summed so far), a few counters."""
+    params = 2 * fns.params + 1 if fns.rk4 else fns.params
+    return -(-(128 + 8 * (2 * fns.states + params + fns.constants + 4)) // 16) * 16
 
 
 def arrival_bytes(dtype: str) -> int:
@@ -411,6 +413,12 @@ def trace_entries(n_in_slots: int, k_out: int, n_steps: int) -> int:
     """The most entries an RK4 row's replayed forward records: a sub-step per step, per
     arrival and per spike (each cuts one), an event per arrival and per spike, one spare."""
     return n_steps + 2 * (n_in_slots + k_out) + 1
+
+
+def entry_values(states: int) -> int:
+    """The values of one entry of an RK4 replay's trace: its kind, length and time, then a
+    sub-step's states at its start, middle and end (an event's state just before it)."""
+    return 3 + 3 * states
 
 
 def scratch_bytes(
@@ -429,13 +437,12 @@ def scratch_bytes(
     integral's pieces (n_steps + 3 of NS + 1 values, with time-constant integrals or
     ``pieces``: a mean readout's source). On the
     RK4 path the backward's replay of the forward takes :func:`trace_entries` entries of
-    2 + 3·NS values instead (a sub-step's kind, length and states at its start, middle
-    and end; an event's kind and state just before it)."""
+    :func:`entry_values` instead."""
     real = np.dtype(dtype).itemsize
     states = source.functions.states
     listed = 2 * (n_in_slots + 1) * arrival_bytes(dtype) if sorting else 0
     if source.functions.rk4:
-        backward = listed + trace_entries(n_in_slots, k_out, n_steps) * (2 + 3 * states) * real
+        backward = listed + trace_entries(n_in_slots, k_out, n_steps) * entry_values(states) * real
         return {"forward": -(-listed // 16) * 16, "backward": -(-backward // 16) * 16}
     replay = source.integrals or source.functions.replay
     events = n_in_slots + k_out + 1 if replay else 1
@@ -470,7 +477,8 @@ def loop_bytes(
     recurrent arrivals', 2 (``loop_slots`` + 1), ``loop_slots`` the most spikes the layer
     has in a sample, else one list of both, 2 (n_in·k_in + loop_slots + 1), then the
     states before and after each event where the backward replays the forward and the
-    integral's pieces), where its lists end (``list_bytes``) and the events a replay
+    integral's pieces; on the RK4 path the replay's trace, :func:`trace_entries` of both
+    lists' arrivals), where its lists end (``list_bytes``) and the events a replay
     holds."""
     real, arrival = np.dtype(dtype).itemsize, arrival_bytes(dtype)
     fns = source.functions
@@ -488,6 +496,9 @@ def loop_bytes(
         backward = {"list_bytes": lists, "events": n_in_slots + loop_slots + k_out + 1}
     cuts = (n_steps + 3 if source.integrals else 1) * (fns.states + 1)
     states = (2 * backward["events"] * fns.states + cuts) * real
+    if fns.rk4:  # the replay's trace instead
+        entries = trace_entries(n_in_slots + loop_slots, k_out, n_steps)
+        states = entries * entry_values(fns.states) * real
     backward.update(
         {
             "head_bytes": _up(4 * -(-n_steps // 32)) + _up(spikes * real),
