@@ -361,8 +361,10 @@ def _readout(
     if kernels.rk4 or len(kernels.spec.states) != 2:
         kind = "nonlinear" if kernels.rk4 else f"of {len(kernels.spec.states)} states"
         raise NotImplementedError(
-            f"The compiled readouts take a linear neuron of two states; {neuron.name} is "
-            f"{kind}. Use symneuron.reference.readouts (float64, one sample at a time)."
+            f"Readouts take a linear neuron of two states (V's maximum between two arrivals "
+            f"is where V̇ turns, once at most); {neuron.name} is {kind}, and the reference "
+            "refuses it too. Read such a layer out by its spikes: an event_network layer "
+            "and first_spike_cross_entropy."
         )
     while True:  # again only where the delays changed through .data since last seen
         uniform = bool(delays.uniform[0])

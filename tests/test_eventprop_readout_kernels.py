@@ -168,14 +168,15 @@ def test_one_sample_gives_one_row() -> None:
     assert one.values.shape == (N_OUT,) and torch.equal(one.values, batch.values[1])
 
 
-def test_what_the_kernels_cannot_run_is_refused_with_the_way_out() -> None:
+def test_what_readouts_cannot_run_is_refused_with_the_way_out() -> None:
     given = _inputs()
     weight = torch.ones(2, N_IN, dtype=F64)
     flat = EventLayer(weight, torch.zeros(2, N_IN, dtype=F64))
-    with pytest.raises(NotImplementedError, match="symneuron.reference.readouts"):
-        max_voltage(qif(), flat, given["times"], t_end=T_END)  # nonlinear
-    with pytest.raises(NotImplementedError, match="of 3 states"):
-        max_voltage(_adaptive(), flat, given["times"], t_end=T_END)
+    for neuron, kind in ((qif(), "nonlinear"), (_adaptive(), "of 3 states")):
+        with pytest.raises(NotImplementedError, match=f"is {kind}.*first_spike_cross_entropy"):
+            max_voltage(neuron, flat, given["times"], t_end=T_END)
+        with pytest.raises(NotImplementedError):  # (the reference refuses it too)
+            reference.max_voltage(neuron, flat, given["times"][0], t_end=T_END)
     looped = EventLayer(
         weight,
         weight * 0,
