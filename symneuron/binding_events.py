@@ -122,12 +122,15 @@ class EventLayerFunction(torch.autograd.Function):
         report_grazing(spikes, call.grazing, call.layer)
         ctx.spikes = spikes
         ctx.mark_non_differentiable(spikes.outcome)
+        ctx.set_materialize_grads(False)  # (no zeros launched for the outcome's gradient)
         return spikes.times, spikes.outcome
 
     @staticmethod
-    def backward(ctx: Any, grad_times: torch.Tensor, _outcome: Any) -> tuple[Any, ...]:
+    def backward(ctx: Any, grad_times: torch.Tensor | None, _outcome: None) -> tuple[Any, ...]:
         call: LayerCall = ctx.call
         integrals = _integrals(ctx)
+        if grad_times is None:  # (the spike times reach the loss through no path)
+            grad_times = torch.zeros_like(ctx.spikes.times)
         grad_times = grad_times.to(ctx.inputs.pre.dtype)
         if ctx.loop is None:
             grads = call.kernels.backward(

@@ -92,9 +92,9 @@ class _Delays:
             self._learn(missing, self._flat(missing).cpu().numpy())
 
     def _flat(self, layers: list[int]) -> torch.Tensor:
-        parts = [t.double() for i in layers for t in self.ranges[i] or ()]
-        if parts:
-            return torch.cat(parts).detach()
+        parts = [t for i in layers for t in self.ranges[i] or ()]
+        if parts:  # (one cast of them all: a launch each, where a layer's were cast alone)
+            return torch.cat(parts).detach().to(torch.float64)
         # none: an empty tensor where the others are, for the one read-back with them
         device = self.delays[0].device if self.delays else None
         return torch.zeros(0, dtype=torch.float64, device=device)

@@ -49,29 +49,36 @@ BLOCK = 128
 SAMPLE_BLOCK = 256
 
 
+@functools.cache
+def _plan(args: tuple[KernelArg, ...]) -> tuple[tuple[str, str], ...]:
+    """Each argument's name and kind (P: a pointer, d: a double, q: an integer), worked
+    out once per kernel (a launch packs its 50-odd values in a few microseconds)."""
+    return tuple(
+        (a.name, "P" if a.pointer else "d" if a.ctype == "double" else "q") for a in args
+    )
+
+
 def packed(
     args: tuple[KernelArg, ...], values: Mapping[str, torch.Tensor | float | None]
 ) -> list[int | float]:
     """The launch's values in the kernel's argument order: tensors as addresses (None as
     a null pointer), doubles as floats, the rest as ints."""
     out: list[int | float] = []
-    for arg in args:
-        value = values[arg.name]
-        if arg.pointer:
+    for name, kind in _plan(args):
+        value = values[name]
+        if kind == "P":
             assert value is None or (isinstance(value, torch.Tensor) and value.is_contiguous())
             out.append(0 if value is None else value.data_ptr())
-        elif arg.ctype == "double":
-            assert isinstance(value, float), arg.name
-            out.append(value)
         else:
-            assert isinstance(value, int), arg.name
+            assert isinstance(value, float if kind == "d" else int), name
             out.append(value)
     return out
 
 
+@functools.cache
 def kinds(args: tuple[KernelArg, ...]) -> str:
     """The arguments' kinds as the runtimes' launchers take them: P, d, q."""
-    return "".join("P" if a.pointer else "d" if a.ctype == "double" else "q" for a in args)
+    return "".join(kind for _, kind in _plan(args))
 
 
 def in_waves(

@@ -464,9 +464,10 @@ def settle(
     waiting arrivals (more room in the next run), and for every layer after it (their
     inputs lacked spikes: they run again)."""
     reduced = [o.flatten(1).amax(1) if o[0].numel() else o.new_zeros(2) for _, _, o in runs]
-    extra = [v.detach().reshape(-1).to(torch.float64) for v in also]
-    values = torch.cat(reduced).tolist() if reduced else []
-    flat = torch.cat(extra).cpu().numpy() if extra else np.zeros(0)
+    extra = [v.detach().reshape(-1) for v in also]
+    parts = [t.to(torch.float64) for t in (*reduced, *extra)]  # (counts < 2^53: exact)
+    read = torch.cat(parts).cpu().numpy() if parts else np.zeros(0)  # the one host sync
+    values, flat = read[: 2 * len(runs)].astype(np.int64), read[2 * len(runs) :]
     sizes = [int(s) for s in np.cumsum([v.numel() for v in extra])[:-1]]
     out: list[int | None] = []
     for index, (shape, slots, _) in enumerate(runs):
