@@ -93,7 +93,7 @@ class _Delays:
 
     def _flat(self, layers: list[int]) -> torch.Tensor:
         parts = [t for i in layers for t in self.ranges[i] or ()]
-        if parts:  # (one cast of them all: a launch each, where a layer's were cast alone)
+        if parts:  # (cast after the cat: one launch, where a cast of each took one each)
             return torch.cat(parts).detach().to(torch.float64)
         # none: an empty tensor where the others are, for the one read-back with them
         device = self.delays[0].device if self.delays else None
