@@ -213,13 +213,15 @@ def test_a_delay_of_one_step_is_enough() -> None:
     assert torch.isfinite(out).sum() > 0
 
 
-def test_the_rk4_kernels_and_readouts_refuse_recurrent_layers() -> None:
+def test_readouts_refuse_recurrent_layers() -> None:
+    """A readout does not spike: the reference's and the kernels' refuse recurrent fields
+    (the kernels run recurrent spiking layers, the RK4 path's too:
+    tests/test_eventprop_recurrent_kernels.py)."""
     inputs, _ = _network()
     layer = _recurrent()
-    with pytest.raises(NotImplementedError, match="symneuron.reference.events.event_network"):
-        eventprop.event_network(qif(0.25), [layer], inputs, t_end=T_END)
-    with pytest.raises(ValueError, match="does not spike"):
-        max_voltage(_lif(), layer, inputs, t_end=T_END)
+    for peak in (max_voltage, eventprop.max_voltage):
+        with pytest.raises(ValueError, match="does not spike"):
+            peak(_lif(), layer, inputs, t_end=T_END)
 
 
 def test_the_forward_refuses_an_arrival_inside_its_spikes_step() -> None:
