@@ -148,7 +148,7 @@ class EventLayerFunction(torch.autograd.Function):
                 integrals,
                 wanted,
             )
-        if call.kernels.rk4 and integrals:
+        if call.kernels.rk4:  # (a host sync: the RK4 path's only, whatever is learned)
             _check_replay(grads.params)
         return _returned(ctx, grads)
 
@@ -255,13 +255,14 @@ class MeanFunction(torch.autograd.Function):
 def _check_replay(grad_params: torch.Tensor) -> None:
     """The RK4 backward replays each (sample, neuron)'s forward; a replay that spiked
     otherwise than the forward (possible only where the GPU compiler contracted the two
-    kernels' arithmetic differently at a spike that grazes the threshold) marks dL/dθ
-    with NaN, which is raised here rather than returned."""
+    kernels' arithmetic differently at a spike that grazes the threshold) takes none of
+    that neuron's gradient and marks dL/dθ with NaN, which is raised here whatever the
+    layer learns (its weights' gradient would lack the neuron's share)."""
     if not bool(torch.isfinite(grad_params).all()):
         raise RuntimeError(
             "symneuron: the RK4 EventProp backward's replay of a neuron spiked otherwise "
-            "than its forward (a spike that grazes the threshold), so its dL/dθ would not "
-            "be the forward's gradient. Run the layer in float64, on the CPU, or with a "
-            "smaller dt; or leave the time constants out of the learned parameters. (A "
-            "non-finite gradient of the spike times from the loss shows the same way.)"
+            "than its forward (a spike that grazes the threshold), so the layer's gradient "
+            "would not be the forward's. Run the layer in float64, on the CPU, or with a "
+            "smaller dt. (A non-finite gradient of the spike times from the loss shows the "
+            "same way.)"
         )

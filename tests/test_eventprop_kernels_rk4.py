@@ -134,6 +134,28 @@ def test_the_rk4_path_is_chosen_for_a_spec_without_a_closed_form_flow() -> None:
         event_network(lif, [layer], inputs, t_end=T_END, integrator="euler")
 
 
+def test_a_replay_marked_in_the_kernels_is_raised_when_only_weights_are_learned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A replay that spiked otherwise takes none of its neuron's gradient, so the mark is
+    read whatever the layer learns: here its weights alone (no time-constant integrals),
+    the kernels' dL/dθ marked as a mismatched replay marks it."""
+    real = runtime_events.EventKernels.gradients
+
+    def marked(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        grads = real(self, *args, **kwargs)
+        grads.params.view(-1)[0] = float("nan")
+        return grads
+
+    monkeypatch.setattr(runtime_events.EventKernels, "gradients", marked)
+    flat, names = nonlinear_batch(qif())
+    weight = flat[1].clone().requires_grad_()
+    layer = EventLayer(weight, flat[2], dict(zip(names, flat[3 : 3 + len(names)], strict=True)))
+    (out,) = event_network(qif(), [layer], flat[0], t_end=T_END)
+    with pytest.raises(RuntimeError, match="replay of a neuron spiked otherwise"):
+        torch.where(torch.isfinite(out), out, 0.0).sum().backward()
+
+
 def test_a_replay_that_spiked_otherwise_is_raised() -> None:
     """The kernels mark dL/dθ with NaN where a pair's replay spiked otherwise than its
     forward; the layer's backward raises instead of returning it."""
