@@ -6,6 +6,7 @@ forward (h = 1e-5), with every perturbed run checked to keep each neuron's spike
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable
@@ -197,11 +198,14 @@ def test_every_gradient_matches_central_differences() -> None:
 
 
 def _compiled(
-    neuron: sn.Neuron, inputs: torch.Tensor, flat: list[torch.Tensor]
+    neuron: sn.Neuron,
+    inputs: torch.Tensor,
+    flat: list[torch.Tensor],
+    names: tuple[str, ...] = NAMES,
 ) -> tuple[torch.Tensor, ...]:
     """:func:`_run` by the compiled kernels (C; they follow the reference within 1e-13,
     tests/test_eventprop_kernels.py)."""
-    return _run(neuron, inputs, flat, NAMES, eventprop.event_network)
+    return _run(neuron, inputs, flat, names, eventprop.event_network)
 
 
 @pytest.mark.slow
@@ -311,14 +315,6 @@ def _run_adaptive(
     return _run(neuron, inputs, flat, ADAPTIVE)
 
 
-def _compiled_adaptive(
-    neuron: sn.Neuron, inputs: torch.Tensor, flat: list[torch.Tensor]
-) -> tuple[torch.Tensor, ...]:
-    """:func:`_run_adaptive` by the compiled kernels (C; they follow the reference within
-    1e-13, tests/test_eventprop_kernels.py)."""
-    return _run(neuron, inputs, flat, ADAPTIVE, eventprop.event_network)
-
-
 @pytest.mark.slow
 def test_adaptive_threshold_forward_does_not_depend_on_dt() -> None:
     inputs, flat = _adaptive_network()
@@ -336,7 +332,10 @@ def test_adaptive_threshold_gradients_match_central_differences() -> None:
     8.1e-7 when measured) by the compiled kernels; by the reference, an input time and an
     entry of ϑ0, τ_a, β (two of each tensor's took 55 s of a loaded two-core suite run)."""
     errors = _fd_errors(
-        _with_spike_times, run=_compiled_adaptive, network=_adaptive_network, make=_adaptive
+        _with_spike_times,
+        run=functools.partial(_compiled, names=ADAPTIVE),
+        network=_adaptive_network,
+        make=_adaptive,
     )
     assert len(errors) == 195 and max(errors) <= 1e-6, max(errors)
     entries = [(0, 1), (3, 2), (6, 2), (7, 2)]
