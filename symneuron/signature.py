@@ -39,6 +39,7 @@ __all__ = [
     "RBACKWARD",
     "GFORWARD",
     "GBACKWARD",
+    "PRODUCTS",
     "V_MODES",
     "GRAD_V_MODES",
     "Variant",
@@ -198,14 +199,15 @@ class Pass:
         tail: tuple[Arg, ...] = (),
         rows: bool = True,
         grid: bool = False,
+        options: tuple[Option, ...] = (),
     ) -> Pass:
-        """This pass with ``new`` arguments inserted after argument ``after`` and ``tail``
-        appended, named ``name``: a connection's pass is its neuron's pass plus the
-        connection's arguments."""
+        """This pass with ``new`` arguments inserted after argument ``after``, ``tail``
+        appended and ``options`` after its own, named ``name``: a connection's pass is its
+        neuron's pass plus the connection's arguments."""
         args = list(self.args)
         at = [a.name for a in args].index(after) + 1
         new_args = (*args[:at], *new, *args[at:], *tail)
-        return Pass(name, self.kind, new_args, self.options, rows, grid)
+        return Pass(name, self.kind, new_args, (*self.options, *options), rows, grid)
 
     def variant(self, lanes: int = 1, **options: Any) -> Variant:
         """The variant with these option values (by name) and ``lanes``."""
@@ -391,7 +393,13 @@ _GRID = (
 #: runtime takes them for layers whose weight is too large for one block per row to
 #: read each step (:mod:`symneuron.runtime.rows`); the caller sees RFORWARD/RBACKWARD.
 GFORWARD = RFORWARD.extended("gforward", "F", tail=_GRID, grid=True)
-GBACKWARD = RBACKWARD.extended("gbackward", "F", tail=_GRID, grid=True)
+#: The grid backward's option: how a block sums the step's transposed product, by
+#: ``fma`` (one multiply-add a term, in the compute type) or on tensor cores (``mma``:
+#: :mod:`symneuron.codegen.mma`).
+PRODUCTS = ("fma", "mma")
+GBACKWARD = RBACKWARD.extended(
+    "gbackward", "F", tail=_GRID, grid=True, options=(Option("product", "str", PRODUCTS),)
+)
 
 #: The built-in passes by name.
 PASSES = {p.name: p for p in (FORWARD, BACKWARD, RFORWARD, RBACKWARD, GFORWARD, GBACKWARD)}

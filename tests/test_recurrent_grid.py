@@ -18,7 +18,7 @@ from test_recurrent_kernels import _compare, _drive, _run
 
 import symneuron as sn
 from symneuron import dtypes
-from symneuron.codegen import grid, render_source
+from symneuron.codegen import grid, mma, render_source
 from symneuron.derivation import derive
 from symneuron.runtime import cpu, nvrtc
 from symneuron.runtime import rows as rkernels
@@ -112,8 +112,9 @@ def test_grid_kernels_compile_in_every_dtype(name: str, dtype: str) -> None:
     spec = derive(neuron)
     lanes = dtypes.lookup("cuda", dtype).lanes
     forward = GFORWARD.variant(lanes, store_h=True, v_mode="seq")
-    backward = GBACKWARD.variant(lanes, grad_v_mode="seq")
-    for variant in (forward, backward):
+    products = ["fma", "mma"] if dtype in mma.SHAPES else ["fma"]
+    backward = [GBACKWARD.variant(lanes, grad_v_mode="seq", product=p) for p in products]
+    for variant in (forward, *backward):
         source = render_source(spec, "cuda", dtype, variant)
         assert "sn_bar" in source and variant.exported(spec.name) in source
         nvrtc.compile_to_ptx(source)
@@ -258,3 +259,63 @@ def test_grid_compiled_matches_eager(monkeypatch: pytest.MonkeyPatch) -> None:
     layer.reset()
     compiled = torch.compile(layer, fullgraph=True)(x)
     assert torch.equal(compiled, eager)
+
+
+#: layers whose grid backward takes each path of the tensor-core product: tiles of 16
+#: rows and 8 columns cut by the block's rows or slice (3 x 1024, 7 x 37), a unit for
+#: every warp of a block (500 x 8), part of the weight's slice read from L2 (2 x 4096),
+#: a row no multiple of the lanes (2 x 1022, 7 x 37)
+TENSOR_CORE_SIZES = [(3, 1024), (2, 1022), (2, 4096), (500, 8), (7, 37)]
+
+
+def _fewest_groups(
+    features: int, rows: int, lanes: int, sms: int, room: int, sizes: tuple[int, int]
+) -> rkernels.Span | None:
+    return rkernels.grid_span(features, rows, lanes, sms)
+
+
+def _products(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The products of the grid backwards the recurrent runtime launches."""
+    seen: list[str] = []
+    real = rkernels.Program.run
+
+    def run(self, pass_, options, *args, **kw):  # type: ignore[no-untyped-def]
+        if pass_ is GBACKWARD:
+            seen.append(options[-1])
+        return real(self, pass_, options, *args, **kw)
+
+    monkeypatch.setattr(rkernels.Program, "run", run)
+    return seen
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize(("batch", "size"), TENSOR_CORE_SIZES)
+def test_the_tensor_core_product_follows_the_multiply_adds(
+    monkeypatch: pytest.MonkeyPatch, batch: int, size: int, dtype: torch.dtype
+) -> None:
+    """The grid backward with its product on tensor cores (16-bit: exact products;
+    float32: TF32, allowed for this test) against the same kernel by multiply-adds, on
+    the same forward (one block per row: the same spikes): every gradient within the
+    storage's rounding of a few sums in another order (16-bit: 2e-2 of the gradient's
+    largest value; TF32's 10-bit operands: 5e-3). A wrong fragment, row or column gives
+    errors of the gradients' own size."""
+    _cuda()
+    monkeypatch.setattr(rkernels, "GRID_FROM", {"forward": 2**62, "backward": 1})
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    if batch == 500:  # the fewest groups of rows: 500 rows a block, 32 units
+        monkeypatch.setattr(rkernels, "backward_span", _fewest_groups)
+    products = _products(monkeypatch)
+    x = 1.2 * torch.rand(12, batch, size, generator=generator(37), dtype=torch.float64)
+    neuron = sn.models.ALIF(learnable=["tau"])
+    got = _run(neuron, "cuda", x, size, device="cuda", dtype=dtype, scale=0.3, delay=2)
+    assert products == ["mma"]
+    monkeypatch.setattr(rkernels, "TENSOR_CORES", False)
+    want = _run(neuron, "cuda", x, size, device="cuda", dtype=dtype, scale=0.3, delay=2)
+    assert products == ["mma", "fma"]
+    assert torch.equal(got["s"], want["s"]) and want["s"].sum() > 0
+    bar = 5e-3 if dtype == torch.float32 else 2e-2
+    for name in set(want) - {"s", "v"}:
+        scale = float(want[name].abs().max())
+        err = float((got[name].double() - want[name].double()).abs().max())
+        assert 0 < scale and err <= bar * scale, (name, err, scale)

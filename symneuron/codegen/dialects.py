@@ -143,10 +143,13 @@ class Dialect:
         in flight together."""
         raise NotImplementedError
 
-    def slice_cache(self, storage: str, source: str, base: str, transposed: bool) -> list[str]:
+    def slice_cache(
+        self, storage: str, source: str, base: str, columns: str | None, reserve: int
+    ) -> list[str]:
         """``sn_wslice``: the first ``cached`` rows of columns [cs0, cs0 + S) of the
         [F, F] ``source``, as many as the launch's dynamic shared memory holds after its
-        first ``base`` bytes (``transposed``: as [S][cached + 1], else [cached][S])."""
+        first ``base`` bytes: as [cached][S], or with ``columns`` (C text of the stride
+        ``sn_stride`` in ``cached``, at most ``cached + reserve``) as [S][sn_stride]."""
         raise NotImplementedError
 
     def lane_arrays(self, arrays: list[tuple[str, str]]) -> list[str]:
@@ -456,18 +459,20 @@ class CUDADialect(Dialect):
     def each_set(self, words: str, count: str, storage: str, fetch: Fetch, use: Fetch) -> list[str]:
         return each_bit(words, count, "q * 32 + b", storage, fetch, use, self.unroll())
 
-    def slice_cache(self, storage: str, source: str, base: str, transposed: bool) -> list[str]:
-        if transposed:  # [c][m], rows padded by one value
-            fit = f"((long long)sn_dyn - {base}) / ((long long)sizeof({storage}) * S) - 1"
+    def slice_cache(
+        self, storage: str, source: str, base: str, columns: str | None, reserve: int
+    ) -> list[str]:
+        fit = f"((long long)sn_dyn - {base}) / ((long long)sizeof({storage}) * S) - {reserve}"
+        if columns:  # [c][m], each column's stride sn_stride
             fill = (
+                f"const int sn_stride = {columns};",
                 "for (long long e = threadIdx.x; e < cached * S; e += blockDim.x) {",
                 "    const long long c = e / cached, m = e % cached;",
-                f"    sn_wslice[c * (cached + 1) + m] = cs0 + c < F ? {source}[m * F + cs0 + c]"
+                f"    sn_wslice[c * sn_stride + m] = cs0 + c < F ? {source}[m * F + cs0 + c]"
                 f" : ({storage})0;",
                 "}",
             )
         else:
-            fit = f"((long long)sn_dyn - {base}) / ((long long)sizeof({storage}) * S)"
             fill = (
                 "for (long long e = threadIdx.x; e < cached * S; e += blockDim.x) {",
                 "    const long long c = cs0 + e % S;",

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from ..derivation.connection import G_POST, W, dense
 from ..signature import Variant
-from . import noise
+from . import mma, noise
 from .backward import BackwardPrinter
 from .connection import SLOTS, Product, add_to, backward_arrays
 from .dialects import indent
@@ -37,7 +37,15 @@ from .forward import ForwardPrinter
 from .layout import evaluate
 from .steps import Stage, StepPrinter
 
-__all__ = ["body", "GridLayout", "GRID_FORWARD", "GRID_BACKWARD", "PAD", "THREADS"]
+__all__ = [
+    "body",
+    "GridLayout",
+    "GRID_FORWARD",
+    "GRID_BACKWARD",
+    "backward_layout",
+    "PAD",
+    "THREADS",
+]
 
 
 #: a grid kernel's slots: the forward's D + 2 (step t reads t − D, writes t and clears
@@ -143,32 +151,36 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
     (coalesced, several loads in flight per thread, into shared memory); then each
     row's threads sum the connection's transpose over them and the block's slice of
     ``weight`` kept in shared memory (the rest from L2): each weight read serves every
-    row of the block. Then the rows' threads run the neurons' step with the sums."""
+    row of the block. Then the rows' threads run the neurons' step with the sums. The
+    sums run by multiply-adds or on tensor cores (the ``product`` option)."""
     d, ct = printer.dialect, printer.dt.compute
     io = printer.io(variant, mutable=frozenset({"gs_v"}))
+    tensor_cores = variant.option("product") == "mma"
     ring = [
         f"{ct}* sn_ring = ({ct}*)((unsigned int*)scratch + 4);  // [D + 1][B][F]",
         f"{ct}* sn_gtile = ({ct}*)sn_smem;  // [group_rows][TK + {PAD}], then the slice",
         *d.warp_lanes(),
         "const int tk = (int)TK;",
         f"const bool sn_aligned = F % {_width(ct)} == 0;  // rows of whole 16-byte chunks",
-        *_blocking(printer),
+        *(mma.blocking(PAD) if tensor_cores else _blocking(printer)),
     ]
+    if tensor_cores:
+        name = printer.dt.name
+        sums, tile_sum = mma.start(), [mma.chunk(name), *mma.tile_sum(name, PAD)]
+        stored = mma.stored()
+    else:
+        sums, tile_sum, stored = _fma_sums(printer), _tile_sum(printer), _fma_stored(printer)
     transposed = [
         *Product(printer).start(),
         f"const {ct}* g_all = sn_ring + (long long)ring_before * B * F;",
-        f"{ct} acc[SN_RB][K];",
-        *d.unroll(),
-        "for (int r = 0; r < SN_RB; ++r) {",
-        *indent(d.lane_loop(["acc[r][j] = 0;"])),
-        "}",
+        *sums,
         "for (int m0 = 0; m0 < F; m0 += tk) {",
         *indent(_stage_tile(printer)),
         "    if (blocking) {",
-        *indent(_tile_sum(printer), 2),
+        *indent(tile_sum, 2),
         "    }",
         "}",
-        *_add_parts(printer),
+        *_add_parts(printer, stored),
     ]
     declared, loads = printer.row_loads(io)
     step = [
@@ -184,7 +196,7 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
     return _grid(
         printer,
         variant,
-        GRID_BACKWARD,
+        backward_layout(printer.dt.name, variant.option("product")),
         ring,
         [],
         step,
@@ -195,6 +207,17 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
         reverse=True,
         before=transposed,
     )
+
+
+def _fma_sums(printer: BackwardPrinter) -> list[str]:
+    """The micro-tile's sums of the FMA product, zeroed."""
+    return [
+        f"{printer.dt.compute} acc[SN_RB][K];",
+        *printer.dialect.unroll(),
+        "for (int r = 0; r < SN_RB; ++r) {",
+        *indent(printer.dialect.lane_loop(["acc[r][j] = 0;"])),
+        "}",
+    ]
 
 
 def _width(compute: str) -> int:
@@ -343,23 +366,31 @@ def _tile_sum(printer: BackwardPrinter) -> list[str]:
     ]
 
 
-def _add_parts(printer: BackwardPrinter) -> list[str]:
-    """The micro-tiles' sums, through the freed tile ([part][row][column of the slice]),
-    added by each neuron's own thread in order of part (the result does not depend on
-    timing)."""
+def _fma_stored(printer: BackwardPrinter) -> list[str]:
+    """Each thread's micro-tile into the freed tile as [part][row][column of the slice]."""
     d = printer.dialect
     stored = "sn_gtile[(sn_bpart * group_rows + lr) * S + (cb0 - cs0) + j] = acc[r][j];"
+    return [
+        *d.unroll(),
+        "for (int r = 0; r < SN_RB; ++r) {",
+        "    const int lr = sn_rg + r * sn_row_groups;",
+        "    if (lr < group_rows) {",
+        *indent(d.lane_loop([stored]), 2),
+        "    }",
+        "}",
+    ]
+
+
+def _add_parts(printer: BackwardPrinter, stored: list[str]) -> list[str]:
+    """The parts' sums, ``stored`` through the freed tile ([part][row][column of the
+    slice]), added by each neuron's own thread in order of part (the result does not
+    depend on timing)."""
+    d = printer.dialect
     summed = "rec[j] += sn_gtile[(p * group_rows + local_row) * S + (c0 - cs0) + j];"
     return [
         d.barrier(),
         "if (blocking) {",
-        *indent(d.unroll()),
-        "    for (int r = 0; r < SN_RB; ++r) {",
-        "        const int lr = sn_rg + r * sn_row_groups;",
-        "        if (lr < group_rows) {",
-        *indent(d.lane_loop([stored]), 3),
-        "        }",
-        "    }",
+        *indent(stored),
         "}",
         d.barrier(),
         "if (active) {",
@@ -384,13 +415,15 @@ PAD = 4
 
 class GridLayout(NamedTuple):
     """A grid kernel's shared memory: first a tile of ``tile`` values of ``kind`` per row
-    of the block, then the slice of ``weight`` (``transposed``: as [S][cached + 1]
-    against bank conflicts, else [cached][S]), as many of its rows as fit."""
+    of the block, then the slice of ``weight``, as many of its rows as fit: as
+    [cached][S], or with ``columns`` (C text of a column's stride in ``cached``, at most
+    ``cached + reserve``) as [S][stride], a column's neurons together."""
 
     weight: str
     tile: str
     kind: str
-    transposed: bool
+    columns: str | None = None
+    reserve: int = 0
 
     def tile_bytes(self, values: dict[str, int]) -> int:
         """The tile's bytes, rounded to 16, for a launch's values (its text's formula)."""
@@ -399,10 +432,18 @@ class GridLayout(NamedTuple):
 
 
 #: the forward's: the rows' spike words of the step, then rows m of Rᵀ's slice
-GRID_FORWARD = GridLayout("weight_t", "(F + 31) / 32", "word", transposed=False)
+GRID_FORWARD = GridLayout("weight_t", "(F + 31) / 32", "word")
 #: the backward's: a tile of the rows' dL/dX_eff (TK neurons, padded by :data:`PAD`),
 #: then R's slice
-GRID_BACKWARD = GridLayout("weight", "TK + 4", "compute", transposed=False)
+GRID_BACKWARD = GridLayout("weight", "TK + 4", "compute")
+
+
+def backward_layout(dtype: str, product: str) -> GridLayout:
+    """The backward's layout for its ``product`` in ``dtype``: on tensor cores, the slice
+    by columns (:data:`symneuron.codegen.mma.COLUMNS`)."""
+    if product == "mma":
+        return GRID_BACKWARD._replace(columns=mma.COLUMNS[dtype][0], reserve=mma.COLUMNS[dtype][1])
+    return GRID_BACKWARD
 
 
 def _grid(
@@ -441,7 +482,7 @@ def _grid(
         *d.row_shared("0"),
         "const long long n_words = (F + 31) / 32;",
         f"const long long sn_tile_base = (group_rows * ({plan.tile}) * {tile} + 15) / 16 * 16;",
-        *d.slice_cache(printer.dt.storage, plan.weight, "sn_tile_base", plan.transposed),
+        *d.slice_cache(printer.dt.storage, plan.weight, "sn_tile_base", plan.columns, plan.reserve),
         *_GRID_SCRATCH,
         *exchange,
         *d.lane_arrays(arrays),

@@ -53,6 +53,12 @@ class ConnectionSpec:
         that one matrix product over all steps and rows computes it."""
         return sp.simplify(self.weight_partial - S_PRE) == 0
 
+    @property
+    def transpose_is_product(self) -> bool:
+        """Whether a synapse's share of dL/ds is g · w, so that a step's transposed
+        product is a matrix product (tensor cores can run it)."""
+        return sp.simplify(self.transpose - G_POST * W) == 0
+
 
 def derive_connection(term: sp.Expr = W * S_PRE) -> ConnectionSpec:
     """The connection whose synapse adds ``term`` (in :data:`W` and :data:`S_PRE`) to

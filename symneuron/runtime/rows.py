@@ -11,13 +11,14 @@ kernel evaluates it. On the CPU one thread runs a row.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, NamedTuple, TypeVar
 
 import torch
 
 from .. import dtypes
-from ..codegen import connection, grid
+from ..codegen import connection, grid, mma
 from ..codegen.layout import CHUNK, N_WORDS, ROW_THREADS, evaluate
 from ..memo import BoundedTable
 from ..signature import GBACKWARD, GFORWARD, RBACKWARD, RFORWARD, Geometry, Variant
@@ -136,8 +137,11 @@ def launch_geometry(
 #: (1.1x at 256 x 1024, 1.8x at 128 x 2048) and slower below; the grid forward is slower
 #: than one block per row wherever both run.
 GRID_FROM = {"forward": 2**62, "backward": 1024}
-#: the most neurons of a row the grid backward stages at a time
-MAX_TILE = 128
+#: the most neurons of a row the grid backward stages at a time, and the most where the
+#: weight's slice does not fit whole beside them (:func:`_tile`). Measured on an H200
+#: (bf16 backward, T = 100, ms, tiles of 128 / 256 / 512 neurons): 256 × 1024 2.71 /
+#: 2.22 / 2.02; 128 × 2048 5.40 / 4.64 / (392 neurons: 5.44)
+MAX_TILE, MIN_TILE = 512, 128
 
 
 class Span(NamedTuple):
@@ -203,7 +207,7 @@ def backward_span(
         if sms // groups == 0:
             break
         span = span_of(groups, features, rows, lanes, sms)
-        tk = None if span is None else _tile(span, features, room, compute)
+        tk = None if span is None else _tile(span, features, room, sizes)
         if span is None or tk is None:
             continue
         if _tile_bytes(span, features, tk, compute) + span.S * features * storage > room:
@@ -212,19 +216,29 @@ def backward_span(
     return best
 
 
-#: (device, F, rows, lanes, dtype, backward) -> (the grid launch or None,) (host time)
-_SPANS: BoundedTable[tuple[Any, ...], tuple[tuple[Span, Geometry] | None]] = BoundedTable(
+class Spread(NamedTuple):
+    """A grid kernel's launch: its spread, geometry, lanes and (the backward) product."""
+
+    span: Span
+    geometry: Geometry
+    lanes: int
+    product: str = "fma"
+
+
+#: (device, F, rows, lanes, dtype, backward, tensor cores allowed) -> (the launch or
+#: None,) (host time)
+_SPANS: BoundedTable[tuple[Any, ...], tuple[Spread | None]] = BoundedTable(
     1024, "runtime.rows.spans"
 )
 
 
 def _grid_launch(
     prog: Program, first: torch.Tensor, features: int, backward: bool = False
-) -> tuple[Span, Geometry, int] | None:
-    """The grid kernel's spread, launch and lanes for a call whose first tensor is
-    ``first`` [T, rows·F] (of the ``backward`` or the forward), or None where one block
-    per row runs it (the C backend, a layer under :data:`GRID_FROM` neurons that one
-    block per row holds, or no spread that fits the GPU)."""
+) -> Spread | None:
+    """The grid kernel's launch for a call whose first tensor is ``first`` [T, rows·F]
+    (of the ``backward`` or the forward), or None where one block per row runs it (the C
+    backend, a layer under :data:`GRID_FROM` neurons that one block per row holds, or no
+    spread that fits the GPU)."""
     if not prog.impl.simt:
         return None
     least = GRID_FROM["backward" if backward else "forward"]
@@ -233,23 +247,30 @@ def _grid_launch(
     rows = first.shape[1] // features
     width = dtypes.lookup(prog.backend, first.dtype).lanes
     lanes = width if features % width == 0 and first.data_ptr() % 16 == 0 else 1
-    key = (first.device, features, rows, lanes, first.dtype, backward)
+    cores = backward and _tensor_cores(first)
+    key = (first.device, features, rows, lanes, first.dtype, backward, cores)
     found = _SPANS.get(key)
     if found is None:
-        found = _SPANS.put(key, (_spread(prog, first, features, rows, lanes, backward),))
-    return None if found[0] is None else (*found[0], lanes)
+        found = _SPANS.put(key, (_spread(prog, first, features, rows, lanes, backward, cores),))
+    return found[0]
 
 
 def _spread(
-    prog: Program, first: torch.Tensor, features: int, rows: int, lanes: int, backward: bool
-) -> tuple[Span, Geometry] | None:
+    prog: Program,
+    first: torch.Tensor,
+    features: int,
+    rows: int,
+    lanes: int,
+    backward: bool,
+    cores: bool,
+) -> Spread | None:
     """The spread and launch: shared memory for the pass's tile, then as much of the
-    weight's slice as fits (:class:`~symneuron.codegen.grid.GridLayout`)."""
+    weight's slice as fits (:class:`~symneuron.codegen.grid.GridLayout`); the backward's
+    product on tensor cores where ``cores`` and its units fit a block's warps."""
     from .cuda import shared_limits
 
     optin, per_sm, sms, _ = shared_limits(first.device.index or 0)
     room = min(optin, per_sm - 1024)
-    plan = grid.GRID_BACKWARD if backward else grid.GRID_FORWARD
     compute = dtypes.lookup(prog.backend, first.dtype).torch_compute.itemsize
     sizes = (compute, first.element_size())
     if backward:
@@ -258,23 +279,66 @@ def _spread(
         span = grid_span(features, rows, lanes, sms)
     if span is None:
         return None
-    tk = _tile(span, features, room, compute) if backward else 0
+    tk = _tile(span, features, room, sizes) if backward else 0
     if tk is None:
         return None
+    product = "mma" if backward and cores and _units_fit(span) else "fma"
+    name = dtypes.dtype_name(first.dtype)
+    plan = grid.backward_layout(name, product) if backward else grid.GRID_FORWARD
     tile = _tile_bytes(span, features, tk, compute, plan)
     if tile >= room:
         return None
-    whole = span.S * (features + plan.transposed) * first.element_size()
+    whole = span.S * (features + plan.reserve) * first.element_size()
     shared = tile + min(whole, room - tile)
-    return span._replace(TK=tk), Geometry(span.blocks, span.threads, shared, cooperative=True)
+    launch = Geometry(span.blocks, span.threads, shared, cooperative=True)
+    return Spread(span._replace(TK=tk), launch, lanes, product)
 
 
-def _tile(span: Span, features: int, room: int, compute: int) -> int | None:
-    """The neurons of a row in the grid backward's tile: at most half the room (the rest
-    for the weight's slice), at most :data:`MAX_TILE`, whole 16-byte loads of a row (a
-    narrower row: masked). None: too few to run, or the product's sums of a part (a slice
-    of each row) would not fit the tile."""
-    tk = min(MAX_TILE, features, room // 2 // (span.rows_per_block * compute) - grid.PAD)
+def _units_fit(span: Span) -> bool:
+    """Whether the tensor-core product's units (16 rows × up to
+    :data:`~symneuron.codegen.mma.COLUMN_TILES` tiles of 8 columns) fit a block's warps."""
+    groups = -(-span.S // (8 * mma.COLUMN_TILES))
+    return -(-span.rows_per_block // 16) * groups <= span.threads // 32
+
+
+#: whether the grid backward may run its product on tensor cores (:func:`_tensor_cores`)
+TENSOR_CORES = True
+
+
+def _tensor_cores(first: torch.Tensor) -> bool:
+    """Whether the grid backward sums a step's transposed product on tensor cores for
+    ``first``'s dtype and GPU (:mod:`symneuron.codegen.mma`): in 16-bit (exact
+    products), in float32 where torch allows TF32 for matrix products
+    (``torch.backends.cuda.matmul.allow_tf32``), on sm_80 or newer."""
+    name = dtypes.dtype_name(first.dtype)
+    if name not in mma.SHAPES or not TENSOR_CORES:
+        return False
+    if name == "float32" and not torch.backends.cuda.matmul.allow_tf32:
+        return False
+    return _capability(first.device.index or 0) >= 8
+
+
+@functools.cache
+def _capability(device: int) -> int:
+    """The major compute capability of GPU ``device``."""
+    return torch.cuda.get_device_capability(device)[0]
+
+
+def _tile(span: Span, features: int, room: int, sizes: tuple[int, int]) -> int | None:
+    """The neurons of a row in the grid backward's tile (``sizes``: the compute and
+    storage dtypes' bytes): where the weight's slice fits whole beside a tile of
+    :data:`MIN_TILE`, as many as fit beside it, at most :data:`MAX_TILE` (fewer tiles a
+    step: fewer barriers; a power of two); else at most half the room and
+    :data:`MIN_TILE`. Whole 16-byte loads of a row (a narrower row: masked). None: too
+    few to run, or the product's sums of a part (a slice of each row) would not fit the
+    tile."""
+    compute, storage = sizes
+    per_neuron = span.rows_per_block * compute
+    beside = (room - span.S * features * storage) // per_neuron - grid.PAD
+    if beside >= MIN_TILE:  # a power of two: tiles that divide a row of one
+        tk = min(features, 1 << (min(MAX_TILE, beside).bit_length() - 1))
+    else:
+        tk = min(MIN_TILE, features, room // 2 // per_neuron - grid.PAD)
     if tk < min(8, features):
         return None
     tk = max(4, tk // 4 * 4)
@@ -355,7 +419,7 @@ def forward(
     }
     spread = _grid_launch(prog, x_seq, features)
     if spread is not None:
-        span, launch, lanes = spread
+        span, launch, lanes, _ = spread
         words = (delay + 2) * (n // features) * -(-features // 32)
         values["scratch"], values["S"], values["TK"] = _scratch(x_seq, 4 * words), span.S, span.TK
         prog.run(GFORWARD, (store_h, v_mode), out, values, n, lambda *_: launch, lanes)
@@ -418,11 +482,12 @@ def backward(
         }
         spread = _grid_launch(prog, h_seq, features, backward=True)
         if spread is not None:
-            span, launch, lanes = spread
+            span, launch, lanes, product = spread
             size = dtypes.lookup(prog.backend, h_seq.dtype).torch_compute.itemsize
             values["scratch"] = _scratch(h_seq, (delay + 1) * n * size)
             values["S"], values["TK"] = span.S, span.TK
-            prog.run(GBACKWARD, (grad_v_mode,), out, values, n, lambda *_: launch, lanes)
+            options = (grad_v_mode, product)
+            prog.run(GBACKWARD, options, out, values, n, lambda *_: launch, lanes)
             return out
         lanes = _lanes(prog, features, h_seq.dtype)
         prog.run(RBACKWARD, (grad_v_mode,), out, values, n, blocks, lanes)

@@ -1,0 +1,213 @@
+"""The grid backward's product on tensor cores (the ``mma`` value of its ``product``
+option): the warps of a block compute the step's sums [group rows, S] as warp-wide
+matrix products (PTX ``mma.sync``, sm_80 on), each warp a unit of 16 rows × up to
+:data:`COLUMN_TILES` tiles of 8 columns over its part of each staged tile, so that each
+A fragment it loads serves every column tile of its unit; the parts are added in a
+fixed order afterwards, as the FMA product's (:func:`symneuron.codegen.grid._add_parts`).
+The weight's slice is kept by columns (:data:`COLUMNS`), so that a thread's B fragment
+is one 32-bit load a register from banks no other thread of its warp reads.
+
+Which product, by dtype (:data:`SHAPES`):
+
+* 16-bit storage: ``m16n8k16`` in the storage type. Its products are exact: the ring
+  holds dL/dX_eff as values of the storage type (each step rounds them to it) and the
+  weights are stored in it; only the sums' order differs from the FMA product's (both
+  add in float32).
+* float32, where the user allows TF32 as for matrix products
+  (``torch.backends.cuda.matmul.allow_tf32``): ``m16n8k8`` with both operands rounded
+  to TF32 (10 bits of mantissa), as cuBLAS rounds them then.
+
+Rows past the block's and columns past its slice read clamped rows and columns (finite
+values whose sums are not stored); neurons past the part's end read as zeros in A, so
+that the clamped weights add nothing.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..derivation.connection import dense
+from .dialects import indent
+
+__all__ = ["SHAPES", "COLUMNS", "COLUMN_TILES", "blocking", "chunk", "start", "tile_sum", "stored"]
+
+
+class Shape(NamedTuple):
+    """One tensor-core product: its ``mma.sync`` shape and types, the neurons it sums at
+    once (``k``), and the C text that rounds ``v`` into the register ``sn_p`` (16-bit:
+    a float2 of two neurons of a row, the lower one in the low half; TF32: a float)."""
+
+    instruction: str
+    k: int
+    operand: str
+
+
+_PACK = 'asm("cvt.rn.{t}x2.f32 %0, %1, %2;" : "=r"(sn_p) : "f"(v.y), "f"(v.x));'
+_TF32 = 'asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(sn_p) : "f"(v));'
+
+#: storage dtype name -> its product on tensor cores
+SHAPES = {
+    "bfloat16": Shape(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", 16, _PACK.format(t="bf16")
+    ),
+    "float16": Shape(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", 16, _PACK.format(t="f16")
+    ),
+    "float32": Shape("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", 8, _TF32),
+}
+#: storage dtype name -> (C text of the slice's column stride in ``cached``, the most it
+#: adds to ``cached``): 16 bytes past a multiple of 128, so that the 8 columns of a
+#: fragment start 4 banks apart and its 4 neuron pairs (16-bit) or neurons (TF32) fill
+#: the 4 banks between
+COLUMNS = {
+    "bfloat16": ("(cached + 55) / 64 * 64 + 8", 64),
+    "float16": ("(cached + 55) / 64 * 64 + 8", 64),
+    "float32": ("(cached + 27) / 32 * 32 + 4", 32),
+}
+#: the tiles of 8 columns one warp's unit spans (at most): its sums take 16 registers
+COLUMN_TILES = 2
+
+
+def blocking(pad: int) -> list[str]:
+    """How a block's warps share the step's product: warp w computes unit
+    ``w % sn_units`` (row tile ``unit / sn_cg``, column group ``unit % sn_cg``) over
+    part ``w / sn_units`` of each staged tile, as many parts as the warps hold and the
+    parts' sums fit the tile's room (``pad`` the tile rows' padding). The runtime
+    launches it only where the units fit the warps."""
+    return [
+        "const int sn_ct = ((int)S + 7) / 8;  // the sums' tiles of 8 columns",
+        f"const int sn_cg = (sn_ct + {COLUMN_TILES - 1}) / {COLUMN_TILES};  // a unit's",
+        "const int sn_units = (group_rows + 15) / 16 * sn_cg;",
+        f"const int sn_fits = (tk + {pad}) / (int)S;  // the parts' sums fit the tile's room",
+        "const int sn_most = sn_warps / sn_units;",
+        "const int sn_bparts = sn_most < sn_fits ? sn_most : sn_fits;",
+        "const int sn_bpart = sn_warp / sn_units, sn_unit = sn_warp % sn_units;",
+        "const bool blocking = sn_bpart < sn_bparts;",
+        "const int sn_g = sn_lane >> 2, sn_q = sn_lane & 3;  // the mma's fragment indices",
+        "const int sn_r = (sn_unit / sn_cg) * 16 + sn_g;  // the A fragment's first row",
+        "const int sn_ra = sn_r < group_rows ? sn_r : group_rows - 1;",
+        "const int sn_rb = sn_r + 8 < group_rows ? sn_r + 8 : group_rows - 1;",
+        f"const int sn_n0 = (sn_unit % sn_cg) * {8 * COLUMN_TILES};  // the unit's first column",
+    ]
+
+
+def start() -> list[str]:
+    """The warp's sums: four values of each of its unit's tiles (the C fragments)."""
+    return [
+        f"float sn_c[{COLUMN_TILES}][4];",
+        "#pragma unroll",
+        f"for (int nt = 0; nt < {COLUMN_TILES}; ++nt) {{",
+        "    sn_c[nt][0] = sn_c[nt][1] = sn_c[nt][2] = sn_c[nt][3] = 0.0f;",
+        "}",
+    ]
+
+
+def chunk(dtype: str) -> str:
+    """C text of a part's neurons of the tile: a whole number of the mma's k."""
+    k = SHAPES[dtype].k
+    return f"const int sn_chunk = ((tk + sn_bparts - 1) / sn_bparts + {k - 1}) / {k} * {k};"
+
+
+def tile_sum(dtype: str, pad: int) -> list[str]:
+    """The warp's part of the staged tile (``sn_gtile``, rows of ``tk + pad``) summed
+    into its unit's C fragments: for each k neurons of the part, the A fragment from the
+    tile once, then for each column tile the B fragment from the weight's slice (rows
+    past ``cached`` from L2) and the mma."""
+    if not dense().transpose_is_product:  # the grid's connection
+        raise NotImplementedError("tensor cores run a connection whose transpose is g · w")
+    shape = SHAPES[dtype]
+    mma = [
+        "asm volatile(",
+        f'    "{shape.instruction} "',
+        '    "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"',
+        '    : "+f"(sn_c[nt][0]), "+f"(sn_c[nt][1]), "+f"(sn_c[nt][2]), "+f"(sn_c[nt][3])',
+        '    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));',
+    ]
+    column = [
+        "const int sn_n = sn_n0 + nt * 8 + sn_g;",
+        "const int nn = sn_n < (int)S ? sn_n : (int)S - 1;",
+        *_b_fragment(shape),
+        *mma,
+    ]
+    return [
+        "const int lo = sn_bpart * sn_chunk < tk ? sn_bpart * sn_chunk : tk;",
+        "const int hi = lo + sn_chunk < tk ? lo + sn_chunk : tk;",
+        f"const float* sa = sn_gtile + sn_ra * (tk + {pad});",
+        f"const float* sb = sn_gtile + sn_rb * (tk + {pad});",
+        f"for (int k0 = lo; k0 < hi; k0 += {shape.k}) {{",
+        *indent(_a_fragment(shape)),
+        "    #pragma unroll",
+        f"    for (int nt = 0; nt < {COLUMN_TILES}; ++nt) {{",
+        "        if (sn_n0 + nt * 8 < (int)S) {  // the same in the whole warp",
+        *indent(column, 3),
+        "        }",
+        "    }",
+        "}",
+    ]
+
+
+def _a_fragment(shape: Shape) -> list[str]:
+    """a0..a3: rows sa, sb of the tile at neurons k0 + ... (zeros from ``hi`` on)."""
+    wide = shape.k == 16  # a 16-bit register holds two neurons of a row (the lower low)
+    step = "2 * sn_q" if wide else "sn_q"
+    lines = ["unsigned int a0 = 0u, a1 = 0u, a2 = 0u, a3 = 0u, sn_p;"]
+    rows = {"a0": "sa", "a1": "sb", "a2": "sa", "a3": "sb"}
+    for i, (name, row) in enumerate(rows.items()):
+        at = step if i < 2 else f"{step} + {shape.k // 2}"
+        value = f"*(const float2*)({row} + k0 + {at})" if wide else f"{row}[k0 + {at}]"
+        lines += [
+            f"if (k0 + {at} < hi) {{",
+            f"    const {'float2' if wide else 'float'} v = {value};",
+            f"    {shape.operand}",
+            f"    {name} = sn_p;",
+            "}",
+        ]
+    return lines
+
+
+def _b_fragment(shape: Shape) -> list[str]:
+    """b0, b1: column ``nn`` of the weight's slice at neurons m0 + k0 + ...: from the
+    slice by columns (16-bit: a pair of neurons in one load) while they are cached,
+    else from L2 (a row past F: its last, which A's zeros cancel)."""
+    l2 = "weight[(long long)(sn_m < F ? sn_m : F - 1) * F + (cs0 + nn < F ? cs0 + nn : F - 1)]"
+    wide = shape.k == 16
+    step = "2 * sn_q" if wide else "sn_q"
+    lines = ["unsigned int b0, b1;"]
+    for name, at in {"b0": step, "b1": f"{step} + {shape.k // 2}"}.items():
+        lines += ["{", f"    int sn_m = m0 + k0 + {at};"]
+        if wide:
+            lines += [
+                "    if (sn_m + 1 < cached) {",
+                f"        {name} = *(const unsigned int*)(sn_wslice + nn * sn_stride + sn_m);",
+                "    } else {",
+                f"        const unsigned int lo = {l2};",
+                "        ++sn_m;",
+                f"        {name} = lo | ((unsigned int){l2} << 16);",
+                "    }",
+            ]
+        else:
+            lines += [
+                f"    const float v = sn_m < cached ? sn_wslice[nn * sn_stride + sn_m] : {l2};",
+                f"    {shape.operand}",
+                f"    {name} = sn_p;",
+            ]
+        lines.append("}")
+    return lines
+
+
+def stored() -> list[str]:
+    """Each warp's sums into the freed tile as [part][row][column of the slice] (the FMA
+    product's layout), the rows and columns of the block only."""
+    put = (
+        "if (sn_r{row} < group_rows && sn_n + {col} < (int)S) "
+        "sn_gtile[(sn_bpart * group_rows + sn_r{row}) * S + sn_n + {col}] = sn_c[nt][{i}];"
+    )
+    cells = [("0", 0), ("0", 1), ("8", 0), ("8", 1)]
+    return [
+        "const int sn_r0 = sn_r, sn_r8 = sn_r + 8;",
+        "#pragma unroll",
+        f"for (int nt = 0; nt < {COLUMN_TILES}; ++nt) {{",
+        "    const int sn_n = sn_n0 + nt * 8 + 2 * sn_q;",
+        *("    " + put.format(row=r, col=c, i=i) for i, (r, c) in enumerate(cells)),
+        "}",
+    ]
