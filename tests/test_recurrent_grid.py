@@ -15,6 +15,7 @@ import pytest
 import torch
 from conftest import generator
 from test_recurrent_kernels import _compare, _drive, _run
+from torch.utils.checkpoint import checkpoint
 
 import symneuron as sn
 from symneuron import dtypes
@@ -300,18 +301,40 @@ def test_the_tensor_core_product_follows_the_multiply_adds(
     storage's rounding of a few sums in another order (16-bit: 2e-2 of the gradient's
     largest value; TF32's 10-bit operands: 5e-3). A wrong fragment, row or column gives
     errors of the gradients' own size."""
+    if batch == 500:  # the fewest groups of rows: 500 rows a block, 32 units
+        monkeypatch.setattr(rkernels, "backward_span", _fewest_groups)
+    _follows(monkeypatch, sn.models.ALIF(learnable=["tau"]), batch, size, dtype)
+
+
+@pytest.mark.cuda
+def test_the_tensor_core_product_of_a_noisy_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A noisy layer's backward redraws the forward's noise beside the tensor cores'
+    product (a learnable sigma: the draws enter its gradient)."""
+    neuron = sn.models.noisy.NoisyLIF(sigma=0.3, learnable=["sigma"])
+    x = torch.rand(12, 3, 1024, generator=generator(37), dtype=torch.float64)
+    _follows(monkeypatch, neuron, 3, 1024, torch.bfloat16, gain=_drive(neuron, x), seed=5)
+
+
+def _follows(
+    monkeypatch: pytest.MonkeyPatch,
+    neuron: sn.Neuron,
+    batch: int,
+    size: int,
+    dtype: torch.dtype,
+    gain: float = 1.2,
+    **kw: int,
+) -> None:
+    """The layer's gradients with the grid backward's product on tensor cores against
+    those by multiply-adds, on the same forward (input ``gain`` · U(0, 1))."""
     _cuda()
     monkeypatch.setattr(rkernels, "GRID_FROM", {"forward": 2**62, "backward": 1})
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
-    if batch == 500:  # the fewest groups of rows: 500 rows a block, 32 units
-        monkeypatch.setattr(rkernels, "backward_span", _fewest_groups)
     products = _products(monkeypatch)
-    x = 1.2 * torch.rand(12, batch, size, generator=generator(37), dtype=torch.float64)
-    neuron = sn.models.ALIF(learnable=["tau"])
-    got = _run(neuron, "cuda", x, size, device="cuda", dtype=dtype, scale=0.3, delay=2)
+    x = gain * torch.rand(12, batch, size, generator=generator(37), dtype=torch.float64)
+    got = _run(neuron, "cuda", x, size, device="cuda", dtype=dtype, scale=0.3, delay=2, **kw)
     assert products == ["mma"]
     monkeypatch.setattr(rkernels, "TENSOR_CORES", False)
-    want = _run(neuron, "cuda", x, size, device="cuda", dtype=dtype, scale=0.3, delay=2)
+    want = _run(neuron, "cuda", x, size, device="cuda", dtype=dtype, scale=0.3, delay=2, **kw)
     assert products == ["mma", "fma"]
     assert torch.equal(got["s"], want["s"]) and want["s"].sum() > 0
     bar = 5e-3 if dtype == torch.float32 else 2e-2
@@ -319,3 +342,50 @@ def test_the_tensor_core_product_follows_the_multiply_adds(
         scale = float(want[name].abs().max())
         err = float((got[name].double() - want[name].double()).abs().max())
         assert 0 < scale and err <= bar * scale, (name, err, scale)
+
+
+@pytest.mark.cuda
+def test_the_tensor_core_path_checkpointed_graphed_and_compiled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bfloat16 layer whose grid backward runs on tensor cores gives the eager call's
+    spikes and gradients when checkpointed, captured in a CUDA graph and compiled."""
+    _cuda()
+    monkeypatch.setattr(rkernels, "GRID_FROM", {"forward": 2**62, "backward": 1})
+    products = _products(monkeypatch)
+    x = (1.2 * torch.rand(10, 4, 1024, generator=generator(38))).cuda().bfloat16()
+    torch.manual_seed(8)
+    layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 1024, backend="cuda").cuda().bfloat16()
+
+    def step(call) -> tuple[torch.Tensor, ...]:  # type: ignore[no-untyped-def]
+        layer.reset()
+        layer.weight.grad = None
+        xi = x.clone().requires_grad_()
+        s = call(xi)
+        (s.float() * torch.linspace(-1, 1, 1024, device="cuda")).sum().backward()
+        return s.detach(), xi.grad, layer.weight.grad
+
+    eager = step(layer)
+    ways = {
+        "checkpoint": step(lambda xi: checkpoint(layer, xi, use_reentrant=False)),
+        "compile": step(torch.compile(layer, fullgraph=True)),
+    }
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step(layer)  # warm-up on a side stream, as torch's capture recipe does
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step(layer)
+    graph.replay()
+    torch.cuda.synchronize()
+    ways["graph"] = tuple(t.clone() for t in captured)
+    assert eager[0].sum() > 0 and set(products) == {"mma"}
+    for way, got in ways.items():
+        assert torch.equal(got[0], eager[0]), way
+        for a, b in zip(got[1:], eager[1:], strict=True):
+            if way == "compile":  # the weight's gradient: inductor's own matrix product
+                torch.testing.assert_close(a, b)
+            else:
+                assert torch.equal(a, b), way
