@@ -156,26 +156,29 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
     d, ct = printer.dialect, printer.dt.compute
     io = printer.io(variant, mutable=frozenset({"gs_v"}))
     tensor_cores = variant.option("product") == "mma"
+    plan = backward_layout(printer.dt.name, variant.option("product"))
+    tt = printer.dt.storage if plan.kind == "storage" else ct  # the ring's and tile's
     ring = [
-        f"{ct}* sn_ring = ({ct}*)((unsigned int*)scratch + 4);  // [D + 1][B][F]",
-        f"{ct}* sn_gtile = ({ct}*)sn_smem;  // [group_rows][TK + {PAD}], then the slice",
+        f"{tt}* sn_ring = ({tt}*)((unsigned int*)scratch + 4);  // [D + 1][B][F]",
+        f"{tt}* sn_gtile = ({tt}*)sn_smem;  // [group_rows][TK + {plan.pad}], then the slice",
+        f"{ct}* sn_sums = ({ct}*)sn_smem;  // after the product: its parts' sums",
         *d.warp_lanes(),
         "const int tk = (int)TK;",
-        f"const bool sn_aligned = F % {_width(ct)} == 0;  // rows of whole 16-byte chunks",
-        *(mma.blocking(PAD) if tensor_cores else _blocking(printer)),
+        f"const bool sn_aligned = F % {_width(tt)} == 0;  // rows of whole 16-byte chunks",
+        *(mma.blocking(plan.pad, tt) if tensor_cores else _blocking(printer)),
     ]
     if tensor_cores:
         name = printer.dt.name
-        sums, tile_sum = mma.start(), [mma.chunk(name), *mma.tile_sum(name, PAD)]
+        sums, tile_sum = mma.start(), [mma.chunk(name), *mma.tile_sum(name, plan.pad, tt)]
         stored = mma.stored()
     else:
         sums, tile_sum, stored = _fma_sums(printer), _tile_sum(printer), _fma_stored(printer)
     transposed = [
         *Product(printer).start(),
-        f"const {ct}* g_all = sn_ring + (long long)ring_before * B * F;",
+        f"const {tt}* g_all = sn_ring + (long long)ring_before * B * F;",
         *sums,
         "for (int m0 = 0; m0 < F; m0 += tk) {",
-        *indent(_stage_tile(printer)),
+        *indent(_stage_tile(printer, tt, plan.pad)),
         "    if (blocking) {",
         *indent(tile_sum, 2),
         "    }",
@@ -187,16 +190,16 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
         "const long long k = (long long)t * N + i0;",
         *declared,
         *loads,
-        f"{ct}* now = sn_ring + ((long long)ring_now * B + row) * F;",
+        f"{tt}* now = sn_ring + ((long long)ring_now * B + row) * F;",
         *add_to(printer, "gs_v"),
         *printer.lanes_step(variant, io),
-        *d.lane_loop([f"now[c0 + j] = {printer.load('gx_v.v[j]')};"]),
+        *d.lane_loop([f"now[c0 + j] = {_ring_value(printer, tt)};"]),
     ]
     init = d.lane_loop(printer.lane_init() + printer.setup(io))
     return _grid(
         printer,
         variant,
-        backward_layout(printer.dt.name, variant.option("product")),
+        plan,
         ring,
         [],
         step,
@@ -220,17 +223,29 @@ def _fma_sums(printer: BackwardPrinter) -> list[str]:
     ]
 
 
-def _width(compute: str) -> int:
-    """Values of the ``compute`` type in 16 bytes (the tile's vector loads and copies)."""
-    return 16 // (8 if compute == "double" else 4)
+def _ring_value(printer: BackwardPrinter, ring: str) -> str:
+    """A lane's dL/dX as the ring keeps it: stored (a value of the storage type, as the
+    step rounds it), or in the compute type."""
+    if ring == printer.dt.storage:
+        return "gx_v.v[j]"
+    return printer.load("gx_v.v[j]")
 
 
-def _stage_tile(printer: BackwardPrinter) -> list[str]:
-    """Every thread: the tile of neurons [m0, m0 + tk) of the block's rows' dL/dX_eff into
-    shared memory, 16 bytes at a time by asynchronous copies from L2 (sm_80 on: all of a
-    thread's copies in flight at once, no registers), or loads where a row's end or its
-    alignment leaves less than 16 bytes; zeros past the batch and the row."""
-    d, ct = printer.dialect, printer.dt.compute
+_SIZES = {"double": 8, "float": 4, "unsigned short": 2}
+
+
+def _width(ctype: str) -> int:
+    """Values of the C type ``ctype`` in 16 bytes (the tile's vector loads and copies)."""
+    return 16 // _SIZES[ctype]
+
+
+def _stage_tile(printer: BackwardPrinter, tt: str, pad: int) -> list[str]:
+    """Every thread: the tile of neurons [m0, m0 + tk) of the block's rows' dL/dX_eff (of
+    the C type ``tt``, rows ``tk + pad``) into shared memory, 16 bytes at a time by
+    asynchronous copies from L2 (sm_80 on: all of a thread's copies in flight at once,
+    no registers), or loads where a row's end or its alignment leaves less than 16
+    bytes; zeros past the batch and the row."""
+    d, ct = printer.dialect, tt
     width = _width(ct)
     copy = [
         *_ASYNC_COPY,
@@ -246,7 +261,7 @@ def _stage_tile(printer: BackwardPrinter) -> list[str]:
         f"const int sn_chunks = tk / {width};  // 16-byte chunks a row of the tile",
         "for (int e = threadIdx.x; e < group_rows * sn_chunks; e += blockDim.x) {",
         "    const int lr = e / sn_chunks, mm = (e - lr * sn_chunks) * " + f"{width};",
-        f"    {ct}* dst = sn_gtile + lr * (tk + {PAD}) + mm;",
+        f"    {ct}* dst = sn_gtile + lr * (tk + {pad}) + mm;",
         f"    const {ct}* src = g_all + (long long)(r0 + lr) * F + m0 + mm;",
         f"    const bool whole = sn_aligned && r0 + lr < B && m0 + mm + {width} <= F;",
         *indent(copy),
@@ -369,7 +384,7 @@ def _tile_sum(printer: BackwardPrinter) -> list[str]:
 def _fma_stored(printer: BackwardPrinter) -> list[str]:
     """Each thread's micro-tile into the freed tile as [part][row][column of the slice]."""
     d = printer.dialect
-    stored = "sn_gtile[(sn_bpart * group_rows + lr) * S + (cb0 - cs0) + j] = acc[r][j];"
+    stored = "sn_sums[(sn_bpart * group_rows + lr) * S + (cb0 - cs0) + j] = acc[r][j];"
     return [
         *d.unroll(),
         "for (int r = 0; r < SN_RB; ++r) {",
@@ -386,7 +401,7 @@ def _add_parts(printer: BackwardPrinter, stored: list[str]) -> list[str]:
     slice]), added by each neuron's own thread in order of part (the result does not
     depend on timing)."""
     d = printer.dialect
-    summed = "rec[j] += sn_gtile[(p * group_rows + local_row) * S + (c0 - cs0) + j];"
+    summed = "rec[j] += sn_sums[(p * group_rows + local_row) * S + (c0 - cs0) + j];"
     return [
         d.barrier(),
         "if (blocking) {",
@@ -414,8 +429,9 @@ PAD = 4
 
 
 class GridLayout(NamedTuple):
-    """A grid kernel's shared memory: first a tile of ``tile`` values of ``kind`` per row
-    of the block, then the slice of ``weight``, as many of its rows as fit: as
+    """A grid kernel's shared memory: first a tile of ``tile`` values of ``kind`` (spike
+    words, or values of the compute or storage type; rows padded by ``pad`` values) per
+    row of the block, then the slice of ``weight``, as many of its rows as fit: as
     [cached][S], or with ``columns`` (C text of a column's stride in ``cached``, at most
     ``cached + reserve``) as [S][stride], a column's neurons together."""
 
@@ -424,10 +440,11 @@ class GridLayout(NamedTuple):
     kind: str
     columns: str | None = None
     reserve: int = 0
+    pad: int = PAD
 
     def tile_bytes(self, values: dict[str, int]) -> int:
         """The tile's bytes, rounded to 16, for a launch's values (its text's formula)."""
-        size = {"word": 4, "compute": values["cs"]}[self.kind]
+        size = {"word": 4, "compute": values["cs"], "storage": values["ss"]}[self.kind]
         return -(-values["group_rows"] * evaluate(self.tile, values) * size // 16) * 16
 
 
@@ -440,10 +457,16 @@ GRID_BACKWARD = GridLayout("weight", "TK + 4", "compute")
 
 def backward_layout(dtype: str, product: str) -> GridLayout:
     """The backward's layout for its ``product`` in ``dtype``: on tensor cores, the slice
-    by columns (:data:`symneuron.codegen.mma.COLUMNS`)."""
-    if product == "mma":
-        return GRID_BACKWARD._replace(columns=mma.COLUMNS[dtype][0], reserve=mma.COLUMNS[dtype][1])
-    return GRID_BACKWARD
+    by columns (:data:`symneuron.codegen.mma.COLUMNS`), and in 16-bit the ring and the
+    tile of the storage type (the values the step rounded: half the bytes to stage),
+    rows padded by 8 (16-byte rows, 16 bytes past a multiple of 128)."""
+    if product != "mma":
+        return GRID_BACKWARD
+    columns, reserve = mma.COLUMNS[dtype]
+    layout = GRID_BACKWARD._replace(columns=columns, reserve=reserve)
+    if mma.SHAPES[dtype].k == 16:
+        return layout._replace(tile="TK + 8", kind="storage", pad=8)
+    return layout
 
 
 def _grid(
@@ -472,11 +495,8 @@ def _grid(
     slots, advance = _GRIDSLOTS["backward" if reverse else "forward"]
     barrier = d.grid_barrier("sn_bar")
     loop = [*(before or []), *d.threads(arrays, step), *between, *barrier, *advance]
-    tile = (
-        "(long long)sizeof(unsigned int)"
-        if plan.kind == "word"
-        else f"(long long)sizeof({printer.dt.compute})"
-    )
+    ctype = {"word": "unsigned int", "compute": printer.dt.compute}.get(plan.kind)
+    tile = f"(long long)sizeof({ctype or printer.dt.storage})"
     return [
         *noise.state(printer.spec),
         *d.row_shared("0"),

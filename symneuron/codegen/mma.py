@@ -68,17 +68,17 @@ COLUMNS = {
 COLUMN_TILES = 2
 
 
-def blocking(pad: int) -> list[str]:
+def blocking(pad: int, tile: str) -> list[str]:
     """How a block's warps share the step's product: warp w computes unit
     ``w % sn_units`` (row tile ``unit / sn_cg``, column group ``unit % sn_cg``) over
     part ``w / sn_units`` of each staged tile, as many parts as the warps hold and the
-    parts' sums fit the tile's room (``pad`` the tile rows' padding). The runtime
-    launches it only where the units fit the warps."""
+    parts' sums fit the tile's room (a tile of ``tile`` values, rows padded by ``pad``).
+    The runtime launches it only where the units fit the warps."""
     return [
         "const int sn_ct = ((int)S + 7) / 8;  // the sums' tiles of 8 columns",
         f"const int sn_cg = (sn_ct + {COLUMN_TILES - 1}) / {COLUMN_TILES};  // a unit's",
         "const int sn_units = (group_rows + 15) / 16 * sn_cg;",
-        f"const int sn_fits = (tk + {pad}) / (int)S;  // the parts' sums fit the tile's room",
+        f"const int sn_fits = (tk + {pad}) * (int)sizeof({tile}) / (4 * (int)S);  // the parts'",
         "const int sn_most = sn_warps / sn_units;",
         "const int sn_bparts = sn_most < sn_fits ? sn_most : sn_fits;",
         "const int sn_bpart = sn_warp / sn_units, sn_unit = sn_warp % sn_units;",
@@ -108,8 +108,9 @@ def chunk(dtype: str) -> str:
     return f"const int sn_chunk = ((tk + sn_bparts - 1) / sn_bparts + {k - 1}) / {k} * {k};"
 
 
-def tile_sum(dtype: str, pad: int) -> list[str]:
-    """The warp's part of the staged tile (``sn_gtile``, rows of ``tk + pad``) summed
+def tile_sum(dtype: str, pad: int, tile: str) -> list[str]:
+    """The warp's part of the staged tile (``sn_gtile`` of ``tile`` values, rows of
+    ``tk + pad``) summed
     into its unit's C fragments: for each k neurons of the part, the A fragment from the
     tile once, then for each column tile the B fragment from the weight's slice (rows
     past ``cached`` from L2) and the mma."""
@@ -132,10 +133,10 @@ def tile_sum(dtype: str, pad: int) -> list[str]:
     return [
         "const int lo = sn_bpart * sn_chunk < tk ? sn_bpart * sn_chunk : tk;",
         "const int hi = lo + sn_chunk < tk ? lo + sn_chunk : tk;",
-        f"const float* sa = sn_gtile + sn_ra * (tk + {pad});",
-        f"const float* sb = sn_gtile + sn_rb * (tk + {pad});",
+        f"const {tile}* sa = sn_gtile + sn_ra * (tk + {pad});",
+        f"const {tile}* sb = sn_gtile + sn_rb * (tk + {pad});",
         f"for (int k0 = lo; k0 < hi; k0 += {shape.k}) {{",
-        *indent(_a_fragment(shape)),
+        *indent(_a_fragment(shape, tile != "float")),
         "    #pragma unroll",
         f"    for (int nt = 0; nt < {COLUMN_TILES}; ++nt) {{",
         "        if (sn_n0 + nt * 8 < (int)S) {  // the same in the whole warp",
@@ -146,14 +147,19 @@ def tile_sum(dtype: str, pad: int) -> list[str]:
     ]
 
 
-def _a_fragment(shape: Shape) -> list[str]:
-    """a0..a3: rows sa, sb of the tile at neurons k0 + ... (zeros from ``hi`` on)."""
+def _a_fragment(shape: Shape, stored: bool) -> list[str]:
+    """a0..a3: rows sa, sb of the tile at neurons k0 + ... (zeros from ``hi`` on);
+    ``stored``: a tile of the storage type, whose pairs are the registers."""
     wide = shape.k == 16  # a 16-bit register holds two neurons of a row (the lower low)
     step = "2 * sn_q" if wide else "sn_q"
     lines = ["unsigned int a0 = 0u, a1 = 0u, a2 = 0u, a3 = 0u, sn_p;"]
     rows = {"a0": "sa", "a1": "sb", "a2": "sa", "a3": "sb"}
     for i, (name, row) in enumerate(rows.items()):
         at = step if i < 2 else f"{step} + {shape.k // 2}"
+        if stored:
+            pair = f"*(const unsigned int*)({row} + k0 + {at})"
+            lines.append(f"if (k0 + {at} < hi) {name} = {pair};")
+            continue
         value = f"*(const float2*)({row} + k0 + {at})" if wide else f"{row}[k0 + {at}]"
         lines += [
             f"if (k0 + {at} < hi) {{",
@@ -200,7 +206,7 @@ def stored() -> list[str]:
     product's layout), the rows and columns of the block only."""
     put = (
         "if (sn_r{row} < group_rows && sn_n + {col} < (int)S) "
-        "sn_gtile[(sn_bpart * group_rows + sn_r{row}) * S + sn_n + {col}] = sn_c[nt][{i}];"
+        "sn_sums[(sn_bpart * group_rows + sn_r{row}) * S + sn_n + {col}] = sn_c[nt][{i}];"
     )
     cells = [("0", 0), ("0", 1), ("8", 0), ("8", 1)]
     return [

@@ -54,9 +54,7 @@ def _plan(args: tuple[KernelArg, ...]) -> tuple[tuple[str, str], ...]:
     """Each argument's name and kind (P: a pointer, d: a double, q: an integer), worked
     out once per kernel (read again from the 50-odd C types at every launch, they took
     about a sixth of a small network's host time a step)."""
-    return tuple(
-        (a.name, "P" if a.pointer else "d" if a.ctype == "double" else "q") for a in args
-    )
+    return tuple((a.name, "P" if a.pointer else "d" if a.ctype == "double" else "q") for a in args)
 
 
 def packed(

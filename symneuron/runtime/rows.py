@@ -210,7 +210,7 @@ def backward_span(
         tk = None if span is None else _tile(span, features, room, sizes)
         if span is None or tk is None:
             continue
-        if _tile_bytes(span, features, tk, compute) + span.S * features * storage > room:
+        if _tile_bytes(span, features, tk, sizes) + span.S * features * storage > room:
             break
         best = span
     return best
@@ -279,13 +279,13 @@ def _spread(
         span = grid_span(features, rows, lanes, sms)
     if span is None:
         return None
-    tk = _tile(span, features, room, sizes) if backward else 0
-    if tk is None:
-        return None
     product = "mma" if backward and cores and _units_fit(span) else "fma"
     name = dtypes.dtype_name(first.dtype)
     plan = grid.backward_layout(name, product) if backward else grid.GRID_FORWARD
-    tile = _tile_bytes(span, features, tk, compute, plan)
+    tk = _tile(span, features, room, sizes, plan) if backward else 0
+    if tk is None:
+        return None
+    tile = _tile_bytes(span, features, tk, sizes, plan)
     if tile >= room:
         return None
     whole = span.S * (features + plan.reserve) * first.element_size()
@@ -324,32 +324,45 @@ def _capability(device: int) -> int:
     return torch.cuda.get_device_capability(device)[0]
 
 
-def _tile(span: Span, features: int, room: int, sizes: tuple[int, int]) -> int | None:
+def _tile(
+    span: Span,
+    features: int,
+    room: int,
+    sizes: tuple[int, int],
+    plan: grid.GridLayout = grid.GRID_BACKWARD,
+) -> int | None:
     """The neurons of a row in the grid backward's tile (``sizes``: the compute and
-    storage dtypes' bytes): where the weight's slice fits whole beside a tile of
-    :data:`MIN_TILE`, as many as fit beside it, at most :data:`MAX_TILE` (fewer tiles a
-    step: fewer barriers; a power of two); else at most half the room and
-    :data:`MIN_TILE`. Whole 16-byte loads of a row (a narrower row: masked). None: too
-    few to run, or the product's sums of a part (a slice of each row) would not fit the
-    tile."""
+    storage dtypes' bytes; ``plan`` the layout): where the weight's slice fits whole
+    beside a tile of :data:`MIN_TILE`, as many as fit beside it, at most
+    :data:`MAX_TILE` (fewer tiles a step: fewer barriers; a power of two); else at most
+    half the room and :data:`MIN_TILE`. Whole 16-byte loads of a row (a narrower row:
+    masked). None: too few to run, or the product's sums of a part (a slice of each row,
+    in the compute type) would not fit the tile."""
     compute, storage = sizes
-    per_neuron = span.rows_per_block * compute
-    beside = (room - span.S * features * storage) // per_neuron - grid.PAD
+    size = {"compute": compute, "storage": storage}[plan.kind]
+    per_neuron = span.rows_per_block * size
+    beside = (room - span.S * (features + plan.reserve) * storage) // per_neuron - plan.pad
     if beside >= MIN_TILE:  # a power of two: tiles that divide a row of one
         tk = min(features, 1 << (min(MAX_TILE, beside).bit_length() - 1))
     else:
-        tk = min(MIN_TILE, features, room // 2 // per_neuron - grid.PAD)
+        tk = min(MIN_TILE, features, room // 2 // per_neuron - plan.pad)
     if tk < min(8, features):
         return None
-    tk = max(4, tk // 4 * 4)
-    return None if span.S > tk + grid.PAD else tk
+    width = 16 // size
+    tk = max(width, tk // width * width)
+    return None if span.S * compute > (tk + plan.pad) * size else tk
 
 
 def _tile_bytes(
-    span: Span, features: int, tk: int, compute: int, plan: grid.GridLayout = grid.GRID_BACKWARD
+    span: Span,
+    features: int,
+    tk: int,
+    sizes: tuple[int, int],
+    plan: grid.GridLayout = grid.GRID_BACKWARD,
 ) -> int:
     """The bytes of the pass's tile in a block of ``span`` (its layout's own formula)."""
-    values = {"group_rows": span.rows_per_block, "F": features, "S": span.S, "cs": compute}
+    values = {"group_rows": span.rows_per_block, "F": features, "S": span.S}
+    values["cs"], values["ss"] = sizes
     values["TK"] = tk
     return plan.tile_bytes(values)
 
@@ -484,6 +497,8 @@ def backward(
         if spread is not None:
             span, launch, lanes, product = spread
             size = dtypes.lookup(prog.backend, h_seq.dtype).torch_compute.itemsize
+            if grid.backward_layout(dtypes.dtype_name(h_seq.dtype), product).kind == "storage":
+                size = h_seq.element_size()  # the ring keeps the stored values
             values["scratch"] = _scratch(h_seq, (delay + 1) * n * size)
             values["S"], values["TK"] = span.S, span.TK
             options = (grad_v_mode, product)
