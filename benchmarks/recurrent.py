@@ -32,6 +32,7 @@ from symneuron.runtime import rows as rows_runtime  # noqa: E402
 ROWS = [
     "feedforward",
     "symneuron",
+    "symneuron-fused",
     "symneuron-rows",
     "symneuron-loop",
     "torch",
@@ -171,6 +172,8 @@ def recurrent_layer(row: str, size: int) -> nn.Module:
         return sn.NeuronLayer(lif)
     if row in ("symneuron", "symneuron-rows"):
         return sn.RecurrentNeuronLayer(lif, size)
+    if row == "symneuron-fused":  # the fused kernels inside a CUDA graph too
+        return sn.RecurrentNeuronLayer(lif, size, fused=True)
     if row == "symneuron-loop":
         return Loop(size, sn.NeuronLayer(lif, step_mode="s"))
     if row == "spikingjelly":
