@@ -464,21 +464,21 @@ class CUDADialect(Dialect):
     ) -> list[str]:
         fit = f"((long long)sn_dyn - {base}) / ((long long)sizeof({storage}) * S) - {reserve}"
         if columns:  # [c][m], each column's stride sn_stride
-            fill = (
+            fill = [
                 f"const int sn_stride = {columns};",
                 "for (long long e = threadIdx.x; e < cached * S; e += blockDim.x) {",
                 "    const long long c = e / cached, m = e % cached;",
                 f"    sn_wslice[c * sn_stride + m] = cs0 + c < F ? {source}[m * F + cs0 + c]"
                 f" : ({storage})0;",
                 "}",
-            )
+            ]
         else:
-            fill = (
+            fill = [
                 "for (long long e = threadIdx.x; e < cached * S; e += blockDim.x) {",
                 "    const long long c = cs0 + e % S;",
                 f"    sn_wslice[e] = c < F ? {source}[(e / S) * F + c] : ({storage})0;",
                 "}",
-            )
+            ]
         return [
             "unsigned int sn_dyn;",
             'asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(sn_dyn));',
