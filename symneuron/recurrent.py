@@ -376,10 +376,12 @@ class RecurrentNeuronLayer(nn.Module):
             drive = drive if bias is None else drive + bias
             step_rng = None if rng is None else rng[t]
             result = cell.run_from(drive.unsqueeze(0), v, states, compiling, step_rng)
-            v = result[1][-1]
+            # the step's [1, ...] results as views: squeeze's backward is a view too,
+            # where an index's would fill a zero tensor and copy (two launches a step)
+            v = result[1].squeeze(0)
             if len(cell.neuron.states):
-                states = {name: seq[-1] for name, seq in result[2].items()}
-            out.append(result[0][0])
+                states = {name: seq.squeeze(0) for name, seq in result[2].items()}
+            out.append(result[0].squeeze(0))
         if not out:  # (no step: empty spikes, in x_seq's graph as simulate's are)
             return x_seq * 0, (s, v, states)
         spikes = torch.stack(out)
