@@ -345,24 +345,26 @@ def _follows(
 
 
 @pytest.mark.cuda
-def test_the_tensor_core_path_checkpointed_graphed_and_compiled(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+def test_the_grid_backward_checkpointed_graphed_and_compiled(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype
 ) -> None:
-    """A bfloat16 layer whose grid backward runs on tensor cores gives the eager call's
-    spikes and gradients when checkpointed, captured in a CUDA graph and compiled."""
+    """A layer on the grid backward, its product on tensor cores (bfloat16) or by
+    multiply-adds (float64), gives the eager call's spikes and gradients when
+    checkpointed, captured in a CUDA graph and compiled."""
     _cuda()
     monkeypatch.setattr(rkernels, "GRID_FROM", {"forward": 2**62, "backward": 1})
     products = _products(monkeypatch)
-    x = (1.2 * torch.rand(10, 4, 1024, generator=generator(38))).cuda().bfloat16()
+    x = (1.2 * torch.rand(10, 4, 1024, generator=generator(38))).cuda().to(dtype)
     torch.manual_seed(8)
-    layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 1024, backend="cuda").cuda().bfloat16()
+    layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 1024, backend="cuda").cuda().to(dtype)
 
     def step(call) -> tuple[torch.Tensor, ...]:  # type: ignore[no-untyped-def]
         layer.reset()
         layer.weight.grad = None
         xi = x.clone().requires_grad_()
         s = call(xi)
-        (s.float() * torch.linspace(-1, 1, 1024, device="cuda")).sum().backward()
+        (s.double() * torch.linspace(-1, 1, 1024, device="cuda").double()).sum().backward()
         return s.detach(), xi.grad, layer.weight.grad
 
     eager = step(layer)
@@ -381,7 +383,7 @@ def test_the_tensor_core_path_checkpointed_graphed_and_compiled(
     graph.replay()
     torch.cuda.synchronize()
     ways["graph"] = tuple(t.clone() for t in captured)
-    assert eager[0].sum() > 0 and set(products) == {"mma"}
+    assert eager[0].sum() > 0 and set(products) == {"mma" if dtype == torch.bfloat16 else "fma"}
     for way, got in ways.items():
         assert torch.equal(got[0], eager[0]), way
         for a, b in zip(got[1:], eager[1:], strict=True):
