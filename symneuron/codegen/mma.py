@@ -35,27 +35,22 @@ __all__ = ["SHAPES", "COLUMNS", "COLUMN_TILES", "blocking", "chunk", "start", "t
 
 
 class Shape(NamedTuple):
-    """One tensor-core product: its ``mma.sync`` shape and types, the neurons it sums at
-    once (``k``), and the C text that rounds ``v`` into the register ``sn_p`` (16-bit:
-    a float2 of two neurons of a row, the lower one in the low half; TF32: a float)."""
+    """One tensor-core product: its ``mma.sync`` shape and types and the neurons it sums
+    at once (``k``: 16 for 16-bit operands, two neurons a register, the lower one in the
+    low half; 8 for TF32, one a register)."""
 
     instruction: str
     k: int
-    operand: str
 
 
-_PACK = 'asm("cvt.rn.{t}x2.f32 %0, %1, %2;" : "=r"(sn_p) : "f"(v.y), "f"(v.x));'
+#: C text rounding the float ``v`` to TF32 in the register ``sn_p``
 _TF32 = 'asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(sn_p) : "f"(v));'
 
 #: storage dtype name -> its product on tensor cores
 SHAPES = {
-    "bfloat16": Shape(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", 16, _PACK.format(t="bf16")
-    ),
-    "float16": Shape(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", 16, _PACK.format(t="f16")
-    ),
-    "float32": Shape("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", 8, _TF32),
+    "bfloat16": Shape("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", 16),
+    "float16": Shape("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", 16),
+    "float32": Shape("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", 8),
 }
 #: storage dtype name -> (C text of the slice's column stride in ``cached``, the most it
 #: adds to ``cached``): 16 bytes past a multiple of 128, so that the 8 columns of a
@@ -139,7 +134,7 @@ def tile_sum(dtype: str, pad: int, tile: str) -> list[str]:
         f"const {tile}* sa = sn_gtile + sn_ra * (tk + {pad});",
         f"const {tile}* sb = sn_gtile + sn_rb * (tk + {pad});",
         f"for (int k0 = lo; k0 < hi; k0 += {shape.k}) {{",
-        *indent(_a_fragment(shape, tile != "float")),
+        *indent(_a_fragment(shape)),
         "    #pragma unroll",
         f"    for (int nt = 0; nt < {COLUMN_TILES}; ++nt) {{",
         "        if (sn_n0 + nt * 8 < (int)S) {  // the same in the whole warp",
@@ -150,24 +145,24 @@ def tile_sum(dtype: str, pad: int, tile: str) -> list[str]:
     ]
 
 
-def _a_fragment(shape: Shape, stored: bool) -> list[str]:
-    """a0..a3: rows sa, sb of the tile at neurons k0 + ... (zeros from ``hi`` on);
-    ``stored``: a tile of the storage type, whose pairs are the registers."""
-    wide = shape.k == 16  # a 16-bit register holds two neurons of a row (the lower low)
+def _a_fragment(shape: Shape) -> list[str]:
+    """a0..a3: rows sa, sb of the tile at neurons k0 + ... (zeros from ``hi`` on): in
+    16-bit a pair of stored values a register as the tile holds it, in TF32 a float
+    rounded."""
+    wide = shape.k == 16
     step = "2 * sn_q" if wide else "sn_q"
     lines = ["unsigned int a0 = 0u, a1 = 0u, a2 = 0u, a3 = 0u, sn_p;"]
     rows = {"a0": "sa", "a1": "sb", "a2": "sa", "a3": "sb"}
     for i, (name, row) in enumerate(rows.items()):
         at = step if i < 2 else f"{step} + {shape.k // 2}"
-        if stored:
+        if wide:
             pair = f"*(const unsigned int*)({row} + k0 + {at})"
             lines.append(f"if (k0 + {at} < hi) {name} = {pair};")
             continue
-        value = f"*(const float2*)({row} + k0 + {at})" if wide else f"{row}[k0 + {at}]"
         lines += [
             f"if (k0 + {at} < hi) {{",
-            f"    const {'float2' if wide else 'float'} v = {value};",
-            f"    {shape.operand}",
+            f"    const float v = {row}[k0 + {at}];",
+            f"    {_TF32}",
             f"    {name} = sn_p;",
             "}",
         ]
@@ -197,7 +192,7 @@ def _b_fragment(shape: Shape) -> list[str]:
         else:
             lines += [
                 f"    const float v = sn_m < cached ? sn_wslice[nn * sn_stride + sn_m] : {l2};",
-                f"    {shape.operand}",
+                f"    {_TF32}",
                 f"    {name} = sn_p;",
             ]
         lines.append("}")

@@ -217,12 +217,14 @@ def backward_span(
 
 
 class Spread(NamedTuple):
-    """A grid kernel's launch: its spread, geometry, lanes and (the backward) product."""
+    """A grid kernel's launch: its spread, geometry, lanes and (the backward) product
+    and bytes of a value its ring of gradients keeps."""
 
     span: Span
     geometry: Geometry
     lanes: int
     product: str = "fma"
+    ring: int = 0
 
 
 #: (device, F, rows, lanes, dtype, backward, tensor cores allowed) -> (the launch or
@@ -291,7 +293,8 @@ def _spread(
     whole = span.S * (features + plan.reserve) * first.element_size()
     shared = tile + min(whole, room - tile)
     launch = Geometry(span.blocks, span.threads, shared, cooperative=True)
-    return Spread(span._replace(TK=tk), launch, lanes, product)
+    ring = sizes[plan.kind == "storage"]  # the ring holds the tile's values
+    return Spread(span._replace(TK=tk), launch, lanes, product, ring)
 
 
 def _units_fit(span: Span) -> bool:
@@ -432,7 +435,7 @@ def forward(
     }
     spread = _grid_launch(prog, x_seq, features)
     if spread is not None:
-        span, launch, lanes, _ = spread
+        span, launch, lanes = spread.span, spread.geometry, spread.lanes
         words = (delay + 2) * (n // features) * -(-features // 32)
         values["scratch"], values["S"], values["TK"] = _scratch(x_seq, 4 * words), span.S, span.TK
         prog.run(GFORWARD, (store_h, v_mode), out, values, n, lambda *_: launch, lanes)
@@ -495,10 +498,7 @@ def backward(
         }
         spread = _grid_launch(prog, h_seq, features, backward=True)
         if spread is not None:
-            span, launch, lanes, product = spread
-            size = dtypes.lookup(prog.backend, h_seq.dtype).torch_compute.itemsize
-            if grid.backward_layout(dtypes.dtype_name(h_seq.dtype), product).kind == "storage":
-                size = h_seq.element_size()  # the ring keeps the stored values
+            span, launch, lanes, product, size = spread
             values["scratch"] = _scratch(h_seq, (delay + 1) * n * size)
             values["S"], values["TK"] = span.S, span.TK
             options = (grad_v_mode, product)
