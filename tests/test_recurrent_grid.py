@@ -11,6 +11,8 @@ of the lanes.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from conftest import generator
@@ -124,14 +126,17 @@ def test_grid_kernels_compile_in_every_dtype(name: str, dtype: str) -> None:
 # -- on the GPU ---------------------------------------------------------------------
 
 
-def _spy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The passes the recurrent runtime launches, by name."""
+def _spy(monkeypatch: pytest.MonkeyPatch, record: Any = None) -> list[str]:
+    """What ``record(pass, options)`` says of each launch of the recurrent runtime (None:
+    nothing); by default the pass's name."""
     seen: list[str] = []
     real = rkernels.Program.run
 
-    def run(self, pass_, *args, **kw):  # type: ignore[no-untyped-def]
-        seen.append(pass_.name)
-        return real(self, pass_, *args, **kw)
+    def run(self, pass_, options, *args, **kw):  # type: ignore[no-untyped-def]
+        said = record(pass_, options) if record else pass_.name
+        if said is not None:
+            seen.append(said)
+        return real(self, pass_, options, *args, **kw)
 
     monkeypatch.setattr(rkernels.Program, "run", run)
     return seen
@@ -277,16 +282,7 @@ def _fewest_groups(
 
 def _products(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The products of the grid backwards the recurrent runtime launches."""
-    seen: list[str] = []
-    real = rkernels.Program.run
-
-    def run(self, pass_, options, *args, **kw):  # type: ignore[no-untyped-def]
-        if pass_ is GBACKWARD:
-            seen.append(options[-1])
-        return real(self, pass_, options, *args, **kw)
-
-    monkeypatch.setattr(rkernels.Program, "run", run)
-    return seen
+    return _spy(monkeypatch, lambda pass_, options: options[-1] if pass_ is GBACKWARD else None)
 
 
 @pytest.mark.cuda
