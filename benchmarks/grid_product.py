@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""The recurrent layer's grid backward with its step's product by multiply-adds
-(``fma``) and on tensor cores (``mma``), side by side in one run: the layer alone
-(``RecurrentNeuronLayer(LIF(tau=10), H)``), its forward and backward and its backward
-alone, ms per call (CUDA events, median after warm-up), and how far the two products'
-weight gradients are apart; docs/performance_recurrent.md.
+"""The recurrent layer's step products on tensor cores (``mma``: the grid kernels' forward
+and backward) against the multiply-adds (``fma``: one block per row's gather forward and
+the grid backward by multiply-adds), side by side in one run: the layer alone
+(``RecurrentNeuronLayer(LIF(tau=10), H)``), its forward and backward, its forward alone
+and its backward alone, ms per call (CUDA events, median after warm-up), and how far
+the two products' weight gradients are apart; docs/performance_recurrent.md.
 
     python3 benchmarks/grid_product.py --out results.json
     python3 benchmarks/grid_product.py --configs "256,1024;128,2048" --dtypes bf16
+    python3 benchmarks/grid_product.py --configs "64,512" --mma-forward-from 512
 """
 
 from __future__ import annotations
@@ -45,8 +47,8 @@ def _input(layer: Any, shape: tuple[int, int, int], dtype: torch.dtype) -> torch
 
 
 def _measure(layer: Any, x: torch.Tensor, timer: core.Timer, reps: int) -> dict[str, Any]:
-    """The layer's forward + backward and its backward alone (ms, medians), its weight
-    gradient."""
+    """The layer's forward + backward, its forward alone and its backward alone (ms,
+    medians), its weight gradient."""
     grad = torch.linspace(-1, 1, x.shape[-1], device="cuda", dtype=x.dtype).expand_as(x)
 
     def both(_: int) -> None:
@@ -57,6 +59,12 @@ def _measure(layer: Any, x: torch.Tensor, timer: core.Timer, reps: int) -> dict[
     for _ in range(3):
         both(0)
     whole = timer.events(both, reps)
+
+    def forward(_: int) -> None:
+        layer.reset()
+        layer(x)
+
+    ahead = timer.events(forward, reps)
     outs = []
     for _ in range(reps + 3):
         layer.reset()
@@ -67,6 +75,7 @@ def _measure(layer: Any, x: torch.Tensor, timer: core.Timer, reps: int) -> dict[
     both(0)
     return {
         "layer_ms": 1e3 * statistics.median(whole),
+        "forward_ms": 1e3 * statistics.median(ahead),
         "backward_ms": 1e3 * statistics.median(back),
         "weight_grad": layer.weight.grad.detach().double().clone(),
     }
@@ -78,7 +87,14 @@ def main() -> None:
     ap.add_argument("--configs", default=";".join(f"{b},{h}" for b, h in CONFIGS))
     ap.add_argument("--dtypes", type=core.csv_list(str, DTYPES), default=list(DTYPES))
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument(
+        "--mma-forward-from",
+        type=int,
+        default=rows.MMA_FORWARD_FROM,
+        help="the layer size from which the forward runs on tensor cores (the grid)",
+    )
     args = ap.parse_args()
+    rows.MMA_FORWARD_FROM = args.mma_forward_from
     if not torch.cuda.is_available():
         sys.exit("grid_product.py times the CUDA grid kernels: it needs a GPU")
     timer, rows_out = core.Timer(torch.device("cuda")), []
@@ -102,7 +118,8 @@ def main() -> None:
             rows_out.append(row)
             core.log(
                 f"{batch} x {size} {label}: layer fma {row['fma_layer_ms']:.2f} mma "
-                f"{row['mma_layer_ms']:.2f} ms; backward fma {row['fma_backward_ms']:.2f} "
+                f"{row['mma_layer_ms']:.2f} ms; forward fma {row['fma_forward_ms']:.2f} "
+                f"mma {row['mma_forward_ms']:.2f} ms; backward fma {row['fma_backward_ms']:.2f} "
                 f"mma {row['mma_backward_ms']:.2f} ms; weight gradients apart {apart:.1e}"
             )
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -392,11 +392,14 @@ _GRID = (
 #: The recurrent passes as grid kernels: the same arguments plus :data:`_GRID`. The
 #: runtime takes them for layers whose weight is too large for one block per row to
 #: read each step (:mod:`symneuron.runtime.rows`); the caller sees RFORWARD/RBACKWARD.
-GFORWARD = RFORWARD.extended("gforward", "F", tail=_GRID, grid=True)
-#: The grid backward's option: how a block sums the step's transposed product, by
-#: ``fma`` (one multiply-add a term, in the compute type) or on tensor cores (``mma``:
-#: :mod:`symneuron.codegen.mma`).
+#: The grid passes' option: how a block sums the step's product (the forward's s · Rᵀ,
+#: the backward's transposed product), by ``fma`` (the forward: a gather over the
+#: spiking neurons; the backward: one multiply-add a term, in the compute type) or on
+#: tensor cores (``mma``: :mod:`symneuron.codegen.mma`).
 PRODUCTS = ("fma", "mma")
+GFORWARD = RFORWARD.extended(
+    "gforward", "F", tail=_GRID, grid=True, options=(Option("product", "str", PRODUCTS),)
+)
 GBACKWARD = RBACKWARD.extended(
     "gbackward", "F", tail=_GRID, grid=True, options=(Option("product", "str", PRODUCTS),)
 )

@@ -11,6 +11,7 @@ of the lanes.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -114,10 +115,10 @@ def test_grid_kernels_compile_in_every_dtype(name: str, dtype: str) -> None:
     neuron = sn.models.ALIF() if name == "ALIF" else sn.models.noisy.NoisyLIF()
     spec = derive(neuron)
     lanes = dtypes.lookup("cuda", dtype).lanes
-    forward = GFORWARD.variant(lanes, store_h=True, v_mode="seq")
     products = ["fma", "mma"] if dtype in mma.SHAPES else ["fma"]
+    forward = [GFORWARD.variant(lanes, store_h=True, v_mode="seq", product=p) for p in products]
     backward = [GBACKWARD.variant(lanes, grad_v_mode="seq", product=p) for p in products]
-    for variant in (forward, *backward):
+    for variant in (*forward, *backward):
         source = render_source(spec, "cuda", dtype, variant)
         assert "sn_bar" in source and variant.exported(spec.name) in source
         nvrtc.compile_to_ptx(source)
@@ -280,6 +281,11 @@ def _fewest_groups(
     return rkernels.grid_span(features, rows, lanes, sms)
 
 
+def _grid_products(pass_: Any, options: tuple[Any, ...]) -> str:
+    """A launch's pass, and a grid pass's product."""
+    return f"{pass_.name} {options[-1]}" if pass_.grid else pass_.name
+
+
 def _products(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The products of the grid backwards the recurrent runtime launches."""
     return _spy(monkeypatch, lambda pass_, options: options[-1] if pass_ is GBACKWARD else None)
@@ -324,6 +330,7 @@ def _follows(
     those by multiply-adds, on the same forward (input ``gain`` · U(0, 1))."""
     _cuda()
     monkeypatch.setattr(rkernels, "GRID_FROM", {"forward": 2**62, "backward": 1})
+    monkeypatch.setattr(rkernels, "MMA_FORWARD_FROM", 2**62)  # the same forward
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
     products = _products(monkeypatch)
     x = gain * torch.rand(12, batch, size, generator=generator(37), dtype=torch.float64)
@@ -340,17 +347,110 @@ def _follows(
         assert 0 < scale and err <= bar * scale, (name, err, scale)
 
 
+#: layers whose grid forward takes each path of the tensor-core product: as above, with
+#: a row of 2048 neurons where one of 4096 would not fit its slice (the forward then
+#: gathers); a row no multiple of 32 reads its last words' weights past F from L2
+FORWARD_SIZES = [(3, 1024), (2, 1022), (2, 2048), (500, 8), (7, 37)]
+
+
+def test_the_forward_takes_tensor_cores_where_its_slice_fits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """bf16 on an H100's shared memory: 64 x 1024 (a slice of 8 neurons) on tensor
+    cores; 64 x 4096 (32 neurons, 266 KB) by the gather."""
+    from symneuron.runtime import cuda
+
+    monkeypatch.setattr(cuda, "shared_limits", lambda device: (ROOM, 233472, 132, 2048))
+    prog: Any = type("Prog", (), {"backend": "cuda"})()
+    found = {}
+    for size in (1024, 4096):
+        first = torch.empty(1, 64 * size, dtype=torch.bfloat16)
+        spread = rkernels._spread(prog, first, size, 64, 4, backward=False, cores=True)
+        assert spread is not None
+        found[size] = (spread.span.S, spread.product)
+    assert found == {1024: (8, "mma"), 4096: (32, "fma")}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize(("batch", "size"), FORWARD_SIZES)
+def test_the_tensor_core_forward_sums_as_the_gather(
+    monkeypatch: pytest.MonkeyPatch, batch: int, size: int, dtype: torch.dtype
+) -> None:
+    """The grid forward with its product s · Rᵀ on tensor cores (float32: TF32, allowed
+    for this test) against one block per row's gather over the spiking neurons, on
+    weights whose every sum is exact (multiples of 2^-9 · 2^-e below 2^-e: exact in
+    bf16, fp16 and TF32, and in float32 in any order), so that spikes, V and every
+    gradient (the same backward, one block per row) are equal. A wrong bit, fragment,
+    row or column gives other spikes."""
+    _sums_as_the_gather(monkeypatch, sn.models.ALIF(learnable=["tau"]), batch, size, dtype)
+
+
+@pytest.mark.cuda
+def test_the_tensor_core_forward_of_a_noisy_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A noisy layer's grid forward on tensor cores draws one block per row's numbers."""
+    neuron = sn.models.noisy.NoisyLIF(sigma=0.3, learnable=["sigma"])
+    x = torch.rand(12, 3, 1024, generator=generator(37), dtype=torch.float64)
+    gain = _drive(neuron, x)
+    _sums_as_the_gather(monkeypatch, neuron, 3, 1024, torch.bfloat16, gain=gain, seed=5)
+
+
+def _sums_as_the_gather(
+    monkeypatch: pytest.MonkeyPatch,
+    neuron: sn.Neuron,
+    batch: int,
+    size: int,
+    dtype: torch.dtype,
+    gain: float = 1.2,
+    **kw: int,
+) -> None:
+    """The layer on exact weights with its forward on tensor cores, then by one block per
+    row's gather: every output and gradient equal."""
+    _cuda()
+    monkeypatch.setattr(rkernels, "GRID_FROM", {"forward": 2**62, "backward": 2**62})
+    monkeypatch.setattr(rkernels, "MMA_FORWARD_FROM", 1)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    passes = _spy(monkeypatch, lambda pass_, options: options[-1] if pass_ is GFORWARD else None)
+    x = gain * torch.rand(12, batch, size, generator=generator(39), dtype=torch.float64)
+    got = _exact_run(neuron, x, size, dtype, **kw)
+    monkeypatch.setattr(rkernels, "TENSOR_CORES", False)
+    want = _exact_run(neuron, x, size, dtype, **kw)
+    assert passes == ["mma"]  # then one block per row
+    assert want["s"].sum() > 0 and want["s"].mean() < 0.9
+    for name in want:
+        assert torch.equal(got[name], want[name]), name
+
+
+def _exact_run(
+    neuron: sn.Neuron, x: torch.Tensor, size: int, dtype: torch.dtype, **kw: int
+) -> dict[str, torch.Tensor]:
+    """A CUDA layer whose weights are multiples of 2^-9 · 2^-e below 2^-e (2^e about
+    √size): its spikes, final V and gradients."""
+    torch.manual_seed(4)
+    layer = sn.RecurrentNeuronLayer(neuron, size, backend="cuda", bias=True, delay=2, **kw)
+    layer = layer.to(device="cuda", dtype=dtype)
+    scale = 2.0 ** -(9 + round(math.log2(math.sqrt(size))))
+    steps = torch.randint(-255, 256, layer.weight.shape, generator=generator(40))
+    with torch.no_grad():
+        layer.weight.copy_(steps.to(dtype) * scale)
+    xi = x.to(device="cuda", dtype=dtype).requires_grad_()
+    s = layer(xi)
+    (s * torch.linspace(-1, 1, size, dtype=dtype, device="cuda")).sum().backward()
+    grads = {name: p.grad for name, p in layer.named_parameters() if p.grad is not None}
+    return {"s": s.detach(), "v": layer.cell.v.detach(), "x": xi.grad, **grads}
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
 def test_the_grid_backward_checkpointed_graphed_and_compiled(
     monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype
 ) -> None:
-    """A layer on the grid backward, its product on tensor cores (bfloat16) or by
-    multiply-adds (float64), gives the eager call's spikes and gradients when
+    """A layer on the grid kernels, their products on tensor cores (bfloat16) or the
+    gather and multiply-adds (float64), gives the eager call's spikes and gradients when
     checkpointed, captured in a CUDA graph and compiled."""
     _cuda()
     monkeypatch.setattr(rkernels, "GRID_FROM", {"forward": 2**62, "backward": 1})
-    products = _products(monkeypatch)
+    products = _spy(monkeypatch, _grid_products)
     x = (1.2 * torch.rand(10, 4, 1024, generator=generator(38))).cuda().to(dtype)
     torch.manual_seed(8)
     layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 1024, backend="cuda").cuda().to(dtype)
@@ -379,7 +479,11 @@ def test_the_grid_backward_checkpointed_graphed_and_compiled(
     graph.replay()
     torch.cuda.synchronize()
     ways["graph"] = tuple(t.clone() for t in captured)
-    assert eager[0].sum() > 0 and set(products) == {"mma" if dtype == torch.bfloat16 else "fma"}
+    if dtype == torch.bfloat16:
+        assert set(products) == {"gforward mma", "gbackward mma"}
+    else:  # one block per row's forward
+        assert set(products) == {"rforward", "gbackward fma"}
+    assert eager[0].sum() > 0
     for way, got in ways.items():
         assert torch.equal(got[0], eager[0]), way
         for a, b in zip(got[1:], eager[1:], strict=True):

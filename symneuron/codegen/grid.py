@@ -42,6 +42,8 @@ __all__ = [
     "GridLayout",
     "GRID_FORWARD",
     "GRID_BACKWARD",
+    "FORWARD_PARTS",
+    "forward_layout",
     "backward_layout",
     "PAD",
     "THREADS",
@@ -75,36 +77,32 @@ def _grid_forward(printer: ForwardPrinter, variant: Variant) -> list[str]:
     then each row's threads sum the spiking neurons' rows of the block's slice of
     ``weight_t``, kept in shared memory (the rest from L2): each weight read serves
     every row of the block. Spikes go to the words by atomic or."""
-    d, st = printer.dialect, printer.dt.storage
+    d = printer.dialect
     io = printer.io(variant, mutable=frozenset({"x_v"}))
-    product = Product(printer)
     slot = "sn_words + ((long long){} * B + row) * n_words"
     words = [
         "unsigned int* sn_words = (unsigned int*)scratch + 4;  // [D + 2][B][n_words]",
         "unsigned int* sn_wtile = (unsigned int*)sn_smem;  // [group_rows][n_words]",
         *d.warp_lanes(),
     ]
-    cached, uncached = (
-        product.fetch("sn_wslice + m * S + (c0 - cs0)"),
-        product.fetch("weight_t + m * F + c0"),
-    )
-
-    def fetch(values: str) -> list[str]:
-        split = ["if (m < cached) {", *indent(cached(values)), "} else {"]
-        return [*split, *indent(uncached(values)), "}"]
-
-    words_of_row = "sn_wtile + local_row * n_words"
-    gather = [*product.start(), *d.each_set(words_of_row, "n_words", st, fetch, product.use_spike)]
+    if variant.option("product") == "mma":
+        stride = WORD_STRIDE  # rows in different banks: the mma's 8 rows a load
+        words += _mma_words(printer)
+        summed, gather = _mma_sums(printer), []
+    else:
+        stride = "n_words"
+        summed, gather = [], _gather(printer)
     stage = [
         "{  // this step's words of the block's rows, from L2 into shared memory",
         "    const unsigned int* src = sn_words + ((long long)ring_before * B + r0) * n_words;",
         "    for (long long lr = sn_warp; lr < group_rows && r0 + lr < B; lr += sn_warps) {",
         "        for (long long q = sn_lane; q < n_words; q += 32) {",
-        f"            sn_wtile[lr * n_words + q] = {d.shared_load('src[lr * n_words + q]')};",
+        f"            sn_wtile[lr * {stride} + q] = {d.shared_load('src[lr * n_words + q]')};",
         "        }",
         "    }",
         "}",
         d.barrier(),
+        *summed,
     ]
     xeff = f"if (xeff_seq) *({printer.vec}*)(xeff_seq + k) = x_v;"
     publish = d.lane_loop([f"if (s_v.v[j] != 0) {d.set_bit(slot.format('ring_now'), 'c0 + j')}"])
@@ -133,7 +131,7 @@ def _grid_forward(printer: ForwardPrinter, variant: Variant) -> list[str]:
     return _grid(
         printer,
         variant,
-        GRID_FORWARD,
+        forward_layout(printer.dt.name, variant.option("product")),
         words,
         history,
         step,
@@ -143,6 +141,51 @@ def _grid_forward(printer: ForwardPrinter, variant: Variant) -> list[str]:
         d.lane_loop(printer.lane_init()),
         before=stage,
     )
+
+
+def _gather(printer: ForwardPrinter) -> list[str]:
+    """The forward's sums by a gather: each row's threads add the rows of the block's
+    slice of ``weight_t`` of the neurons whose bits are set in the row's staged words
+    (the cached ones from shared memory, the rest from L2)."""
+    d, product = printer.dialect, Product(printer)
+    cached, uncached = (
+        product.fetch("sn_wslice + m * S + (c0 - cs0)"),
+        product.fetch("weight_t + m * F + c0"),
+    )
+
+    def fetch(values: str) -> list[str]:
+        split = ["if (m < cached) {", *indent(cached(values)), "} else {"]
+        return [*split, *indent(uncached(values)), "}"]
+
+    words_of_row = "sn_wtile + local_row * n_words"
+    st = printer.dt.storage
+    return [*product.start(), *d.each_set(words_of_row, "n_words", st, fetch, product.use_spike)]
+
+
+def _mma_words(printer: ForwardPrinter) -> list[str]:
+    """The forward's set-up on tensor cores: its parts' sums after the staged words, a
+    row's neurons as whole words, how the warps share the product."""
+    ct = printer.dt.compute
+    return [
+        f"{ct}* sn_sums = ({ct}*)(sn_wtile + group_rows * {WORD_STRIDE});  // [parts][rows][S]",
+        "const int tk = (int)(n_words * 32);  // a row's neurons, whole words",
+        *mma.blocking(str(FORWARD_PARTS)),
+    ]
+
+
+def _mma_sums(printer: ForwardPrinter) -> list[str]:
+    """Every thread, after the words are staged: the step's product s · Rᵀ of the
+    block's rows and slice on tensor cores (:func:`symneuron.codegen.mma.words_sum`),
+    its parts added in order into each neuron's ``rec``."""
+    name = printer.dt.name
+    return [
+        *Product(printer).start(),
+        *mma.start(),
+        "if (blocking) {",
+        *indent([mma.word_chunk(), *mma.words_sum(name, WORD_STRIDE)]),
+        "}",
+        *_add_parts(printer, mma.stored()),
+    ]
 
 
 def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
@@ -165,7 +208,7 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
         *d.warp_lanes(),
         "const int tk = (int)TK;",
         f"const bool sn_aligned = F % {_width(tt)} == 0;  // rows of whole 16-byte chunks",
-        *(mma.blocking(plan.pad, tt) if tensor_cores else _blocking(printer)),
+        *(_mma_blocking(plan, tt) if tensor_cores else _blocking(printer)),
     ]
     if tensor_cores:
         name = printer.dt.name
@@ -210,6 +253,13 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
         reverse=True,
         before=transposed,
     )
+
+
+def _mma_blocking(plan: GridLayout, tile: str) -> list[str]:
+    """The backward's warps on tensor cores: as many parts as the warps hold and their
+    sums fit the freed tile's room (``tile`` values, rows padded by the plan's pad)."""
+    fits = f"(tk + {plan.pad}) * (int)sizeof({tile}) / (4 * (int)S)"
+    return mma.blocking(fits)
 
 
 def _fma_sums(printer: BackwardPrinter) -> list[str]:
@@ -396,7 +446,7 @@ def _fma_stored(printer: BackwardPrinter) -> list[str]:
     ]
 
 
-def _add_parts(printer: BackwardPrinter, stored: list[str]) -> list[str]:
+def _add_parts(printer: StepPrinter, stored: list[str]) -> list[str]:
     """The parts' sums, ``stored`` through the freed tile ([part][row][column of the
     slice]), added by each neuron's own thread in order of part (the result does not
     depend on timing)."""
@@ -450,9 +500,28 @@ class GridLayout(NamedTuple):
 
 #: the forward's: the rows' spike words of the step, then rows m of Rᵀ's slice
 GRID_FORWARD = GridLayout("weight_t", "(F + 31) / 32", "word")
+#: the forward's parts of a row's neurons on tensor cores (at most): each warp of a
+#: block sums its unit over one part, so that the block's 32 warps have work where its
+#: units are fewer
+FORWARD_PARTS = 4
+#: the forward's staged words of a row on tensor cores, a word more than the row's: the
+#: 8 rows an A fragment's load reads then fall in 8 banks (n_words is even: the same)
+WORD_STRIDE = "(n_words + 1)"
 #: the backward's: a tile of the rows' dL/dX_eff (TK neurons, padded by :data:`PAD`),
 #: then R's slice
 GRID_BACKWARD = GridLayout("weight", "TK + 4", "compute")
+
+
+def forward_layout(dtype: str, product: str) -> GridLayout:
+    """The forward's layout for its ``product`` in ``dtype``: on tensor cores, the words
+    (:data:`WORD_STRIDE` a row) then the parts' sums (floats) of each row, and the
+    slice by columns
+    (:data:`symneuron.codegen.mma.COLUMNS`)."""
+    if product != "mma":
+        return GRID_FORWARD
+    columns, reserve = mma.COLUMNS[dtype]
+    tile = f"(F + 31) / 32 + 1 + {FORWARD_PARTS} * S"
+    return GRID_FORWARD._replace(tile=tile, columns=columns, reserve=reserve)
 
 
 def backward_layout(dtype: str, product: str) -> GridLayout:

@@ -137,6 +137,13 @@ def launch_geometry(
 #: (1.1x at 256 x 1024, 1.8x at 128 x 2048) and slower below; the grid forward is slower
 #: than one block per row wherever both run.
 GRID_FROM = {"forward": 2**62, "backward": 1024}
+#: layers of at least this many neurons run the forward as a grid kernel where its
+#: product runs on tensor cores (:func:`_tensor_cores`) and the block's slice of the
+#: weight fits its shared memory whole. Measured on an H200 (bf16 forward, T = 100, ms,
+#: one block per row / grid on tensor cores): 64 × 512 0.45 / 0.57; 256 × 512 0.79 /
+#: 1.20; 64 × 1024 1.35 / 0.70; 256 × 1024 2.67 / 1.65; 128 × 2048 2.49 / 2.15;
+#: 64 × 4096, where the slice does not fit, 7.94 / 7.92
+MMA_FORWARD_FROM = 1024
 #: the most neurons of a row the grid backward stages at a time, and the most where the
 #: weight's slice does not fit whole beside them (:func:`_tile`). Measured on an H200
 #: (bf16 backward, T = 100, ms, tiles of 128 / 256 / 512 neurons): 256 × 1024 2.71 /
@@ -243,18 +250,24 @@ def _grid_launch(
     spread that fits the GPU)."""
     if not prog.impl.simt:
         return None
+    cores = _tensor_cores(first)
     least = GRID_FROM["backward" if backward else "forward"]
-    if features < least and features <= max_features(prog.backend, first.dtype):
+    if not backward and cores:
+        least = min(least, MMA_FORWARD_FROM)
+    held = features <= max_features(prog.backend, first.dtype)
+    if features < least and held:
         return None
     rows = first.shape[1] // features
     width = dtypes.lookup(prog.backend, first.dtype).lanes
     lanes = width if features % width == 0 and first.data_ptr() % 16 == 0 else 1
-    cores = backward and _tensor_cores(first)
     key = (first.device, features, rows, lanes, first.dtype, backward, cores)
     found = _SPANS.get(key)
     if found is None:
         found = _SPANS.put(key, (_spread(prog, first, features, rows, lanes, backward, cores),))
-    return found[0]
+    spread = found[0]
+    if spread is not None and not backward and held and features < GRID_FROM["forward"]:
+        return spread if spread.product == "mma" else None  # the gather: one block a row
+    return spread
 
 
 def _spread(
@@ -267,8 +280,9 @@ def _spread(
     cores: bool,
 ) -> Spread | None:
     """The spread and launch: shared memory for the pass's tile, then as much of the
-    weight's slice as fits (:class:`~symneuron.codegen.grid.GridLayout`); the backward's
-    product on tensor cores where ``cores`` and its units fit a block's warps."""
+    weight's slice as fits (:class:`~symneuron.codegen.grid.GridLayout`); the product
+    on tensor cores where ``cores`` and its units fit a block's warps, and in the
+    forward where its slice fits whole (:data:`MMA_FORWARD_FROM`; else the gather)."""
     from .cuda import shared_limits
 
     optin, per_sm, sms, _ = shared_limits(first.device.index or 0)
@@ -281,16 +295,18 @@ def _spread(
         span = grid_span(features, rows, lanes, sms)
     if span is None:
         return None
-    product = "mma" if backward and cores and _units_fit(span) else "fma"
+    product = "mma" if cores and _units_fit(span) else "fma"
     name = dtypes.dtype_name(first.dtype)
-    plan = grid.backward_layout(name, product) if backward else grid.GRID_FORWARD
+    plan = grid.backward_layout(name, product) if backward else grid.forward_layout(name, product)
     tk = _tile(span, features, room, sizes, plan) if backward else 0
     if tk is None:
         return None
     tile = _tile_bytes(span, features, tk, sizes, plan)
+    whole = span.S * (features + plan.reserve) * first.element_size()
+    if not backward and product == "mma" and tile + whole > room:  # the gather
+        return _spread(prog, first, features, rows, lanes, backward, cores=False)
     if tile >= room:
         return None
-    whole = span.S * (features + plan.reserve) * first.element_size()
     shared = tile + min(whole, room - tile)
     launch = Geometry(span.blocks, span.threads, shared, cooperative=True)
     ring = sizes[plan.kind == "storage"]  # the ring holds the tile's values
@@ -309,7 +325,7 @@ TENSOR_CORES = True
 
 
 def _tensor_cores(first: torch.Tensor) -> bool:
-    """Whether the grid backward sums a step's transposed product on tensor cores for
+    """Whether the grid kernels sum a step's product on tensor cores for
     ``first``'s dtype and GPU (:mod:`symneuron.codegen.mma`): in 16-bit (exact
     products), in float32 where torch allows TF32 for matrix products
     (``torch.backends.cuda.matmul.allow_tf32``), on sm_80 or newer."""
@@ -438,7 +454,8 @@ def forward(
         span, launch, lanes = spread.span, spread.geometry, spread.lanes
         words = (delay + 2) * (n // features) * -(-features // 32)
         values["scratch"], values["S"], values["TK"] = _scratch(x_seq, 4 * words), span.S, span.TK
-        prog.run(GFORWARD, (store_h, v_mode), out, values, n, lambda *_: launch, lanes)
+        options = (store_h, v_mode, spread.product)
+        prog.run(GFORWARD, options, out, values, n, lambda *_: launch, lanes)
         return out
     lanes = _lanes(prog, features, x_seq.dtype)
 
