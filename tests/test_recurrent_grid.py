@@ -356,8 +356,9 @@ FORWARD_SIZES = [(3, 1024), (2, 1022), (2, 2048), (500, 8), (7, 37)]
 def test_the_forward_takes_tensor_cores_where_its_slice_fits(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """bf16 on an H100's shared memory: 64 x 1024 (a slice of 8 neurons) on tensor
-    cores; 64 x 4096 (32 neurons, 266 KB) by the gather."""
+    """bf16 on an H100's shared memory: 64 x 1024 on tensor cores, in 4 groups of 16
+    rows (the widest slice, 32 neurons, whose blocks still hold an mma's 16 rows);
+    64 x 4096 (a slice of 32 neurons: 266 KB) by the gather."""
     from symneuron.runtime import cuda
 
     monkeypatch.setattr(cuda, "shared_limits", lambda device: (ROOM, 233472, 132, 2048))
@@ -368,7 +369,7 @@ def test_the_forward_takes_tensor_cores_where_its_slice_fits(
         spread = rkernels._spread(prog, first, size, 64, 4, backward=False, cores=True)
         assert spread is not None
         found[size] = (spread.span.S, spread.product)
-    assert found == {1024: (8, "mma"), 4096: (32, "fma")}
+    assert found == {1024: (32, "mma"), 4096: (32, "fma")}
 
 
 @pytest.mark.cuda

@@ -12,7 +12,7 @@ kernel evaluates it. On the CPU one thread runs a row.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 import torch
@@ -223,6 +223,32 @@ def backward_span(
     return best
 
 
+def forward_span(
+    features: int, rows: int, lanes: int, sms: int, fits: Callable[[Span], bool]
+) -> Span | None:
+    """The grid forward's spread on tensor cores: the most groups of rows (the widest
+    slice a block) whose slice ``fits`` whole, whose units fit a block's warps and whose
+    blocks hold 16 rows (an mma's) where the batch has them. Each block makes the A
+    fragments of its rows over all F neurons from their spike words, so a slice twice as
+    wide halves that work, and each A fragment serves twice the column tiles. None: no
+    such spread."""
+    best = None
+    for groups in range(1, rows + 1):
+        if sms // groups == 0:
+            break
+        span = span_of(groups, features, rows, lanes, sms)
+        if span is None or not _units_fit(span):
+            continue
+        if span.rows_per_block < min(16, rows):
+            break
+        if not fits(span):
+            if best is not None:
+                break
+            continue
+        best = span
+    return best
+
+
 class Spread(NamedTuple):
     """A grid kernel's launch: its spread, geometry, lanes and (the backward) product
     and bytes of a value its ring of gradients keeps."""
@@ -298,13 +324,21 @@ def _spread(
     product = "mma" if cores and _units_fit(span) else "fma"
     name = dtypes.dtype_name(first.dtype)
     plan = grid.backward_layout(name, product) if backward else grid.forward_layout(name, product)
+    if not backward and product == "mma":
+
+        def fits(wide: Span) -> bool:
+            whole = wide.S * (features + plan.reserve) * sizes[1]
+            return _tile_bytes(wide, features, 0, sizes, plan) + whole <= room
+
+        found = forward_span(features, rows, lanes, sms, fits)
+        if found is None:  # the gather
+            return _spread(prog, first, features, rows, lanes, backward, cores=False)
+        span = found
     tk = _tile(span, features, room, sizes, plan) if backward else 0
     if tk is None:
         return None
     tile = _tile_bytes(span, features, tk, sizes, plan)
     whole = span.S * (features + plan.reserve) * first.element_size()
-    if not backward and product == "mma" and tile + whole > room:  # the gather
-        return _spread(prog, first, features, rows, lanes, backward, cores=False)
     if tile >= room:
         return None
     shared = tile + min(whole, room - tile)
