@@ -11,7 +11,9 @@ kernel's scratch in global memory, read after the step's grid barrier
 
 * forward: the spikes of step t as bit words ([D + 2][B][n_words]: step t reads t − D,
   sets bits of t by atomic or and clears t + 1, which step t − 1 read last); each step
-  the block's warps stage its rows' words of step t − D into shared memory;
+  the block's warps stage its rows' words of step t − D into shared memory, then sum
+  the spiking neurons' weights by a gather, or the whole product on tensor cores
+  (:func:`symneuron.codegen.mma.words_sum`);
 * backward: dL/dX_eff as a ring of D + 1 steps ([D + 1][B][F]), staged each step in
   tiles of ``TK`` neurons of every row of the block; the product over a tile runs as a
   matrix product's micro-kernel, each thread summing a few rows × K columns over its
@@ -75,8 +77,10 @@ def _grid_forward(printer: ForwardPrinter, variant: Variant) -> list[str]:
     """The forward of a grid kernel: each step the block reads its rows' spike words of
     step t − D from global memory into shared memory (all its threads, coalesced),
     then each row's threads sum the spiking neurons' rows of the block's slice of
-    ``weight_t``, kept in shared memory (the rest from L2): each weight read serves
-    every row of the block. Spikes go to the words by atomic or."""
+    ``weight_t``, kept in shared memory (the rest from L2), or (the ``product`` option
+    ``mma``) the block's warps sum the dense product on tensor cores, its A fragments
+    made from the staged words, each weight read serving 16 rows. Spikes go to the
+    words by atomic or."""
     d = printer.dialect
     io = printer.io(variant, mutable=frozenset({"x_v"}))
     slot = "sn_words + ((long long){} * B + row) * n_words"

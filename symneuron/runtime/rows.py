@@ -134,8 +134,9 @@ def launch_geometry(
 #: per pass, layers of at least this many neurons run as grid kernels on CUDA; every
 #: layer wider than one block per row holds (:func:`max_features`) does. Measured on an
 #: H200 (docs/performance_recurrent.md): the grid backward is faster from 1024 neurons
-#: (1.1x at 256 x 1024, 1.8x at 128 x 2048) and slower below; the grid forward is slower
-#: than one block per row wherever both run.
+#: (1.1x at 256 x 1024, 1.8x at 128 x 2048) and slower below; the grid forward's gather
+#: is slower than one block per row's wherever both run (on tensor cores it is not:
+#: :data:`MMA_FORWARD_FROM`).
 GRID_FROM = {"forward": 2**62, "backward": 1024}
 #: layers of at least this many neurons run the forward as a grid kernel where its
 #: product runs on tensor cores (:func:`_tensor_cores`) and the block's slice of the
@@ -338,9 +339,9 @@ def _spread(
     if tk is None:
         return None
     tile = _tile_bytes(span, features, tk, sizes, plan)
-    whole = span.S * (features + plan.reserve) * first.element_size()
     if tile >= room:
         return None
+    whole = span.S * (features + plan.reserve) * first.element_size()
     shared = tile + min(whole, room - tile)
     launch = Geometry(span.blocks, span.threads, shared, cooperative=True)
     ring = sizes[plan.kind == "storage"]  # the ring holds the tile's values
