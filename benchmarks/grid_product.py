@@ -9,6 +9,7 @@ the two products' weight gradients are apart; docs/performance_recurrent.md.
     python3 benchmarks/grid_product.py --out results.json
     python3 benchmarks/grid_product.py --configs "256,1024;128,2048" --dtypes bf16
     python3 benchmarks/grid_product.py --configs "64,512" --mma-forward-from 512
+    python3 benchmarks/grid_product.py --configs "256,512" --mma-backward-from 512
 """
 
 from __future__ import annotations
@@ -93,8 +94,15 @@ def main() -> None:
         default=rows.MMA_FORWARD_FROM,
         help="the layer size from which the forward runs on tensor cores (the grid)",
     )
+    ap.add_argument(
+        "--mma-backward-from",
+        type=int,
+        default=rows.MMA_BACKWARD_FROM,
+        help="the layer size from which the backward runs on tensor cores (the grid)",
+    )
     args = ap.parse_args()
     rows.MMA_FORWARD_FROM = args.mma_forward_from
+    rows.MMA_BACKWARD_FROM = args.mma_backward_from
     if not torch.cuda.is_available():
         sys.exit("grid_product.py times the CUDA grid kernels: it needs a GPU")
     timer, rows_out = core.Timer(torch.device("cuda")), []

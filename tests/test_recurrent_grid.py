@@ -372,6 +372,36 @@ def test_the_forward_takes_tensor_cores_where_its_slice_fits(
     assert found == {1024: (32, "mma"), 4096: (32, "fma")}
 
 
+@pytest.mark.parametrize(
+    ("size", "dtype", "want"),
+    [
+        (256, torch.bfloat16, (None, None)),
+        (512, torch.bfloat16, (None, "mma")),
+        (1024, torch.bfloat16, ("mma", "mma")),
+        (512, torch.float32, (None, None)),
+        (1024, torch.float32, (None, "fma")),
+        (8192, torch.bfloat16, ("fma", "mma")),
+    ],
+)
+def test_the_grid_passes_by_size(
+    monkeypatch: pytest.MonkeyPatch, size: int, dtype: torch.dtype, want: tuple[Any, Any]
+) -> None:
+    """Which pass runs on the grid, and with which product, by size (an sm_90 GPU with an
+    H100's shared memory; float32 without TF32): one block per row (None) below
+    MMA_FORWARD_FROM / MMA_BACKWARD_FROM in 16-bit and below GRID_FROM in float32; a
+    layer wider than one block per row holds (8192 in bf16) on the grid in any case,
+    its forward's slice too wide for tensor cores (the gather)."""
+    from symneuron.runtime import cuda
+
+    monkeypatch.setattr(cuda, "shared_limits", lambda device: (ROOM, 233472, 132, 2048))
+    monkeypatch.setattr(rkernels, "_capability", lambda device: 9)
+    assert not torch.backends.cuda.matmul.allow_tf32  # torch's default
+    prog: Any = type("Prog", (), {"backend": "cuda", "impl": type("I", (), {"simt": True})})()
+    first = torch.empty(1, 64 * size, dtype=dtype)
+    spreads = [rkernels._grid_launch(prog, first, size, backward=b) for b in (False, True)]
+    assert tuple(s and s.product for s in spreads) == want
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize(("batch", "size"), FORWARD_SIZES)

@@ -145,6 +145,12 @@ GRID_FROM = {"forward": 2**62, "backward": 1024}
 #: 1.20; 64 × 1024 1.35 / 0.70; 256 × 1024 2.67 / 1.65; 128 × 2048 2.49 / 2.15;
 #: 64 × 4096, where the slice does not fit, 7.94 / 7.92
 MMA_FORWARD_FROM = 1024
+#: layers of at least this many neurons run the backward as a grid kernel where its
+#: product runs on tensor cores (below :data:`GRID_FROM`'s, where the multiply-adds'
+#: grid backward is slower than one block per row's). Measured on an H200 (bf16
+#: backward, T = 100, ms, one block per row / grid on tensor cores): 64 × 256 0.33 /
+#: 0.48; 16 × 512 1.23 / 0.47; 64 × 512 1.28 / 0.57; 256 × 512 2.66 / 0.70
+MMA_BACKWARD_FROM = 512
 #: the most neurons of a row the grid backward stages at a time, and the most where the
 #: weight's slice does not fit whole beside them (:func:`_tile`). Measured on an H200
 #: (bf16 backward, T = 100, ms, tiles of 128 / 256 / 512 neurons): 256 × 1024 2.71 /
@@ -278,9 +284,9 @@ def _grid_launch(
     if not prog.impl.simt:
         return None
     cores = _tensor_cores(first)
-    least = GRID_FROM["backward" if backward else "forward"]
-    if not backward and cores:
-        least = min(least, MMA_FORWARD_FROM)
+    grid_from = GRID_FROM["backward" if backward else "forward"]
+    least = min(grid_from, MMA_BACKWARD_FROM if backward else MMA_FORWARD_FROM)
+    least = least if cores else grid_from
     held = features <= max_features(prog.backend, first.dtype)
     if features < least and held:
         return None
@@ -292,8 +298,8 @@ def _grid_launch(
     if found is None:
         found = _SPANS.put(key, (_spread(prog, first, features, rows, lanes, backward, cores),))
     spread = found[0]
-    if spread is not None and not backward and held and features < GRID_FROM["forward"]:
-        return spread if spread.product == "mma" else None  # the gather: one block a row
+    if spread is not None and held and features < grid_from and spread.product != "mma":
+        return None  # one block a row: faster than the grid's gather or multiply-adds
     return spread
 
 
