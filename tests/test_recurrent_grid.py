@@ -439,6 +439,7 @@ def _sums_as_the_gather(
     row's gather: every output and gradient equal."""
     _cuda()
     monkeypatch.setattr(rkernels, "GRID_FROM", {"forward": 2**62, "backward": 2**62})
+    monkeypatch.setattr(rkernels, "MMA_BACKWARD_FROM", 2**62)  # the same backward
     monkeypatch.setattr(rkernels, "MMA_FORWARD_FROM", 1)
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
     passes = _spy(monkeypatch, lambda pass_, options: options[-1] if pass_ is GFORWARD else None)
