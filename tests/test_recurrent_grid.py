@@ -312,9 +312,16 @@ def test_the_tensor_core_product_follows_the_multiply_adds(
 def test_the_tensor_core_product_of_a_noisy_layer(monkeypatch: pytest.MonkeyPatch) -> None:
     """A noisy layer's backward redraws the forward's noise beside the tensor cores'
     product (a learnable sigma: the draws enter its gradient)."""
+    neuron, gain = _noisy()
+    _follows(monkeypatch, neuron, 3, 1024, torch.bfloat16, gain=gain, seed=5)
+
+
+def _noisy() -> tuple[sn.Neuron, float]:
+    """A noisy neuron with a learnable sigma (its draws enter the gradient), and the
+    input gain at which a 3 x 1024 layer of it fires."""
     neuron = sn.models.noisy.NoisyLIF(sigma=0.3, learnable=["sigma"])
     x = torch.rand(12, 3, 1024, generator=generator(37), dtype=torch.float64)
-    _follows(monkeypatch, neuron, 3, 1024, torch.bfloat16, gain=_drive(neuron, x), seed=5)
+    return neuron, _drive(neuron, x)
 
 
 def _follows(
@@ -420,9 +427,7 @@ def test_the_tensor_core_forward_sums_as_the_gather(
 @pytest.mark.cuda
 def test_the_tensor_core_forward_of_a_noisy_layer(monkeypatch: pytest.MonkeyPatch) -> None:
     """A noisy layer's grid forward on tensor cores draws one block per row's numbers."""
-    neuron = sn.models.noisy.NoisyLIF(sigma=0.3, learnable=["sigma"])
-    x = torch.rand(12, 3, 1024, generator=generator(37), dtype=torch.float64)
-    gain = _drive(neuron, x)
+    neuron, gain = _noisy()
     _sums_as_the_gather(monkeypatch, neuron, 3, 1024, torch.bfloat16, gain=gain, seed=5)
 
 
