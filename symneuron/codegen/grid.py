@@ -16,9 +16,8 @@ kernel's scratch in global memory, read after the step's grid barrier
   (:func:`symneuron.codegen.mma.words_sum`);
 * backward: dL/dX_eff as a ring of D + 1 steps ([D + 1][B][F]), staged each step in
   tiles of ``TK`` neurons of every row of the block; the product over a tile runs as a
-  matrix product's micro-kernel, each thread summing a few rows × K columns over its
-  part of the tile (:func:`_blocking`, :func:`_tile_sum`), so that each weight read
-  from shared memory serves several rows.
+  matrix product's micro-kernel by multiply-adds (:mod:`.fma`) or on tensor cores
+  (:mod:`.mma`), so that each weight read from shared memory serves several rows.
 
 The step itself is the pass's own printer, as in the row kernels. The runtime
 (:mod:`symneuron.runtime.rows`) spreads a layer and sizes the shared memory from the
@@ -29,9 +28,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..derivation.connection import G_POST, W, dense
 from ..signature import Variant
-from . import mma, noise
+from . import fma, mma, noise
 from .backward import BackwardPrinter
 from .connection import SLOTS, Product, add_to, backward_arrays
 from .dialects import indent
@@ -211,15 +209,15 @@ def _grid_backward(printer: BackwardPrinter, variant: Variant) -> list[str]:
         f"{ct}* sn_sums = ({ct}*)sn_smem;  // after the product: its parts' sums",
         *d.warp_lanes(),
         "const int tk = (int)TK;",
-        f"const bool sn_aligned = F % {_width(tt)} == 0;  // rows of whole 16-byte chunks",
-        *(_mma_blocking(plan, tt) if tensor_cores else _blocking(printer)),
+        f"const bool sn_aligned = F % {fma.width(tt)} == 0;  // rows of whole 16-byte chunks",
+        *(_mma_blocking(plan, tt) if tensor_cores else fma.blocking(printer, PAD)),
     ]
     if tensor_cores:
         name = printer.dt.name
         sums, tile_sum = mma.start(), [mma.chunk(name), *mma.tile_sum(name, plan.pad, tt)]
         stored = mma.stored()
     else:
-        sums, tile_sum, stored = _fma_sums(printer), _tile_sum(printer), _fma_stored(printer)
+        sums, tile_sum, stored = fma.start(printer), fma.tile_sum(printer), fma.stored(printer)
     transposed = [
         *Product(printer).start(),
         f"const {tt}* g_all = sn_ring + (long long)ring_before * B * F;",
@@ -266,31 +264,12 @@ def _mma_blocking(plan: GridLayout, tile: str) -> list[str]:
     return mma.blocking(fits)
 
 
-def _fma_sums(printer: BackwardPrinter) -> list[str]:
-    """The micro-tile's sums of the FMA product, zeroed."""
-    return [
-        f"{printer.dt.compute} acc[SN_RB][K];",
-        *printer.dialect.unroll(),
-        "for (int r = 0; r < SN_RB; ++r) {",
-        *indent(printer.dialect.lane_loop(["acc[r][j] = 0;"])),
-        "}",
-    ]
-
-
 def _ring_value(printer: BackwardPrinter, ring: str) -> str:
     """A lane's dL/dX as the ring keeps it: stored (a value of the storage type, as the
     step rounds it), or in the compute type."""
     if ring == printer.dt.storage:
         return "gx_v.v[j]"
     return printer.load("gx_v.v[j]")
-
-
-_SIZES = {"double": 8, "float": 4, "unsigned short": 2}
-
-
-def _width(ctype: str) -> int:
-    """Values of the C type ``ctype`` in 16 bytes (the tile's vector loads and copies)."""
-    return 16 // _SIZES[ctype]
 
 
 def _stage_tile(printer: BackwardPrinter, tt: str, pad: int) -> list[str]:
@@ -300,7 +279,7 @@ def _stage_tile(printer: BackwardPrinter, tt: str, pad: int) -> list[str]:
     no registers), or loads where a row's end or its alignment leaves less than 16
     bytes; zeros past the batch and the row."""
     d, ct = printer.dialect, tt
-    width = _width(ct)
+    width = fma.width(ct)
     copy = [
         *_ASYNC_COPY,
         "} else {",
@@ -346,110 +325,6 @@ _ASYNC_WAIT = [
 ]
 
 
-def _blocking(printer: BackwardPrinter) -> list[str]:
-    """How a block's threads share the step's product, as a matrix product's
-    micro-kernel: thread (part, row group, column group) sums ``SN_RB`` rows × K columns
-    of the block (rows rg, rg + groups, ...: a warp's rows are adjacent, so its tile
-    loads fall in different banks) over its part of each tile, so that each weight it
-    reads serves ``SN_RB`` rows and each value of the tile K columns. The parts (at most
-    as many as their sums fit the tile's room) are added in order afterwards."""
-    ct = printer.dt.compute
-    rb = f"{MICRO_BYTES} / (K * (int)sizeof({ct}))"
-    return [
-        f"constexpr int SN_RB = {rb} > {MICRO_ROWS} ? {MICRO_ROWS} : ({rb} < 1 ? 1 : {rb});",
-        "const int sn_row_groups = (group_rows + SN_RB - 1) / SN_RB;",
-        "const int sn_micro = sn_row_groups * slice_threads;",
-        f"const int sn_fits = (tk + {PAD}) / (int)S;  // the parts' sums fit the tile's room",
-        "const int sn_most = (int)blockDim.x / sn_micro;",
-        "const int sn_bparts = sn_most < sn_fits ? (sn_most < 1 ? 1 : sn_most) : sn_fits;",
-        "const int sn_bpart = threadIdx.x / sn_micro, sn_mi = threadIdx.x % sn_micro;",
-        "const int sn_rg = sn_mi / slice_threads;",
-        "const int cb0 = cs0 + (sn_mi % slice_threads) * K;  // the micro-tile's first column",
-        "const bool blocking = sn_bpart < sn_bparts && cb0 < F;",
-        "const int sn_chunk = ((tk + sn_bparts - 1) / sn_bparts + 3) / 4 * 4;",
-        "int sn_rows[SN_RB];  // where each of the micro-tile's rows starts in the tile",
-        *printer.dialect.unroll(),
-        "for (int r = 0; r < SN_RB; ++r) {",
-        "    const int lr = sn_rg + r * sn_row_groups;",
-        f"    sn_rows[r] = (lr < group_rows ? lr : group_rows - 1) * (tk + {PAD});",
-        "}",
-    ]
-
-
-def _rows_term(printer: BackwardPrinter, factor: str, weights: str) -> list[str]:
-    """The connection's transpose of one neuron m added into the micro-tile's sums: its
-    value ``factor`` (of row r) in each row, its weights ``weights[j]`` in each column."""
-    ct = printer.dt.compute
-    term = [
-        f"const {ct} {W} = {printer.load(weights + '[j]')};",
-        f"acc[r][j] += {printer.expr(dense().transpose)};",
-    ]
-    return [
-        *printer.dialect.unroll(),
-        "for (int r = 0; r < SN_RB; ++r) {",
-        f"    const {ct} {G_POST} = {factor};",
-        *indent(printer.dialect.lane_loop(term)),
-        "}",
-    ]
-
-
-def _tile_sum(printer: BackwardPrinter) -> list[str]:
-    """A thread's part of the tile, summed into its micro-tile (:func:`_blocking`): the
-    weight's cached rows with 16-byte loads of the tile and the slice, the rest one by
-    one, those past the cache from L2."""
-    d, ct, st = printer.dialect, printer.dt.compute, printer.dt.storage
-    width = _width(ct)  # the tile's 16-byte loads
-    gvec, wvec = f"sn_vec<{ct}, {width}>", printer.vec
-    vectors = [
-        f"{gvec} g4[SN_RB];",
-        *d.unroll(),
-        "for (int r = 0; r < SN_RB; ++r) {",
-        f"    g4[r] = *(const {gvec}*)(sn_gtile + sn_rows[r] + m - m0);",
-        "}",
-        *d.unroll(),
-        f"for (int q = 0; q < {width}; ++q) {{",
-        f"    const {wvec} w4 = *(const {wvec}*)(sn_wslice + (m + q) * S + (cb0 - cs0));",
-        *indent(_rows_term(printer, "g4[r].v[q]", "w4.v")),
-        "}",
-    ]
-    one = "sn_gtile[sn_rows[r] + m - m0]"
-    return [
-        "const int lo = sn_bpart * sn_chunk < tk ? sn_bpart * sn_chunk : tk;",
-        "const int hi = lo + sn_chunk < tk ? lo + sn_chunk : tk;",
-        "const int ms = m0 + lo;",
-        "const int m1 = m0 + hi < F ? m0 + hi : (int)F;",
-        "const int mc = m1 < cached ? m1 : (ms > cached ? ms : cached);",
-        f"const int mv = ms + (mc > ms ? (mc - ms) / {width} * {width} : 0);",
-        f"for (int m = ms; m < mv; m += {width}) {{",
-        *indent(vectors),
-        "}",
-        "for (int m = mv; m < mc; ++m) {",
-        f"    const {st}* w_row = sn_wslice + m * S + (cb0 - cs0);",
-        *indent(_rows_term(printer, one, "w_row")),
-        "}",
-        *d.unroll("4"),
-        "for (int m = (mc > ms ? mc : ms); m < m1; ++m) {",
-        f"    const {st}* w_row = weight + (long long)m * F + cb0;",
-        *indent(_rows_term(printer, one, "w_row")),
-        "}",
-    ]
-
-
-def _fma_stored(printer: BackwardPrinter) -> list[str]:
-    """Each thread's micro-tile into the freed tile as [part][row][column of the slice]."""
-    d = printer.dialect
-    stored = "sn_sums[(sn_bpart * group_rows + lr) * S + (cb0 - cs0) + j] = acc[r][j];"
-    return [
-        *d.unroll(),
-        "for (int r = 0; r < SN_RB; ++r) {",
-        "    const int lr = sn_rg + r * sn_row_groups;",
-        "    if (lr < group_rows) {",
-        *indent(d.lane_loop([stored]), 2),
-        "    }",
-        "}",
-    ]
-
-
 def _add_parts(printer: StepPrinter, stored: list[str]) -> list[str]:
     """The parts' sums, ``stored`` through the freed tile ([part][row][column of the
     slice]), added by each neuron's own thread in order of part (the result does not
@@ -470,10 +345,6 @@ def _add_parts(printer: StepPrinter, stored: list[str]) -> list[str]:
     ]
 
 
-#: a micro-tile's rows (at most) and the bytes of its sums (at most): two rows of a
-#: thread's 16 bytes. Four rows (64 bytes) were as fast on an H100 (128 × 2048, fp32
-#: and fp64) and spill more of the 64 registers a thread of 1024 gets
-MICRO_ROWS, MICRO_BYTES = 2, 32
 #: threads of a grid kernel's block (its ``__launch_bounds__``). 512 would give a thread
 #: 128 registers (no spills) but halve the layers a grid holds, and was no faster
 THREADS = 1024
