@@ -4,8 +4,8 @@ rows × K columns of the block over its part of each staged tile, so that each w
 it reads from shared memory serves several rows and each staged value K columns; the
 parts are added in a fixed order afterwards
 (:func:`symneuron.codegen.grid._add_parts`). The sums are in the compute type, one
-multiply-add a term of the connection's derived transpose: exact as one block per
-row's (float32 and float64 keep their bits). :mod:`.mma` is the same product on
+multiply-add a term of the connection's derived transpose, with no operand rounded
+(float32 and float64 layers take this product). :mod:`.mma` is the same product on
 tensor cores.
 """
 
