@@ -22,6 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import core  # noqa: E402
+import recurrent_results as results  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
@@ -43,8 +44,6 @@ ROWS = [
 ]
 #: rows that run no neuron (no firing rate, no gradient check against the loop's)
 FLOORS = ("floor", "floor-tf32")
-#: the rows a speed-up is taken against (the best of them graphed, the best eager)
-PEERS = ("torch", "spikingjelly", "torch.compile")
 #: ``--sweep``: every size, batch and sequence length of the grid
 SIZES, BATCHES, LENGTHS = (128, 256, 512, 1024, 2048, 4096), (16, 64, 256), (100, 500)
 CONFIGS = [(64, 256, 100), (64, 256, 500), (64, 256, 1000), (256, 1024, 100)]  # (B, H, T)
@@ -347,7 +346,7 @@ def _time_row(case: Case, row: str, timer: core.Timer, args: argparse.Namespace)
     net = case.net(row)
     base["rate"] = fired = None if row in FLOORS else rate(net, case.x, case.amp)
     shown = "—" if fired is None else f"{fired:.3f}"
-    print(f"# {_config(base)} {row}: firing rate {shown}", flush=True)
+    print(f"# {results.config_name(base)} {row}: firing rate {shown}", flush=True)
     modes = ["eager", "graphed"] if timer.cuda else ["eager"]
     if fired is not None and not RATE_RANGE[0] <= fired <= RATE_RANGE[1]:
         why = f"firing rate {fired:.3f} outside {RATE_RANGE[0]:.0%}–{RATE_RANGE[1]:.0%}"
@@ -377,102 +376,6 @@ def copy_floor(case: Case, timer: core.Timer) -> core.Rec:
     return dict(shape, row="input copy", mode="eager", status="ok", rate=None, step_ms=ms)
 
 
-def _config(r: core.Rec) -> str:
-    return f"B={r['B']} H={r['H']} T={r['T']} {r.get('amp', 'fp32')}"
-
-
-def table(records: list[core.Rec]) -> str:
-    """Per configuration and row: firing rate, eager and graphed ms per step."""
-    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for r in records:
-        cell = f"{r['step_ms']:.3f}" if r["status"] == "ok" else f"error: {r['error'][:60]}"
-        key = (r["B"], r["H"], r["T"], r.get("amp", "fp32"), r["row"])
-        row = rows.setdefault(key, {"rate": r.get("rate")})
-        row[r["mode"]] = cell.replace("|", "/").replace("\n", " ")
-    body = [
-        [
-            *map(str, key[:4]),
-            key[4],
-            "—" if v["rate"] is None else f"{v['rate']:.3f}",
-            v.get("eager", "—"),
-            v.get("graphed", "—"),
-        ]
-        for key, v in rows.items()
-    ]
-    head = ["B", "H", "T", "amp", "row", "firing rate", "eager ms", "graphed ms"]
-    return core.md_table(head, body, "rrrllrrr")
-
-
-def speedups(records: list[core.Rec]) -> list[core.Rec]:
-    """Per configuration and mode: symneuron's time against the best peer's and the
-    floor's (the floor of the same precision: float32's, or bf16's under autocast)."""
-    ms: dict[tuple[Any, ...], dict[str, float]] = {}
-    for r in records:
-        if r["status"] == "ok":
-            key = (r["B"], r["H"], r["T"], r.get("amp", "fp32"), r["mode"])
-            ms.setdefault(key, {})[r["row"]] = r["step_ms"]
-    out = []
-    for (b, h, t, amp, mode), rows in ms.items():
-        peers = [rows[p] for p in PEERS if p in rows]
-        if "symneuron" not in rows or not peers:
-            continue
-        mine = rows["symneuron"]
-        rec = dict(B=b, H=h, T=t, amp=amp, mode=mode, symneuron_ms=mine)
-        rec["best_peer_ms"], rec["speedup_vs_best_peer"] = min(peers), min(peers) / mine
-        if "floor" in rows:
-            rec["over_floor"] = mine / rows["floor"]
-        out.append(rec)
-    return out
-
-
-def plot_speedups(found: list[core.Rec], path: Path, title: str) -> None:
-    """Speed-up over the best peer against the layer's size, a line per batch, T,
-    precision and mode (graphed solid, eager dashed)."""
-    plt = core.pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    lines = sorted({(r["B"], r["T"], r["amp"], r["mode"]) for r in found})
-    for i, (b, t, amp, mode) in enumerate(lines):
-        mine = sorted(
-            (r["H"], r["speedup_vs_best_peer"])
-            for r in found
-            if (r["B"], r["T"], r["amp"], r["mode"]) == (b, t, amp, mode)
-        )
-        style = "-" if mode == "graphed" else "--"
-        ax.plot(
-            *zip(*mine, strict=True),
-            style,
-            marker="o",
-            color=f"C{i % 10}",
-            label=f"B={b} T={t} {amp} {mode}",
-        )
-    ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("neurons of the recurrent layer")
-    ax.set_ylabel("best peer's ms / symneuron's ms")
-    ax.legend(fontsize=6, ncol=2)
-    core.save_figure(fig, path, title, dpi=110)
-
-
-def plot(records: list[core.Rec], path: Path, title: str) -> None:
-    """Milliseconds per step of each row (eager, graphed hatched), one panel per config."""
-    plt, configs = core.pyplot(), list(dict.fromkeys(_config(r) for r in records))
-    fig, axes = plt.subplots(1, len(configs), figsize=(4.5 * len(configs), 4), squeeze=False)
-    for ax, config in zip(axes[0], configs, strict=True):
-        mine = [r for r in records if _config(r) == config and r["status"] == "ok"]
-        ms = {(r["row"], r["mode"]): r["step_ms"] for r in mine}
-        names = list(dict.fromkeys(row for row, _ in ms))
-        colors = [f"C{i}" for i in range(len(names))]
-        series = [([ms.get((n, "eager")) for n in names], dict(color=colors))]
-        series.append(([ms.get((n, "graphed")) for n in names], dict(color=colors, hatch="//")))
-        core.grouped_bars(ax, len(names), series)
-        ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=7)
-        ax.set_yscale("log")
-        ax.set_ylabel("ms per training step (hatched: CUDA graph)")
-        ax.set_title(config, fontsize=9)
-    core.save_figure(fig, path, title, dpi=110)
-
-
 def configurations(args: argparse.Namespace) -> list[tuple[int, int, int]]:
     """(B, H, T) of the run: ``--configs``, the ``--sweep`` grid, QUICK or CONFIGS."""
     if args.configs:
@@ -482,7 +385,17 @@ def configurations(args: argparse.Namespace) -> list[tuple[int, int, int]]:
     return QUICK if args.quick else CONFIGS
 
 
-def main(argv: list[str] | None = None) -> int:
+def jobs(args: argparse.Namespace) -> list[results.Job]:
+    """(amp, B, H, T) of this run: every configuration in every precision, or the
+    ``--shard`` K/N of them."""
+    every = [(amp, *config) for amp in args.amp for config in configurations(args)]
+    if args.shard is None:
+        return every
+    index, count = (int(v) for v in args.shard.split("/"))
+    return results.shard(every, index, count)
+
+
+def arguments(argv: list[str] | None) -> argparse.Namespace:
     p = core.parser(__doc__)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--quick", action="store_true", help=f"configurations {QUICK}, fewer steps")
@@ -494,8 +407,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sweep", action="store_true", help="sizes x batches x T of SIZES etc.")
     amps = core.csv_list(str, ["fp32", "bf16"])
     p.add_argument("--amp", type=amps, default=["fp32"], help="fp32,bf16 (bf16: autocast)")
+    p.add_argument("--shard", default=None, help="K/N: the K-th of N parts (one a GPU), by cost")
+    p.add_argument("--merge", type=Path, nargs="+", default=None, help="result files: one")
     args = p.parse_args(argv)
     args.steps = args.steps or (3 if args.quick else 20)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv)
+    if args.merge:
+        out = args.out or args.merge[0].with_name("recurrent-merged.json")
+        report(out, results.merge(args.merge))
+        return 0
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: use --device cpu --quick")
     info = core.device_info(torch.device(args.device))
@@ -506,47 +430,30 @@ def main(argv: list[str] | None = None) -> int:
             setattr(torch._dynamo.config, name, 64)
     refused = check_gradients(args.device, rows)
     timer, records = core.Timer(torch.device(args.device)), []
-    for amp in args.amp:
-        for b, h, t in configurations(args):
-            case = Case(b, h, t, args.device, torch.float32, amp)
-            records.append(copy_floor(case, timer))
-            for row in rows:
-                why = refused.get(row)
-                shape = dict(B=b, H=h, T=t, amp=amp, row=row, mode="eager")
-                records += (
-                    time_row(case, row, timer, args)
-                    if why is None
-                    else [dict(shape, status="error", error=why)]
-                )
-    found = speedups(records)
     meta = dict(date=core.now_iso(), argv=sys.argv[1:], **info, versions=core.versions())
-    settings = {**vars(args), "out": str(out)}
-    result = dict(meta=meta, settings=settings, refused=refused, records=records)
-    core.write_json(out, {**result, "speedups": found})
-    title = f"Recurrent SNN training step — {info['gpu']}"
-    if len({_config(r) for r in records}) <= 8:
-        plot(records, out.with_suffix(".png"), title)
-    if found:
-        plot_speedups(found, out.with_name(out.stem + "-speedup.png"), title)
-    print(f"# wrote {out} and its plots", file=sys.stderr)
-    print(table(records), flush=True)
-    print(speedup_table(found), flush=True)
+    result = dict(meta=meta, settings={**vars(args), "out": str(out)}, refused=refused)
+    for amp, b, h, t in jobs(args):
+        case = Case(b, h, t, args.device, torch.float32, amp)
+        records.append(copy_floor(case, timer))
+        for row in rows:
+            why = refused.get(row)
+            shape = dict(B=b, H=h, T=t, amp=amp, row=row, mode="eager")
+            records += (
+                time_row(case, row, timer, args)
+                if why is None
+                else [dict(shape, status="error", error=why)]
+            )
+        results.write(out, dict(result, records=records), plots=False)  # kept if cut short
+    report(out, dict(result, records=records))
     return 0
 
 
-def speedup_table(found: list[core.Rec]) -> str:
-    """symneuron against the best peer and the floor, per configuration and mode."""
-    body = [
-        [
-            *(str(r[k]) for k in ("B", "H", "T", "amp", "mode")),
-            f"{r['symneuron_ms']:.3f}",
-            f"{r['speedup_vs_best_peer']:.2f}",
-            f"{r['over_floor']:.2f}" if "over_floor" in r else "—",
-        ]
-        for r in found
-    ]
-    head = ["B", "H", "T", "amp", "mode", "symneuron ms", "× best peer", "/ floor"]
-    return core.md_table(head, body, "rrrllrrr")
+def report(out: Path, result: dict[str, Any]) -> None:
+    """The result's file and plots written, its tables printed."""
+    found = results.write(out, result)
+    print(f"# wrote {out} and its plots", file=sys.stderr)
+    print(results.table(result["records"]), flush=True)
+    print(results.speedup_table(found), flush=True)
 
 
 def _has_spikingjelly() -> bool:

@@ -84,3 +84,59 @@ def test_the_floor_products_have_the_loops_gradients() -> None:
     want = torch.autograd.grad(x + before @ w.t(), (x, w), g)
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_the_shards_of_a_sweep_hold_every_configuration_once() -> None:
+    """``--shard K/N``: the sweep's configurations in N parts, each once, each part in
+    the sweep's order, the costliest spread (no part holds two of the four costliest)."""
+    args = recurrent.arguments(["--sweep", "--amp", "fp32,bf16"])
+    every = recurrent.jobs(args)
+    assert len(every) == 2 * len(recurrent.SIZES) * len(recurrent.BATCHES) * len(recurrent.LENGTHS)
+    parts = [
+        recurrent.jobs(recurrent.arguments(["--sweep", "--amp", "fp32,bf16", "--shard", f"{k}/4"]))
+        for k in range(4)
+    ]
+    assert sorted(j for part in parts for j in part) == sorted(every)
+    assert all(part == [j for j in every if j in part] for part in parts)
+    costliest = sorted(every, key=recurrent.results.cost)[-4:]
+    assert all(sum(j in part for j in costliest) == 1 for part in parts)
+    loads = [sum(map(recurrent.results.cost, part)) for part in parts]
+    assert max(loads) < 1.5 * min(loads)
+    with pytest.raises(SystemExit, match="0 <= K < N"):
+        recurrent.jobs(recurrent.arguments(["--sweep", "--shard", "4/4"]))
+
+
+def _record(row: str, mode: str, ms: float, h: int = 8) -> dict[str, object]:
+    return dict(B=2, H=h, T=10, amp="fp32", row=row, mode=mode, status="ok", step_ms=ms)
+
+
+def test_merged_shards_give_the_speedups_of_one_run(tmp_path: Path) -> None:
+    """``--merge``: the shards' records in one file, each configuration's speed-ups over
+    its own rows (the best peer named, the floor and the feedforward step)."""
+    first = [
+        _record(r, "graphed", ms)
+        for r, ms in [
+            ("symneuron", 1.0),
+            ("torch", 4.0),
+            ("spikingjelly", 3.0),
+            ("floor", 2.0),
+            ("feedforward", 0.5),
+        ]
+    ]
+    second = [_record(r, "eager", ms, h=16) for r, ms in [("symneuron", 2.0), ("torch", 5.0)]]
+    paths = []
+    for k, records in enumerate([first, second]):
+        meta = dict(gpu="GPU", shard=k)
+        paths.append(tmp_path / f"r{k}.json")
+        paths[-1].write_text(json.dumps(dict(meta=meta, settings={}, refused={}, records=records)))
+    out = tmp_path / "all.json"
+    assert recurrent.main(["--merge", *map(str, paths), "--out", str(out)]) == 0
+    merged = json.loads(out.read_text())
+    assert merged["records"] == first + second
+    assert [m["shard"] for m in merged["meta"]["shards"]] == [0, 1]
+    found = {r["H"]: r for r in merged["speedups"]}
+    assert found[8]["best_peer"] == "spikingjelly" and found[8]["speedup_vs_best_peer"] == 3.0
+    assert found[8]["over_floor"] == 0.5 and found[8]["over_feedforward"] == 2.0
+    assert found[16]["speedup_vs_best_peer"] == 2.5 and "over_floor" not in found[16]
+    speedup = out.with_name(out.stem + "-speedup.png")
+    assert speedup.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
