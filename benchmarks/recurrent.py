@@ -34,6 +34,7 @@ ROWS = [
     "feedforward",
     "symneuron",
     "symneuron-fused",
+    "symneuron-steps",
     "symneuron-rows",
     "symneuron-loop",
     "torch",
@@ -173,6 +174,8 @@ def recurrent_layer(row: str, size: int) -> nn.Module:
         return sn.RecurrentNeuronLayer(lif, size)
     if row == "symneuron-fused":  # the fused kernels inside a CUDA graph too
         return sn.RecurrentNeuronLayer(lif, size, fused=True)
+    if row == "symneuron-steps":  # the layer's loop over steps, eager too
+        return sn.RecurrentNeuronLayer(lif, size, fused=False)
     if row == "symneuron-loop":
         return Loop(size, sn.NeuronLayer(lif, step_mode="s"))
     if row == "spikingjelly":

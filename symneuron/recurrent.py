@@ -63,6 +63,21 @@ End = tuple[torch.Tensor | None, Any, dict[str, torch.Tensor]]
 #: step, the loop's product once for all rows. Eager, the loop's launches cost 0.5 ms a
 #: step of host time (52-74 ms at every size): the fused kernels win there.
 LOOP_FROM = 100_000_000
+#: Batch rows × neurons² from which an eager call runs the loop over steps too, where the
+#: layer has more batch rows than the GPU has SMs (its forward's blocks, one a batch row,
+#: then run in waves). On an H200 (benchmarks/recurrent.py, one training step eager, T =
+#: 100, fused / loop ms): fp32 256 × 4096 270 / 71, 512 × 2048 138 / 58, 128 × 4096 69 /
+#: 79, 256 × 2048 31 / 60, 64 × 4096 38 / 69; bf16 256 × 4096 182 / 44, 512 × 2048 72 /
+#: 66, 128 × 4096 22 / 56 (docs/performance_recurrent.md, "The sweep")
+EAGER_LOOP_FROM = 2**31
+
+
+def _loop_eager(rows: int, size: int, device: torch.device) -> bool:
+    """Whether an eager call of ``rows`` batch rows of ``size`` neurons on a CUDA
+    ``device`` runs the loop over steps (:data:`EAGER_LOOP_FROM`)."""
+    if rows * size**2 < EAGER_LOOP_FROM:
+        return False
+    return rows > torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _spiking_sum(s: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -108,6 +123,7 @@ class RecurrentNeuronLayer(nn.Module):
         launch a sequence each way) or the loop over steps (a matrix product and the
         neuron's step kernel a step). None (default): the fused kernels, except inside a
         CUDA graph capture for a layer of at least :data:`LOOP_FROM` batch rows × size²,
+        and eager from :data:`EAGER_LOOP_FROM` with more batch rows than the GPU has SMs,
         where the loop was measured faster (docs/performance_recurrent.md).
     backend : {"auto", "cuda", "cpu", "torch"}
     params : mapping, optional
@@ -272,7 +288,8 @@ class RecurrentNeuronLayer(nn.Module):
         """Whether this call runs the loop over steps (one product and one step kernel a
         step) rather than the fused kernels: as ``fused`` says, else inside a CUDA graph
         capture for a layer of at least :data:`LOOP_FROM` batch rows × neurons², where the
-        loop's launches cost no host time and its products read R once for all rows."""
+        loop's launches cost no host time and its products read R once for all rows, and
+        eager from :data:`EAGER_LOOP_FROM` with more batch rows than the GPU has SMs."""
         if self.fused is not None:
             return not self.fused
         if torch.compiler.is_compiling():  # (Dynamo cannot trace the capture query)
@@ -281,11 +298,11 @@ class RecurrentNeuronLayer(nn.Module):
             return False
         rows = x_seq[0].numel() // self.size if x_seq.shape[0] else 0
         large = rows * self.size**2 >= LOOP_FROM
-        if not torch.cuda.is_current_stream_capturing():
-            if large:  # a capture of this call runs cuBLAS, whose handle a capture cannot
-                torch.cuda.current_blas_handle()  # create: made now, by the warm-up call
-            return False
-        return large
+        if torch.cuda.is_current_stream_capturing():
+            return large
+        if large:  # a capture of this call runs cuBLAS, whose handle a capture cannot
+            torch.cuda.current_blas_handle()  # create: made now, by the warm-up call
+        return _loop_eager(rows, self.size, x_seq.device)
 
     def _last_steps(self, before: torch.Tensor | None, spikes: torch.Tensor) -> torch.Tensor:
         """The spikes of the last ``delay`` steps after a call: the call's last ones,

@@ -53,6 +53,47 @@ def test_by_default_eager_calls_take_the_fused_kernels() -> None:
         sn.RecurrentNeuronLayer(sn.models.LIF(), 8, fused="yes")  # type: ignore[arg-type]
 
 
+def test_eager_the_loop_runs_for_many_rows_of_a_wide_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eager, the loop over steps from EAGER_LOOP_FROM batch rows × size², where the
+    layer has more rows than the GPU has SMs (measured faster there), else the fused
+    kernels."""
+    props = type("Props", (), {"multi_processor_count": 132})
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    cuda = torch.device("cuda")
+    assert rec._loop_eager(256, 4096, cuda) and rec._loop_eager(512, 2048, cuda)
+    assert not rec._loop_eager(128, 4096, cuda)  # rows a wave of blocks holds
+    assert not rec._loop_eager(256, 2048, cuda)  # under EAGER_LOOP_FROM
+    assert rec.EAGER_LOOP_FROM == 2**31 and rec._loop_eager(133, 4096, cuda)
+
+
+@pytest.mark.cuda
+def test_eager_a_wide_layer_of_many_rows_runs_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A layer of more batch rows than SMs and EAGER_LOOP_FROM rows × size² runs the
+    loop eager, and its spikes and gradients equal the fused kernels' (float64)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    size = 4096
+    rows = max(sms + 1, -(-rec.EAGER_LOOP_FROM // size**2))
+    x = 1.2 * torch.rand(3, rows, size, generator=generator(65), dtype=torch.float64).cuda()
+    got = {}
+    for fused in (None, True):
+        torch.manual_seed(66)
+        layer = sn.RecurrentNeuronLayer(sn.models.LIF(), size, backend="cuda", fused=fused)
+        layer = layer.cuda().double()
+        loops: list[int] = []
+        real = layer._loop
+        monkeypatch.setattr(layer, "_loop", lambda *a, _l=loops, _r=real: _l.append(1) or _r(*a))
+        xg = x.clone().requires_grad_()
+        out = layer(xg)
+        out.sum().backward()
+        got[fused] = (out.detach(), xg.grad, layer.weight.grad, loops)
+    assert got[None][3] == [1] and got[True][3] == []
+    assert got[None][0].sum() > 0 and torch.equal(got[None][0], got[True][0])
+    for a, b in zip(got[None][1:3], got[True][1:3], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.cuda
 def test_a_large_layer_in_a_cuda_graph_runs_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """Inside a capture, a layer of LOOP_FROM batch rows × size² or more runs the loop over
