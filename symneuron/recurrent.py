@@ -31,6 +31,7 @@ from torch import nn
 
 from . import binding_recurrent
 from .binding import Run
+from .binding_loop import LoopProducts
 from .checkpointing import REENTRANT_FIX as _CELL_FIX
 from .checkpointing import REPLAYS, checkpoint_phase
 from .layer import NeuronLayer
@@ -86,14 +87,19 @@ def _spiking_sum(s: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.where(s.bool().unsqueeze(-2), weight, 0).sum(-1)
 
 
-def _recurrent_input(weight: torch.Tensor) -> Any:
-    """How the loop computes R·s: one matrix product, or where R holds a non-finite value
+def _recurrent_input(weight: torch.Tensor, deferred: bool) -> Any:
+    """How the loop computes R·s[t−D] (``product(t, s)``): a matrix product a step, its
+    dL/dR summed once over the sequence where ``deferred`` and not compiled
+    (:class:`~symneuron.binding_loop.LoopProducts`), or where R holds a non-finite value
     the sum over the spiking neurons (the kernels' result; checked once per call, not
     where the check cannot read the value: compiled, or in a CUDA graph capture)."""
     capturing = weight.is_cuda and torch.cuda.is_current_stream_capturing()
-    if torch.compiler.is_compiling() or capturing or bool(torch.isfinite(weight).all()):
-        return nn.functional.linear
-    return _spiking_sum
+    compiling = torch.compiler.is_compiling()
+    if compiling or capturing or bool(torch.isfinite(weight).all()):
+        if deferred and not compiling:
+            return LoopProducts(weight)
+        return lambda t, s: nn.functional.linear(s, weight)
+    return lambda t, s: _spiking_sum(s, weight)
 
 
 class RecurrentNeuronLayer(nn.Module):
@@ -275,8 +281,10 @@ class RecurrentNeuronLayer(nn.Module):
         start = self._start(x_seq, history, compiling)
         phase = start[3]
         drive = x_seq if bias is None else x_seq + bias
-        fused = None if self._per_step(x_seq) else self._fused(drive, weight, start, compiling)
-        spikes, end = fused or self._loop(x_seq, weight, bias, start, compiling)
+        per_step = self._per_step(x_seq)
+        fused = None if per_step else self._fused(drive, weight, start, compiling)
+        deferred = per_step and self.fused is None  # the loop chosen for its speed
+        spikes, end = fused or self._loop(x_seq, weight, bias, start, compiling, deferred)
         if phase != "recompute":  # a recomputation leaves the memory as the first run did
             cell.keep(end[1], None, end[2], compiling)
             self.s = end[0]
@@ -376,20 +384,22 @@ class RecurrentNeuronLayer(nn.Module):
         bias: torch.Tensor | None,
         start: Start,
         compiling: bool,
+        deferred: bool = False,
     ) -> tuple[torch.Tensor, End]:
         """The sequence one step at a time through the cell's simulation (the oracle of
         the fused kernels), the recurrent product in torch on the spikes of ``delay``
-        steps before; step t draws at offset + t."""
+        steps before (``deferred``: dL/dR as one product, :func:`_recurrent_input`);
+        step t draws at offset + t."""
         cell, (s, v, states, _, rng) = self.cell, start
         if rng is not None:  # [T, 2]: row t is step t's generator state
             steps = torch.arange(x_seq.shape[0], device=rng.device)
             rng = rng + torch.stack((torch.zeros_like(steps), steps), dim=1)
         before = [None] * self.delay if s is None else list(s.unbind(0))
-        product = _recurrent_input(weight)
+        product = _recurrent_input(weight, deferred)
         out: list[torch.Tensor] = []
         for t, x in enumerate(x_seq):
             fed = before[t] if t < self.delay else out[t - self.delay]
-            drive = x if fed is None else x + product(fed, weight)
+            drive = x if fed is None else x + product(t, fed)
             drive = drive if bias is None else drive + bias
             step_rng = None if rng is None else rng[t]
             result = cell.run_from(drive.unsqueeze(0), v, states, compiling, step_rng)

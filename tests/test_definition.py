@@ -40,6 +40,7 @@ STAGES: dict[str, int] = {
     "runtime": 4,
     "binding": 5,
     "binding_recurrent": 5,
+    "binding_loop": 5,
     "binding_events": 5,
     "models": 5,
     "simulate": 6,

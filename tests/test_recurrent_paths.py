@@ -17,11 +17,27 @@ from symneuron.runtime import cpu
 pytestmark = pytest.mark.skipif(not cpu.available(), reason="needs a C compiler")
 
 
-def _run(fused: bool | None, backend: str = "cpu", device: str = "cpu") -> dict:
+def _run(
+    fused: bool | None,
+    backend: str = "cpu",
+    device: str = "cpu",
+    per_step: bool | None = None,
+    mask: torch.Tensor | None = None,
+) -> dict:
+    """``per_step``: the layer's own choice of path replaced (True: the loop, as a large
+    layer in a CUDA graph capture takes it)."""
     torch.manual_seed(61)
     layer = sn.RecurrentNeuronLayer(
-        sn.models.ALIF(learnable=["tau"]), 12, backend=backend, bias=True, delay=2, fused=fused
+        sn.models.ALIF(learnable=["tau"]),
+        12,
+        backend=backend,
+        bias=True,
+        delay=2,
+        fused=fused,
+        mask=mask,
     ).to(device=device, dtype=torch.float64)
+    if per_step is not None:
+        layer._per_step = lambda x_seq: per_step  # type: ignore[method-assign]
     with torch.no_grad():
         layer.weight.mul_(3.0)
     x = 1.3 * torch.rand(14, 3, 12, generator=generator(62), dtype=torch.float64)
@@ -44,6 +60,44 @@ def test_the_loop_over_steps_gives_the_fused_results(monkeypatch: pytest.MonkeyP
     assert torch.equal(loop["s"], fused["s"])
     for key in fused:
         torch.testing.assert_close(loop[key], fused[key], rtol=1e-12, atol=1e-12, msg=key)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_the_loop_chosen_by_size_sums_the_weight_gradient_once(masked: bool) -> None:
+    """Where the layer chose the loop (a large layer in a CUDA graph capture), dL/dR is
+    one product over the sequence after every step's backward
+    (:class:`~symneuron.binding_loop.LoopProducts`): the same results as the fused
+    kernels' (delay 2, a bias, a learnable τ, and a mask)."""
+    mask = (torch.rand(12, 12, generator=generator(67)) < 0.7).double() if masked else None
+    fused = _run(True, mask=mask)
+    chosen = _run(None, per_step=True, mask=mask)
+    assert torch.equal(chosen["s"], fused["s"])
+    assert set(chosen) == set(fused)
+    for key in fused:
+        torch.testing.assert_close(chosen[key], fused[key], rtol=1e-12, atol=1e-12, msg=key)
+
+
+def test_the_deferred_weight_gradient_refuses_a_double_backward() -> None:
+    """A gradient through the loop's deferred products taken with create_graph=True
+    raises: R's second-order terms would be missing (the neuron here on the torch
+    reference, which differentiates twice; the kernels' step raises too)."""
+    layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 6, backend="torch").double()
+    layer._per_step = lambda x_seq: True  # type: ignore[method-assign]
+    x = 1.3 * torch.rand(5, 2, 6, generator=generator(68), dtype=torch.float64)
+    x.requires_grad_()
+    with pytest.raises(RuntimeError, match="create_graph=True .* backend='torch'"):
+        torch.autograd.grad(layer(x).sum(), layer.weight, create_graph=True)
+    assert torch.autograd.grad(layer(x).sum(), layer.weight)[0].abs().sum() > 0
+
+
+def test_a_retained_graph_gives_the_same_weight_gradient_twice() -> None:
+    layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 6, backend="cpu").double()
+    layer._per_step = lambda x_seq: True  # type: ignore[method-assign]
+    x = 1.3 * torch.rand(5, 2, 6, generator=generator(69), dtype=torch.float64)
+    out = layer(x).sum()
+    first = torch.autograd.grad(out, layer.weight, retain_graph=True)[0]
+    second = torch.autograd.grad(out, layer.weight)[0]
+    assert first.abs().sum() > 0 and torch.equal(first, second)
 
 
 def test_by_default_eager_calls_take_the_fused_kernels() -> None:
