@@ -125,10 +125,11 @@ class FloorProducts(torch.autograd.Function):
     @staticmethod
     @torch.amp.custom_fwd(device_type="cuda")
     def forward(ctx: Any, x_seq: torch.Tensor, weight: torch.Tensor, s_seq: torch.Tensor) -> Any:
-        out, prev = [], torch.zeros_like(s_seq[0])
+        out, prev = [], torch.zeros_like(s_seq[0], dtype=x_seq.dtype)
+        w_t, spikes = weight.t().to(x_seq.dtype), s_seq.to(x_seq.dtype)  # (cast once)
         for t in range(x_seq.shape[0]):
-            out.append(torch.addmm(x_seq[t], prev.to(x_seq.dtype), weight.t().to(x_seq.dtype)))
-            prev = s_seq[t]
+            out.append(torch.addmm(x_seq[t], prev, w_t))
+            prev = spikes[t]
         ctx.save_for_backward(weight, s_seq)
         return torch.stack(out)
 

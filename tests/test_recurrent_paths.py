@@ -123,7 +123,9 @@ def test_eager_the_loop_runs_for_many_rows_of_a_wide_layer(monkeypatch: pytest.M
 @pytest.mark.cuda
 def test_eager_a_wide_layer_of_many_rows_runs_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """A layer of more batch rows than SMs and EAGER_LOOP_FROM rows × size² runs the
-    loop eager, and its spikes and gradients equal the fused kernels' (float64)."""
+    loop eager, dL/dR summed once (float64, where the fused kernels refuse a layer this
+    wide): its spikes equal the plain loop's (``fused=False``, a product of R a step) and
+    its gradients agree to float64 rounding."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -131,20 +133,22 @@ def test_eager_a_wide_layer_of_many_rows_runs_the_loop(monkeypatch: pytest.Monke
     rows = max(sms + 1, -(-rec.EAGER_LOOP_FROM // size**2))
     x = 1.2 * torch.rand(3, rows, size, generator=generator(65), dtype=torch.float64).cuda()
     got = {}
-    for fused in (None, True):
+    for fused in (None, False):
         torch.manual_seed(66)
         layer = sn.RecurrentNeuronLayer(sn.models.LIF(), size, backend="cuda", fused=fused)
         layer = layer.cuda().double()
-        loops: list[int] = []
-        real = layer._loop
-        monkeypatch.setattr(layer, "_loop", lambda *a, _l=loops, _r=real: _l.append(1) or _r(*a))
+        deferred: list[bool] = []
+        real = rec._recurrent_input
+        monkeypatch.setattr(
+            rec, "_recurrent_input", lambda w, d, _d=deferred, _r=real: _d.append(d) or _r(w, d)
+        )
         xg = x.clone().requires_grad_()
         out = layer(xg)
         out.sum().backward()
-        got[fused] = (out.detach(), xg.grad, layer.weight.grad, loops)
-    assert got[None][3] == [1] and got[True][3] == []
-    assert got[None][0].sum() > 0 and torch.equal(got[None][0], got[True][0])
-    for a, b in zip(got[None][1:3], got[True][1:3], strict=True):
+        got[fused] = (out.detach(), xg.grad, layer.weight.grad, deferred)
+    assert got[None][3] == [True] and got[False][3] == [False]
+    assert got[None][0].sum() > 0 and torch.equal(got[None][0], got[False][0])
+    for a, b in zip(got[None][1:3], got[False][1:3], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
