@@ -13,6 +13,7 @@ second-order terms.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,26 +22,27 @@ __all__ = ["LoopProducts"]
 
 
 class LoopProducts:
-    """The recurrent products of one call of the loop over steps.
-
-    ``products(t, fed)`` is R·fed (``fed`` the spikes step t reads, [..., F]). Where R
-    takes a gradient, each step's product is a :class:`_StepProduct`, all tied to one
-    :class:`_WeightGradient` of R, which autograd runs after every step's backward.
-    """
+    """The recurrent products of one call of the loop over steps: the spikes each step
+    read and, in the backward, each step's dL/dX_eff; :meth:`of` gives the steps'
+    product. It holds no tensor of the autograd graph (the spikes detached, the token
+    with the steps' product), so the graph holds it without a reference cycle."""
 
     def __init__(self, weight: torch.Tensor) -> None:
         self.feds: dict[int, torch.Tensor] = {}
         self.grads: dict[int, torch.Tensor] = {}
-        self.weight = weight
-        self.token = None
-        if torch.is_grad_enabled() and weight.requires_grad:
-            self.token = _WeightGradient.apply(weight, self)
-            self.weight = weight.detach()
+        self.weight = weight.detach()
 
-    def __call__(self, t: int, fed: torch.Tensor) -> torch.Tensor:
-        if self.token is None:
-            return torch.nn.functional.linear(fed, self.weight)
-        return _StepProduct.apply(fed, self.token, self, t)
+    @staticmethod
+    def of(weight: torch.Tensor) -> Callable[[int, torch.Tensor], torch.Tensor]:
+        """``product(t, fed)``: R·fed of step t (``fed`` the spikes it reads, [..., F]).
+        Where R takes a gradient, each step's product is a :class:`_StepProduct`, all
+        tied to one :class:`_WeightGradient` of R, which autograd runs after every step's
+        backward; else a plain matrix product."""
+        if not (torch.is_grad_enabled() and weight.requires_grad):
+            return lambda t, fed: torch.nn.functional.linear(fed, weight)
+        products = LoopProducts(weight)
+        token = _WeightGradient.apply(weight, products)
+        return lambda t, fed: _StepProduct.apply(fed, token, products, t)
 
     def weight_gradient(self, like: torch.Tensor) -> torch.Tensor:
         """Σ_t dL/dX_eff[t]ᵀ · s[t−D] over the steps that read spikes, one product."""

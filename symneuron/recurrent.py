@@ -97,7 +97,7 @@ def _recurrent_input(weight: torch.Tensor, deferred: bool) -> Any:
     compiling = torch.compiler.is_compiling()
     if compiling or capturing or bool(torch.isfinite(weight).all()):
         if deferred and not compiling:
-            return LoopProducts(weight)
+            return LoopProducts.of(weight)
         return lambda t, s: nn.functional.linear(s, weight)
     return lambda t, s: _spiking_sum(s, weight)
 

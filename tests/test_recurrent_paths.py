@@ -5,6 +5,9 @@ kernel a step), chosen by ``fused=`` or, by default, by size inside a CUDA graph
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 from conftest import generator
@@ -12,6 +15,7 @@ from conftest import generator
 import symneuron as sn
 from symneuron import binding_recurrent
 from symneuron import recurrent as rec
+from symneuron.binding_loop import LoopProducts
 from symneuron.runtime import cpu
 
 pytestmark = pytest.mark.skipif(not cpu.available(), reason="needs a C compiler")
@@ -90,6 +94,29 @@ def test_the_deferred_weight_gradient_refuses_a_double_backward() -> None:
     assert torch.autograd.grad(layer(x).sum(), layer.weight)[0].abs().sum() > 0
 
 
+def test_the_deferred_products_leave_no_reference_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the garbage collector off (as in a timed loop), a call's products are freed
+    with its graph: none is left after three calls (a cycle through the graph would keep
+    every call's spikes and gradients)."""
+    alive = weakref.WeakSet()
+    real = LoopProducts.__init__
+    monkeypatch.setattr(LoopProducts, "__init__", lambda self, w: alive.add(self) or real(self, w))
+    layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 6, backend="cpu").double()
+    layer._per_step = lambda x_seq: True  # type: ignore[method-assign]
+    x = 1.3 * torch.rand(5, 2, 6, generator=generator(70), dtype=torch.float64)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(3):
+            layer.reset()
+            layer(x).sum().backward()
+        layer.reset()
+        assert len(alive) == 0
+    finally:
+        if was:
+            gc.enable()
+
+
 def test_a_retained_graph_gives_the_same_weight_gradient_twice() -> None:
     layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 6, backend="cpu").double()
     layer._per_step = lambda x_seq: True  # type: ignore[method-assign]
@@ -132,21 +159,18 @@ def test_eager_a_wide_layer_of_many_rows_runs_the_loop(monkeypatch: pytest.Monke
     size = 4096
     rows = max(sms + 1, -(-rec.EAGER_LOOP_FROM // size**2))
     x = 1.2 * torch.rand(3, rows, size, generator=generator(65), dtype=torch.float64).cuda()
-    got = {}
+    got, deferred = {}, []
+    real = rec._recurrent_input
+    monkeypatch.setattr(rec, "_recurrent_input", lambda w, d: deferred.append(d) or real(w, d))
     for fused in (None, False):
         torch.manual_seed(66)
         layer = sn.RecurrentNeuronLayer(sn.models.LIF(), size, backend="cuda", fused=fused)
         layer = layer.cuda().double()
-        deferred: list[bool] = []
-        real = rec._recurrent_input
-        monkeypatch.setattr(
-            rec, "_recurrent_input", lambda w, d, _d=deferred, _r=real: _d.append(d) or _r(w, d)
-        )
         xg = x.clone().requires_grad_()
         out = layer(xg)
         out.sum().backward()
-        got[fused] = (out.detach(), xg.grad, layer.weight.grad, deferred)
-    assert got[None][3] == [True] and got[False][3] == [False]
+        got[fused] = (out.detach(), xg.grad, layer.weight.grad)
+    assert deferred == [True, False]
     assert got[None][0].sum() > 0 and torch.equal(got[None][0], got[False][0])
     for a, b in zip(got[None][1:3], got[False][1:3], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
