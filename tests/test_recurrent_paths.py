@@ -210,6 +210,58 @@ def test_a_large_layer_in_a_cuda_graph_runs_the_loop(monkeypatch: pytest.MonkeyP
     assert torch.equal(outs[0], outs[1])
 
 
+@pytest.mark.cuda
+def test_a_captured_training_step_sums_the_weight_gradient_once() -> None:
+    """A whole training step (forward, backward) of a large layer captured in a CUDA
+    graph runs the loop with dL/dR summed once over the sequence; each replay's
+    gradients (a new input copied in) equal the eager fused kernels' (float64)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    size, rows = 1024, -(-rec.LOOP_FROM // 1024**2)
+    draws = [
+        1.2 * torch.rand(12, rows, size, generator=generator(71 + i), dtype=torch.float64)
+        for i in range(2)
+    ]
+    torch.manual_seed(72)
+    layer = sn.RecurrentNeuronLayer(sn.models.LIF(), size, backend="cuda", bias=True).cuda()
+    layer = layer.double()
+    static = draws[0].cuda().requires_grad_()
+
+    def step() -> torch.Tensor:
+        layer.reset()
+        for p in layer.parameters():
+            p.grad = None
+        static.grad = None
+        out = layer(static)
+        (out * torch.linspace(0, 1, size, device="cuda", dtype=torch.float64)).sum().backward()
+        return out
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()  # warm-up (compiles) outside the capture: eager, the fused kernels
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    deferred: list[bool] = []
+    real = rec._recurrent_input
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rec, "_recurrent_input", lambda w, d: deferred.append(d) or real(w, d))
+        with torch.cuda.graph(graph):
+            out = step()
+    assert deferred == [True]
+    captured = [out, static.grad, layer.weight.grad, layer.bias.grad]  # the graph's memory
+    for x in draws:
+        with torch.no_grad():
+            static.copy_(x.cuda())
+        graph.replay()
+        got = [t.clone() for t in captured]
+        want = step()  # eager: the fused kernels
+        wanted = [want.detach(), static.grad, layer.weight.grad, layer.bias.grad]
+        assert got[0].sum() > 0 and torch.equal(got[0], wanted[0])
+        for a, b in zip(got[1:], wanted[1:], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
 def test_the_binding_computes_the_connections_partials() -> None:
     """The recurrent binding computes dL/dR as one product g ⊗ s and passes dL/dX_eff on
     as dL/dx: what the dense connection's derived partials say."""
