@@ -16,11 +16,12 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from .binding import Run
 from .checkpointing import REENTRANT_FIX, REPLAYS, checkpoint_phase, keep_state, snapshot
 from .layer_params import ParamRecords, param_tensors, placement
 from .models import require_neuron
 from .neuron import Neuron
-from .simulate import BACKENDS, simulate
+from .simulate import BACKENDS, prepare, run_prepared
 from .stochastic import check_seed, generator_state
 from .validate import flag
 
@@ -255,18 +256,33 @@ class NeuronLayer(nn.Module):
         """:func:`simulate` from ``v`` and ``states`` (single-step API: one step's input
         as ``x_seq`` [1, *shape]), with the hint to reset on a state left by a call under
         torch.inference_mode."""
+        return self.first_step(x_seq, v, states, compiling, rng)[0]
+
+    def first_step(
+        self,
+        x_seq: torch.Tensor,
+        v: torch.Tensor | None,
+        states: dict[str, torch.Tensor],
+        compiling: bool,
+        rng: torch.Tensor | None = None,
+    ) -> tuple[Any, Run | None]:
+        """:meth:`run_from`'s results, and the kernels' run it validated where the steps
+        after it may repeat it with their own values (:func:`~symneuron.simulate.next_step`);
+        None under torch.compile, on the torch reference and with ``check_finite``."""
+        store = self.store_v_seq and self.step_mode == "m"
         try:
-            return simulate(
+            job, check = prepare(
                 self.neuron,
                 x_seq,
                 v,
                 self._param_values(compiling, getattr(x_seq, "dtype", None)),
                 backend=self.backend,
-                store_v_seq=self.store_v_seq and self.step_mode == "m",
+                store_v_seq=store,
                 states=states or None,
                 check_finite=self.check_finite,
                 seed=rng,
             )
+            result = run_prepared(job, check, x_seq, store)
         except RuntimeError as exc:
             if isinstance(v, torch.Tensor) and v.is_inference() and "Inference" in str(exc):
                 raise RuntimeError(
@@ -276,6 +292,8 @@ class NeuronLayer(nn.Module):
                     "torch.no_grad() instead."
                 ) from exc
             raise
+        repeat = job if isinstance(job, Run) and not (check or compiling) else None
+        return result, repeat
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x_seq = x if self.step_mode == "m" else self._steps(x)

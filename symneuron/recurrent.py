@@ -36,7 +36,7 @@ from .checkpointing import REENTRANT_FIX as _CELL_FIX
 from .checkpointing import REPLAYS, checkpoint_phase
 from .layer import NeuronLayer
 from .neuron import Neuron
-from .simulate import prepare
+from .simulate import next_step, prepare
 from .validate import dense, flag, raise_if_not_finite
 
 __all__ = ["RecurrentNeuronLayer"]
@@ -397,12 +397,16 @@ class RecurrentNeuronLayer(nn.Module):
         before = [None] * self.delay if s is None else list(s.unbind(0))
         product = _recurrent_input(weight, deferred)
         out: list[torch.Tensor] = []
+        job = None  # the first step's validated run, which the next steps repeat
         for t, x in enumerate(x_seq):
             fed = before[t] if t < self.delay else out[t - self.delay]
             drive = x if fed is None else x + product(t, fed)
             drive = drive if bias is None else drive + bias
             step_rng = None if rng is None else rng[t]
-            result = cell.run_from(drive.unsqueeze(0), v, states, compiling, step_rng)
+            if job is None:
+                result, job = cell.first_step(drive.unsqueeze(0), v, states, compiling, step_rng)
+            else:
+                result = next_step(job, drive, v, states, step_rng)
             # the step's [1, ...] results as views: squeeze's backward is a view too,
             # where an index's would fill a zero tensor and copy (two launches a step)
             v = result[1].squeeze(0)

@@ -137,8 +137,56 @@ def simulate(
         check_finite=check_finite,
         seed=seed,
     )
+    return run_prepared(job, check, x_seq, store_v_seq)
+
+
+def run_prepared(job: Run | Callable[[], Any], check: bool, x_seq: Any, store_v_seq: bool) -> Any:
+    """The results of a call :func:`prepare` validated (its ``job`` and ``check``), as
+    :func:`simulate` returns them."""
     result = _shaped(job, *run(job)) if isinstance(job, Run) else job()
     return _finish(result, x_seq, store_v_seq) if check else result
+
+
+def next_step(
+    job: Run,
+    x: torch.Tensor,
+    v: torch.Tensor,
+    states: Mapping[str, torch.Tensor] | None,
+    seed: Any = None,
+) -> Any:
+    """One more step after the step :func:`prepare` validated into ``job`` (a kernels'
+    run of one step, unchecked for finite values), of the same neuron, backend, shape,
+    dtype and parameters: ``x`` its input [1, *shape], ``v`` and ``states`` (by name)
+    the step before's results, ``seed`` its draw. The results as :func:`simulate`'s.
+
+    A loop over steps (a recurrent layer's) validates its first step only: what
+    :func:`prepare` checks is the same at every step, and checking it costs host time."""
+    n = job.x_seq.shape[1]
+    names = job.neuron.states
+    w_flat = (
+        torch.stack([states[name] for name in names]).reshape(len(names), n) if states else None
+    )
+    x_flat, v_flat = x.reshape(1, n).contiguous(), v.reshape(n).contiguous()
+    store_h = torch.is_grad_enabled() and (
+        x.requires_grad
+        or v.requires_grad
+        or (w_flat is not None and w_flat.requires_grad)
+        or any(isinstance(p, torch.Tensor) and p.requires_grad for p in job.params)
+    )
+    rng = call_state(seed, x.device) if job.neuron.draws else None
+    step = Run(
+        job.neuron,
+        job.backend,
+        x_flat,
+        job.shape,
+        v_flat,
+        w_flat,
+        job.params,
+        store_h,
+        job.v_mode,
+        rng,
+    )
+    return _shaped(step, *run(step))
 
 
 def _refuse_tangents(*given: Any) -> None:
