@@ -64,21 +64,24 @@ End = tuple[torch.Tensor | None, Any, dict[str, torch.Tensor]]
 #: step, the loop's product once for all rows. Eager, the loop's launches cost 0.5 ms a
 #: step of host time (52-74 ms at every size): the fused kernels win there.
 LOOP_FROM = 100_000_000
-#: Batch rows × neurons² from which an eager call runs the loop over steps too, where the
-#: layer has more batch rows than the GPU has SMs (its forward's blocks, one a batch row,
-#: then run in waves). On an H200 (benchmarks/recurrent.py, one training step eager, T =
-#: 100, fused / loop ms): fp32 256 × 4096 270 / 71, 512 × 2048 138 / 58, 128 × 4096 69 /
-#: 79, 256 × 2048 31 / 60, 64 × 4096 38 / 69; bf16 256 × 4096 182 / 44, 512 × 2048 72 /
-#: 66, 128 × 4096 22 / 56 (docs/performance_recurrent.md, "The sweep")
+#: Batch rows × neurons² from which an eager call runs the loop over steps too: in float32
+#: and float64 (the fused kernels' exact multiply-adds), and in 16-bit (on tensor cores)
+#: where the layer has more batch rows than the GPU has SMs (one block per batch row then
+#: runs in waves). On an H200 (benchmarks/recurrent.py, one training step eager, T = 100,
+#: fused / loop ms): fp32 256 × 4096 270 / 71, 512 × 2048 138 / 44, 128 × 4096 68 / 46,
+#: 64 × 4096 37 / 41, 256 × 2048 31 / 52; bf16 256 × 4096 181 / 53, 512 × 2048 72 / 55,
+#: 128 × 4096 22 / 37 (docs/performance_recurrent.md, "Eager: the loop ...")
 EAGER_LOOP_FROM = 2**31
 
 
-def _loop_eager(rows: int, size: int, device: torch.device) -> bool:
-    """Whether an eager call of ``rows`` batch rows of ``size`` neurons on a CUDA
-    ``device`` runs the loop over steps (:data:`EAGER_LOOP_FROM`)."""
+def _loop_eager(rows: int, size: int, x_seq: torch.Tensor) -> bool:
+    """Whether an eager call of ``rows`` batch rows of ``size`` neurons with input
+    ``x_seq`` on a CUDA device runs the loop over steps (:data:`EAGER_LOOP_FROM`)."""
     if rows * size**2 < EAGER_LOOP_FROM:
         return False
-    return rows > torch.cuda.get_device_properties(device).multi_processor_count
+    if x_seq.dtype not in (torch.float16, torch.bfloat16):
+        return True
+    return rows > torch.cuda.get_device_properties(x_seq.device).multi_processor_count
 
 
 def _spiking_sum(s: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -129,8 +132,8 @@ class RecurrentNeuronLayer(nn.Module):
         launch a sequence each way) or the loop over steps (a matrix product and the
         neuron's step kernel a step). None (default): the fused kernels, except inside a
         CUDA graph capture for a layer of at least :data:`LOOP_FROM` batch rows × size²,
-        and eager from :data:`EAGER_LOOP_FROM` with more batch rows than the GPU has SMs,
-        where the loop was measured faster (docs/performance_recurrent.md).
+        and eager from :data:`EAGER_LOOP_FROM` (in 16-bit, with more batch rows than the
+        GPU has SMs), where the loop was measured faster (docs/performance_recurrent.md).
     backend : {"auto", "cuda", "cpu", "torch"}
     params : mapping, optional
         The neuron's parameter values, as for :class:`~symneuron.NeuronLayer` (they live
@@ -283,7 +286,7 @@ class RecurrentNeuronLayer(nn.Module):
         drive = x_seq if bias is None else x_seq + bias
         per_step = self._per_step(x_seq)
         fused = None if per_step else self._fused(drive, weight, start, compiling)
-        deferred = per_step and self.fused is None  # the loop chosen for its speed
+        deferred = per_step and self._defers(x_seq)
         spikes, end = fused or self._loop(x_seq, weight, bias, start, compiling, deferred)
         if phase != "recompute":  # a recomputation leaves the memory as the first run did
             cell.keep(end[1], None, end[2], compiling)
@@ -297,7 +300,7 @@ class RecurrentNeuronLayer(nn.Module):
         step) rather than the fused kernels: as ``fused`` says, else inside a CUDA graph
         capture for a layer of at least :data:`LOOP_FROM` batch rows × neurons², where the
         loop's launches cost no host time and its products read R once for all rows, and
-        eager from :data:`EAGER_LOOP_FROM` with more batch rows than the GPU has SMs."""
+        eager from :data:`EAGER_LOOP_FROM` (in 16-bit, with more batch rows than SMs)."""
         if self.fused is not None:
             return not self.fused
         if torch.compiler.is_compiling():  # (Dynamo cannot trace the capture query)
@@ -310,7 +313,18 @@ class RecurrentNeuronLayer(nn.Module):
             return large
         if large:  # a capture of this call runs cuBLAS, whose handle a capture cannot
             torch.cuda.current_blas_handle()  # create: made now, by the warm-up call
-        return _loop_eager(rows, self.size, x_seq.device)
+        return _loop_eager(rows, self.size, x_seq)
+
+    def _defers(self, x_seq: torch.Tensor) -> bool:
+        """Whether the loop over steps sums dL/dR once over the sequence
+        (:class:`~symneuron.binding_loop.LoopProducts`): where the layer chose the loop
+        inside a CUDA graph capture, whose steps the GPU's work bounds. Eager, each step's
+        product of dL/dR runs while the host launches the next steps, and one product
+        after the last would not (H200, fp32 512 × 2048, eager training step: 55.8 ms
+        with it, 44.5 without)."""
+        if self.fused is not None or not x_seq.is_cuda:
+            return False
+        return torch.cuda.is_current_stream_capturing()
 
     def _last_steps(self, before: torch.Tensor | None, spikes: torch.Tensor) -> torch.Tensor:
         """The spikes of the last ``delay`` steps after a call: the call's last ones,

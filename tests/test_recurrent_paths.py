@@ -28,8 +28,8 @@ def _run(
     per_step: bool | None = None,
     mask: torch.Tensor | None = None,
 ) -> dict:
-    """``per_step``: the layer's own choice of path replaced (True: the loop, as a large
-    layer in a CUDA graph capture takes it)."""
+    """``per_step``: the layer's own choice of path replaced (True: the loop with dL/dR
+    summed once, as a large layer in a CUDA graph capture takes it)."""
     torch.manual_seed(61)
     layer = sn.RecurrentNeuronLayer(
         sn.models.ALIF(learnable=["tau"]),
@@ -42,6 +42,7 @@ def _run(
     ).to(device=device, dtype=torch.float64)
     if per_step is not None:
         layer._per_step = lambda x_seq: per_step  # type: ignore[method-assign]
+        layer._defers = lambda x_seq: per_step  # type: ignore[method-assign]
     with torch.no_grad():
         layer.weight.mul_(3.0)
     x = 1.3 * torch.rand(14, 3, 12, generator=generator(62), dtype=torch.float64)
@@ -86,7 +87,7 @@ def test_the_deferred_weight_gradient_refuses_a_double_backward() -> None:
     raises: R's second-order terms would be missing (the neuron here on the torch
     reference, which differentiates twice; the kernels' step raises too)."""
     layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 6, backend="torch").double()
-    layer._per_step = lambda x_seq: True  # type: ignore[method-assign]
+    layer._per_step = layer._defers = lambda x_seq: True  # type: ignore[method-assign]
     x = 1.3 * torch.rand(5, 2, 6, generator=generator(68), dtype=torch.float64)
     x.requires_grad_()
     with pytest.raises(RuntimeError, match="create_graph=True .* backend='torch'"):
@@ -102,7 +103,7 @@ def test_the_deferred_products_leave_no_reference_cycle(monkeypatch: pytest.Monk
     real = LoopProducts.__init__
     monkeypatch.setattr(LoopProducts, "__init__", lambda self, w: alive.add(self) or real(self, w))
     layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 6, backend="cpu").double()
-    layer._per_step = lambda x_seq: True  # type: ignore[method-assign]
+    layer._per_step = layer._defers = lambda x_seq: True  # type: ignore[method-assign]
     x = 1.3 * torch.rand(5, 2, 6, generator=generator(70), dtype=torch.float64)
     was = gc.isenabled()
     gc.disable()
@@ -119,7 +120,7 @@ def test_the_deferred_products_leave_no_reference_cycle(monkeypatch: pytest.Monk
 
 def test_a_retained_graph_gives_the_same_weight_gradient_twice() -> None:
     layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 6, backend="cpu").double()
-    layer._per_step = lambda x_seq: True  # type: ignore[method-assign]
+    layer._per_step = layer._defers = lambda x_seq: True  # type: ignore[method-assign]
     x = 1.3 * torch.rand(5, 2, 6, generator=generator(69), dtype=torch.float64)
     out = layer(x).sum()
     first = torch.autograd.grad(out, layer.weight, retain_graph=True)[0]
@@ -135,24 +136,34 @@ def test_by_default_eager_calls_take_the_fused_kernels() -> None:
 
 
 def test_eager_the_loop_runs_for_many_rows_of_a_wide_layer(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Eager, the loop over steps from EAGER_LOOP_FROM batch rows × size², where the
-    layer has more rows than the GPU has SMs (measured faster there), else the fused
-    kernels."""
+    """Eager, the loop over steps from EAGER_LOOP_FROM batch rows × size² (measured
+    faster there), in 16-bit only where the layer has more rows than the GPU has SMs;
+    else the fused kernels."""
     props = type("Props", (), {"multi_processor_count": 132})
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
-    cuda = torch.device("cuda")
-    assert rec._loop_eager(256, 4096, cuda) and rec._loop_eager(512, 2048, cuda)
-    assert not rec._loop_eager(128, 4096, cuda)  # rows a wave of blocks holds
-    assert not rec._loop_eager(256, 2048, cuda)  # under EAGER_LOOP_FROM
-    assert rec.EAGER_LOOP_FROM == 2**31 and rec._loop_eager(133, 4096, cuda)
+    bf16, fp32 = torch.empty(0, dtype=torch.bfloat16), torch.empty(0)
+    assert rec._loop_eager(256, 4096, bf16) and rec._loop_eager(512, 2048, bf16)
+    assert not rec._loop_eager(128, 4096, bf16)  # rows a wave of blocks holds
+    assert rec._loop_eager(128, 4096, fp32)  # the exact multiply-adds' fused backward
+    assert not rec._loop_eager(256, 2048, bf16) and not rec._loop_eager(256, 2048, fp32)
+    assert not rec._loop_eager(64, 4096, fp32)  # under EAGER_LOOP_FROM
+    assert rec.EAGER_LOOP_FROM == 2**31 and rec._loop_eager(133, 4096, bf16)
+
+
+def test_only_a_captured_loop_sums_the_weight_gradient_once() -> None:
+    """The loop sums dL/dR once only where the layer chose it inside a CUDA graph capture:
+    eager (and on the CPU) and with ``fused=False`` each step's product gives its own."""
+    x = torch.rand(2, 3, 8)
+    for fused in (None, False):
+        layer = sn.RecurrentNeuronLayer(sn.models.LIF(), 8, backend="cpu", fused=fused)
+        assert not layer._defers(x)
 
 
 @pytest.mark.cuda
 def test_eager_a_wide_layer_of_many_rows_runs_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A layer of more batch rows than SMs and EAGER_LOOP_FROM rows × size² runs the
-    loop eager, dL/dR summed once (float64, where the fused kernels refuse a layer this
-    wide): its spikes equal the plain loop's (``fused=False``, a product of R a step) and
-    its gradients agree to float64 rounding."""
+    """A layer of EAGER_LOOP_FROM rows × size² (float64, where the fused kernels refuse a
+    layer this wide) runs the loop eager: its spikes and gradients are those of
+    ``fused=False``'s loop."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -170,7 +181,7 @@ def test_eager_a_wide_layer_of_many_rows_runs_the_loop(monkeypatch: pytest.Monke
         out = layer(xg)
         out.sum().backward()
         got[fused] = (out.detach(), xg.grad, layer.weight.grad)
-    assert deferred == [True, False]
+    assert deferred == [False, False]  # (eager: each step's dL/dR, as a plain loop's)
     assert got[None][0].sum() > 0 and torch.equal(got[None][0], got[False][0])
     for a, b in zip(got[None][1:3], got[False][1:3], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
