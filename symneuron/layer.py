@@ -252,23 +252,13 @@ class NeuronLayer(nn.Module):
         states: dict[str, torch.Tensor],
         compiling: bool,
         rng: torch.Tensor | None = None,
-    ) -> Any:
+    ) -> tuple[Any, Run | None]:
         """:func:`simulate` from ``v`` and ``states`` (single-step API: one step's input
         as ``x_seq`` [1, *shape]), with the hint to reset on a state left by a call under
-        torch.inference_mode."""
-        return self.first_step(x_seq, v, states, compiling, rng)[0]
-
-    def first_step(
-        self,
-        x_seq: torch.Tensor,
-        v: torch.Tensor | None,
-        states: dict[str, torch.Tensor],
-        compiling: bool,
-        rng: torch.Tensor | None = None,
-    ) -> tuple[Any, Run | None]:
-        """:meth:`run_from`'s results, and the kernels' run it validated where the steps
-        after it may repeat it with their own values (:func:`~symneuron.simulate.next_step`);
-        None under torch.compile, on the torch reference and with ``check_finite``."""
+        torch.inference_mode: its results, and the kernels' run it validated where the
+        steps after it may repeat it with their own values
+        (:func:`~symneuron.simulate.next_step`; None under torch.compile, on the torch
+        reference and with ``check_finite``)."""
         store = self.store_v_seq and self.step_mode == "m"
         try:
             job, check = prepare(
@@ -309,7 +299,7 @@ class NeuronLayer(nn.Module):
                     f"but the input's shape per step is {tuple(x_seq.shape[1:])}: call "
                     "layer.reset() before each new sequence (on every NeuronLayer of the model)."
                 )
-        result = self.run_from(x_seq, v, states, compiling, rng)
+        result = self.run_from(x_seq, v, states, compiling, rng)[0]
         spikes, v_seq = result[0], result[1]
         store = self.store_v_seq and self.step_mode == "m"
         if phase == "recompute":  # the memory stays as the first run left it

@@ -418,7 +418,7 @@ class RecurrentNeuronLayer(nn.Module):
             drive = drive if bias is None else drive + bias
             step_rng = None if rng is None else rng[t]
             if job is None:
-                result, job = cell.first_step(drive.unsqueeze(0), v, states, compiling, step_rng)
+                result, job = cell.run_from(drive.unsqueeze(0), v, states, compiling, step_rng)
             else:
                 result = next_step(job, drive, v, states, step_rng)
             # the step's [1, ...] results as views: squeeze's backward is a view too,
