@@ -62,7 +62,8 @@ End = tuple[torch.Tensor | None, Any, dict[str, torch.Tensor]]
 #: 256×1024, 128×2048 (B×F) and the loop 3.32 / 3.87 / 9.73 / 14.7 ms (a torch loop
 #: 5.70 / 6.35 / 12.6 / 17.5): the fused kernels read all of R for every batch row each
 #: step, the loop's product once for all rows. Eager, the loop's launches cost 0.5 ms a
-#: step of host time (52-74 ms at every size): the fused kernels win there.
+#: step of host time (52-74 ms at every size): the fused kernels win there (below
+#: :data:`EAGER_LOOP_FROM`).
 LOOP_FROM = 100_000_000
 #: Batch rows × neurons² from which an eager call runs the loop over steps too: in float32
 #: and float64 (the fused kernels' exact multiply-adds), and in 16-bit (on tensor cores)

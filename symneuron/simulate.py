@@ -156,8 +156,9 @@ def next_step(
 ) -> Any:
     """One more step after the step :func:`prepare` validated into ``job`` (a kernels'
     run of one step, unchecked for finite values), of the same neuron, backend, shape,
-    dtype and parameters: ``x`` its input [1, *shape], ``v`` and ``states`` (by name)
-    the step before's results, ``seed`` its draw. The results as :func:`simulate`'s.
+    dtype and parameters: ``x`` its input ([*shape] or [1, *shape]), ``v`` and ``states``
+    (by name) the step before's results, ``seed`` its draw. The results as
+    :func:`simulate`'s.
 
     A loop over steps (a recurrent layer's) validates its first step only: what
     :func:`prepare` checks is the same at every step, and checking it costs host time."""
