@@ -163,30 +163,10 @@ def next_step(
     A loop over steps (a recurrent layer's) validates its first step only: what
     :func:`prepare` checks is the same at every step, and checking it costs host time."""
     n = job.x_seq.shape[1]
-    names = job.neuron.states
-    w_flat = (
-        torch.stack([states[name] for name in names]).reshape(len(names), n) if states else None
-    )
-    x_flat, v_flat = x.reshape(1, n).contiguous(), v.reshape(n).contiguous()
-    store_h = torch.is_grad_enabled() and (
-        x.requires_grad
-        or v.requires_grad
-        or (w_flat is not None and w_flat.requires_grad)
-        or any(isinstance(p, torch.Tensor) and p.requires_grad for p in job.params)
-    )
+    w0 = torch.stack([states[name] for name in job.neuron.states]) if states else None
     rng = call_state(seed, x.device) if job.neuron.draws else None
-    step = Run(
-        job.neuron,
-        job.backend,
-        x_flat,
-        job.shape,
-        v_flat,
-        w_flat,
-        job.params,
-        store_h,
-        job.v_mode,
-        rng,
-    )
+    flat = x.reshape(1, n)
+    step = _kernel_run(job.neuron, job.backend, flat, job.shape, v, w0, job.params, job.v_mode, rng)
     return _shaped(step, *run(step))
 
 
@@ -268,7 +248,7 @@ def prepare(
         v0 = default_v_init(neuron, x_seq, shape, values)
     v_mode = "seq" if keep else "last"
     return _kernel_run(  # (rng at construction: Dynamo of torch 2.8 can't trace _replace)
-        neuron, backend, x_seq, shape, v0, w0, values, v_mode, rng
+        neuron, backend, x_seq, shape, v0, w0, tuple(values.values()), v_mode, rng
     ), check
 
 
@@ -335,15 +315,15 @@ def _kernel_run(
     shape: torch.Size,
     v0: torch.Tensor | None,
     w0: torch.Tensor | None,
-    values: dict[str, float | torch.Tensor],
+    param_list: tuple[float | torch.Tensor, ...],
     v_mode: str,
     rng: torch.Tensor | None = None,
 ) -> Run:
     """The kernels' run: inputs flattened to [T, N] (already [T, N]: no reshape or view,
     each costs host time), H stored when autograd will need it; ``shape`` the neuron
-    shape (``x_seq.shape[1:]``), ``values`` every param's in the neuron's order."""
+    shape (``x_seq.shape[1:]``), ``param_list`` every param's value in the neuron's
+    order."""
     t_len, n = x_seq.shape[0], math.prod(shape)
-    param_list = tuple(values.values())
     store_h = torch.is_grad_enabled() and (
         x_seq.requires_grad
         or (v0 is not None and v0.requires_grad)
